@@ -1,0 +1,3 @@
+from hoststate.cli import main
+
+main()

@@ -1,0 +1,234 @@
+"""The snapshot: collect -> mapping -> TOML and back, schema check, digest, atomic write.
+
+A snapshot is a plain dict shaped as design.md fixes it; this module is the only place that turns
+it into bytes or back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import socket
+import sys
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+from hoststate import SCHEMA, __version__
+from hoststate.collectors import NAMES, STATUSES, Context, Section, run_all
+from hoststate.errors import InputError, WriteError
+from hoststate.io import Reader
+from hoststate.paths import leaves
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 in CI
+    import tomli as tomllib
+
+TOP_ORDER = ("hoststate", "collectors", *NAMES)
+
+
+def toml_loads(text: str) -> dict[str, Any]:
+    """tomllib.loads with every parse failure as ValueError (tomllib's own error is one)."""
+    return tomllib.loads(text)
+
+
+def _hostname(ctx: Context) -> str | None:
+    if ctx.live:
+        return socket.gethostname()
+    reader = Reader(ctx.root)
+    for rel in ("proc/sys/kernel/hostname", "etc/hostname"):
+        text = reader.read(rel, record=False)
+        if text:
+            return text.splitlines()[0].strip()
+    return None
+
+
+def assemble(sections: Mapping[str, Section], meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Sections and meta as the snapshot mapping, with the digest filled in."""
+    snap: dict[str, Any] = {"hoststate": dict(meta), "collectors": {}}
+    for name, sec in sections.items():
+        status: dict[str, Any] = {"status": sec.status, "took_ms": sec.took_ms}
+        if sec.reason:
+            status["reason"] = sec.reason
+        if sec.unreadable:
+            status["unreadable"] = dict(sec.unreadable)
+        snap["collectors"][name] = status
+        if sec.data:
+            snap[name] = sec.data
+    snap["hoststate"]["digest"] = digest(snap)
+    return snap
+
+
+def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = None) -> dict[str, Any]:
+    """Run the collectors and return the snapshot mapping (never raises for a collector's sake)."""
+    sections = run_all(ctx, names)
+    meta: dict[str, Any] = {
+        "schema": SCHEMA,
+        "version": __version__,
+        "taken_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0),
+    }
+    host = _hostname(ctx)
+    if host:
+        meta["hostname"] = host
+    if label:
+        meta["label"] = label
+    meta["root"] = os.path.abspath(ctx.root) if not ctx.live else "/"
+    return assemble(sections, meta)
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _canonical(v) for k, v in value.items()}
+    return value
+
+
+def digest(snap: Mapping[str, Any]) -> str:
+    """sha256 over the sorted (path, value) pairs the default policy rates invalidating.
+
+    The [hoststate] and [collectors] tables are bookkeeping and never part of the digest.
+    """
+    from hoststate.policy import default_policy
+
+    policy = default_policy()
+    pairs = [
+        [list(path), _canonical(value)]
+        for path, value in leaves({k: v for k, v in snap.items() if k not in ("hoststate", "collectors")})
+        if policy.severity(path) == "invalidating"
+    ]
+    blob = json.dumps(pairs, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+def to_toml(snap: Mapping[str, Any]) -> str:
+    """Deterministic TOML: fixed top-level order, keys sorted below it."""
+    import tomli_w
+
+    ordered = {k: _sorted(snap[k]) for k in TOP_ORDER if k in snap}
+    ordered.update({k: _sorted(snap[k]) for k in sorted(snap) if k not in ordered})
+    return tomli_w.dumps(ordered)
+
+
+# Fixed paths and the types tools rely on: (path, type, required).
+_META_TYPES: tuple[tuple[str, type | tuple[type, ...], bool], ...] = (
+    ("schema", int, True),
+    ("version", str, True),
+    ("taken_at", dt.datetime, True),
+    ("hostname", str, False),
+    ("label", str, False),
+    ("root", str, False),
+    ("digest", str, True),
+)
+
+
+def validate(snap: Any, source: str) -> dict[str, Any]:
+    """Check what tools rely on; raise InputError with one line naming the first problem."""
+    if not isinstance(snap, dict) or not isinstance(snap.get("hoststate"), dict):
+        raise InputError("not a hoststate snapshot (no [hoststate] table)", source)
+    meta = snap["hoststate"]
+    schema = meta.get("schema")
+    if isinstance(schema, bool) or not isinstance(schema, int):
+        raise InputError(f"hoststate.schema must be an integer, found {type(schema).__name__}", source)
+    if schema != SCHEMA:
+        raise InputError(f"unsupported snapshot schema {schema} (this hoststate reads schema {SCHEMA})", source)
+    for key, typ, required in _META_TYPES:
+        if key not in meta:
+            if required:
+                raise InputError(f"hoststate.{key} is missing", source)
+            continue
+        if isinstance(meta[key], bool) or not isinstance(meta[key], typ):
+            raise InputError(f"hoststate.{key} has the wrong type ({type(meta[key]).__name__})", source)
+    collectors = snap.get("collectors", {})
+    if not isinstance(collectors, dict):
+        raise InputError("collectors must be a table", source)
+    for name, entry in collectors.items():
+        if not isinstance(entry, dict):
+            raise InputError(f"collectors.{name} must be a table", source)
+        if entry.get("status") not in STATUSES:
+            raise InputError(f"collectors.{name}.status {entry.get('status')!r} is not a known status", source)
+        if "unreadable" in entry and not isinstance(entry["unreadable"], dict):
+            raise InputError(f"collectors.{name}.unreadable must be a table", source)
+    for name in NAMES:
+        if name in snap and not isinstance(snap[name], dict):
+            raise InputError(f"[{name}] must be a table, found {type(snap[name]).__name__}", source)
+    return snap
+
+
+def loads(data: bytes | str, source: str = "<snapshot>") -> dict[str, Any]:
+    """Parse and validate snapshot text; every defect is an InputError with one line."""
+    if isinstance(data, bytes):
+        if not data.strip():
+            raise InputError("empty file", source)
+        if data.startswith(b"\xef\xbb\xbf"):
+            raise InputError("starts with a UTF-8 byte-order mark; save it without BOM", source)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InputError(f"not UTF-8 text (byte {err.start})", source) from err
+    else:
+        text = data
+    if not text.strip():
+        raise InputError("empty file", source)
+    try:
+        snap = toml_loads(text)
+    except ValueError as err:
+        raise InputError(f"not valid TOML: {err}", source) from err
+    return validate(snap, source)
+
+
+def load(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except IsADirectoryError as err:
+        raise InputError("is a directory, not a snapshot file", path) from err
+    except OSError as err:
+        raise InputError(f"cannot read: {err.strerror}", path) from err
+    return loads(data, path)
+
+
+def write(path: str, text: str, *, force: bool = False) -> None:
+    """Write atomically: a temp file in the target directory, fsync, then rename.
+
+    Without ``force`` an existing file is never replaced (link(2) fails if the name exists, so two
+    concurrent writers cannot both win); with ``force`` rename(2) replaces it in one step.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".hoststate-", suffix=".tmp", dir=directory)
+    except OSError as err:
+        raise WriteError(f"{path}: cannot write in {directory}: {err.strerror}") from err
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        if force:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError as err:
+                raise WriteError(f"{path}: exists; use --force to replace it") from err
+            except OSError as err:
+                raise WriteError(f"{path}: cannot write: {err.strerror}") from err
+    except OSError as err:
+        raise WriteError(f"{path}: cannot write: {err.strerror}") from err
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
