@@ -1,0 +1,48 @@
+"""Fault injection for the read layer: make chosen paths fail as a kernel would (ENXIO, EACCES, ...).
+
+Tests run as root in CI, where chmod cannot produce EACCES and a tmpfs cannot produce ENXIO or
+EOPNOTSUPP, so those errors are injected at os.open/os.read for paths ending in a given suffix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections.abc import Iterator
+from unittest import mock
+
+#: Pseudo-errno meaning "the file vanished between listing and reading".
+VANISH = errno.ENOENT
+
+
+@contextlib.contextmanager
+def inject(faults: dict[str, int], *, on_read: bool = False) -> Iterator[None]:
+    """Paths ending with a key fail with that errno, at open (default) or at the first read."""
+    real_open, real_read = os.open, os.read
+    failing: dict[int, int] = {}
+
+    def match(path: object) -> int | None:
+        text = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""
+        for suffix, err in faults.items():
+            if text.endswith(suffix):
+                return err
+        return None
+
+    def fake_open(path, flags, mode=0o777, *, dir_fd=None):
+        err = match(path)
+        if err is not None and not on_read:
+            raise OSError(err, os.strerror(err), os.fsdecode(path))
+        fd = real_open(path, flags, mode, dir_fd=dir_fd)
+        if err is not None:
+            failing[fd] = err
+        return fd
+
+    def fake_read(fd, n):
+        if fd in failing:
+            err = failing.pop(fd)
+            raise OSError(err, os.strerror(err))
+        return real_read(fd, n)
+
+    with mock.patch.object(os, "open", fake_open), mock.patch.object(os, "read", fake_read):
+        yield
