@@ -34,6 +34,7 @@ def inject(faults: dict[str, int], *, on_read: bool = False) -> Iterator[None]:
         if err is not None and not on_read:
             raise OSError(err, os.strerror(err), os.fsdecode(path))
         fd = real_open(path, flags, mode, dir_fd=dir_fd)
+        failing.pop(fd, None)  # a reused descriptor number must not inherit an earlier fault
         if err is not None:
             failing[fd] = err
         return fd
