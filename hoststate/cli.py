@@ -1,0 +1,220 @@
+"""The command line: parse, call one library function, render, exit with design.md's codes.
+
+Every error is one line on stderr (``hoststate: ...``); ``--debug`` shows the traceback instead.
+Imports of heavy modules (deepdiff, pynvml) happen inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from hoststate import __version__
+from hoststate.errors import GuardRefused, HoststateError, InputError, PolicyError, WriteError
+
+#: Exception class -> exit code; the first matching class wins (subclasses first).
+EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (GuardRefused, 3),
+    (PolicyError, 2),
+    (InputError, 2),
+    (WriteError, 2),
+    (HoststateError, 2),
+)
+
+
+def fail(message: str, code: int = 2) -> None:
+    click.echo(f"hoststate: {message}", err=True)
+    sys.exit(code)
+
+
+def _csv(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def collector_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options shared by every command that snaps a host (snap, guard, check, export)."""
+    opts = [
+        click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
+                     help="Read the host through this prefix (a captured tree); NVML and process discovery are "
+                     "skipped under a prefix."),
+        click.option("--only", callback=_csv, metavar="C,..", help="Run only these collectors."),
+        click.option("--skip", callback=_csv, metavar="C,..", help="Skip these collectors."),
+        click.option("--timeout", default=20.0, show_default=True, type=click.FloatRange(min=0.1),
+                     help="Seconds one collector may take before it is recorded as 'timeout'."),
+        click.option("--vllm-pid", type=int, metavar="PID", help="Describe the vLLM server with this pid."),
+        click.option("--vllm-cmd", metavar="CMD",
+                     help="The exact command a benchmark will start, e.g. \"vllm serve MODEL -tp 8\"."),
+        click.option("--vllm-log", type=click.Path(dir_okay=False), metavar="FILE",
+                     help="A vLLM server log: non-default args, engine config line, graph-capture lines."),
+        click.option("--vllm-url", metavar="URL", help="A running server's base URL (/version, /v1/models, /metrics)."),
+        click.option("--vllm-version", metavar="V", help="The vLLM version, when it cannot be detected."),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+def make_context(opts: dict[str, Any]) -> tuple[Any, tuple[str, ...]]:
+    """A collector Context and the selected collector names from the shared options."""
+    import os
+
+    from hoststate.collectors import Context, select
+
+    root = opts.get("root") or "/"
+    if not os.path.isdir(root):
+        raise InputError(f"--root {root}: not a directory")
+    try:
+        names = select(opts.get("only"), opts.get("skip"))
+    except ValueError as err:
+        raise InputError(str(err)) from err
+    ctx = Context(
+        root=root,
+        vllm_pid=opts.get("vllm_pid"),
+        vllm_cmd=opts.get("vllm_cmd"),
+        vllm_log=opts.get("vllm_log"),
+        vllm_url=opts.get("vllm_url"),
+        vllm_version=opts.get("vllm_version"),
+        timeout=opts.get("timeout") or 20.0,
+    )
+    return ctx, names
+
+
+def take_snapshot(opts: dict[str, Any], label: str | None = None, *, quiet: bool = False) -> dict[str, Any]:
+    """Collect a snapshot from the shared options; prints the per-collector summary on stderr."""
+    from hoststate.snapshot import collect
+
+    ctx, names = make_context(opts)
+    snap = collect(ctx, names, label=label)
+    if not quiet:
+        for line in summary_lines(snap, ctx):
+            click.echo(line, err=True)
+    return snap
+
+
+def summary_lines(snap: dict[str, Any], ctx: Any = None) -> list[str]:
+    """The digest, then one line per collector: name, status, time, and why when not ok."""
+    lines = [f"digest {snap['hoststate']['digest']}"]
+    for name, entry in snap.get("collectors", {}).items():
+        status = entry.get("status", "?")
+        extra = ""
+        if entry.get("unreadable"):
+            extra += f"  {len(entry['unreadable'])} unreadable"
+        if entry.get("reason") and status != "skipped":
+            extra += f"  ({entry['reason']})"
+        lines.append(f"  {name:<13} {status:<8} {entry.get('took_ms', 0):>7.1f} ms{extra}")
+    if ctx is not None:
+        for name, section in ctx.sections.items():
+            lines.extend(f"  {name}: {note}" for note in section.notes)
+    return lines
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hoststate")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Snapshot, diff and guard the host state that LLM inference benchmarks depend on.
+
+    A baseline may only be reused when the host configuration matches, not just the vLLM arguments:
+    snap the host before each measurement, diff against the baseline, and let `guard` refuse a mismatch.
+    """
+    ctx.obj = {"debug": debug}
+
+
+@cli.command()
+@click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the snapshot here (atomically) instead of stdout.")
+@click.option("--force", is_flag=True, help="Replace FILE if it exists (never done silently).")
+@click.option("--label", metavar="TEXT", help="A free-form label stored in [hoststate].label.")
+@collector_options
+def snap(output: str | None, force: bool, label: str | None, **opts: Any) -> None:
+    """Snapshot this host into a TOML fingerprint (stdout, or -o FILE).
+
+    Prints the digest and one summary line per collector on stderr. Exit 0 when written (also when
+    some collectors are absent or partial), 2 on a usage error or when the file could not be written.
+    """
+    from hoststate.snapshot import to_toml, write
+
+    if output and not force:
+        import os
+
+        if os.path.lexists(output):
+            raise WriteError(f"{output}: exists; use --force to replace it")
+    snapshot = take_snapshot(opts, label)
+    text = to_toml(snapshot)
+    if output:
+        write(output, text, force=force)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+def _jsonable(value: Any) -> Any:
+    import datetime as dt
+
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=False))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def show(file: str, fmt: str) -> None:
+    """Summarise a snapshot FILE for a person (or dump it as JSON). Exit 0; 2 on bad input."""
+    from hoststate.show import render_summary
+    from hoststate.snapshot import load
+
+    snapshot = load(file)
+    if fmt == "json":
+        click.echo(json.dumps(_jsonable(snapshot), indent=2, sort_keys=True))
+    else:
+        click.echo(render_summary(snapshot, file))
+
+
+# -- more commands above this line --
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI, turning every error into one line and design.md's exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        rc = cli.main(args=args, prog_name="hoststate", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        rc = exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("hoststate: aborted", err=True)
+        rc = 130
+    except click.ClickException as exc:
+        hint = ""
+        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+            hint = f" (see '{exc.ctx.command_path} --help')"
+        click.echo(f"hoststate: {exc.format_message()}{hint}", err=True)
+        rc = exc.exit_code
+    except HoststateError as exc:
+        if debug:
+            raise
+        click.echo(f"hoststate: {exc}", err=True)
+        rc = next(code for cls, code in EXIT_CODES if isinstance(exc, cls))
+    except KeyboardInterrupt:
+        click.echo("hoststate: interrupted", err=True)
+        rc = 130
+    except BrokenPipeError:
+        rc = 0
+    except Exception as exc:
+        if debug:
+            raise
+        click.echo(f"hoststate: internal error: {type(exc).__name__}: {exc} (run with --debug for details)", err=True)
+        rc = 2
+    sys.exit(rc if isinstance(rc, int) else 0)

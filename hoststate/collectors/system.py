@@ -1,0 +1,328 @@
+"""The `system` collector: kernel, OS, CPU topology and frequency tuning, NUMA, memory, huge pages, IOMMU.
+
+Everything is read from files under the root prefix (/proc, /sys, /etc), never from commands, so a
+captured tree snaps like a live host. Per-CPU settings are grouped into CPU ranges
+(``"0-223" = "performance"``) so a 224-thread host stays readable and a single odd CPU stands out.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hoststate.collectors import Context, Section
+from hoststate.io import Reader
+
+CPU = "sys/devices/system/cpu"
+# Per-CPU cpufreq files: snapshot key -> file under cpuN/cpufreq/.
+CPUFREQ_FILES = {
+    "driver": "scaling_driver",
+    "governor": "scaling_governor",
+    "scaling_min_khz": "scaling_min_freq",
+    "scaling_max_khz": "scaling_max_freq",
+    "cpuinfo_max_khz": "cpuinfo_max_freq",
+    "energy_performance_preference": "energy_performance_preference",
+}
+# Optional per-CPU files: only some drivers have them (EPP: intel_pstate/amd-pstate active mode).
+CPUFREQ_OPTIONAL = {"energy_performance_preference"}
+CPUINFO_KEYS = {
+    "vendor_id": "vendor",
+    "model name": "model_name",
+    "cpu family": "family",
+    "model": "model",
+    "stepping": "stepping",
+    "microcode": "microcode",
+    "CPU implementer": "implementer",  # arm64
+    "CPU part": "part",
+}
+CMDLINE_KEYS = ("isolcpus", "nohz_full", "rcu_nocbs", "intel_iommu", "amd_iommu", "iommu", "iommu.passthrough",
+                "iommu.strict", "intel_pstate", "amd_pstate", "transparent_hugepage", "default_hugepagesz",
+                "hugepages", "hugepagesz", "numa_balancing", "processor.max_cstate", "intel_idle.max_cstate",
+                "idle", "mitigations", "nosmt")
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """Kernel cpulist format (``0-3,8,10-11``) to a sorted list; empty text is no CPUs."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            cpus.update(range(int(lo), int(hi) + 1))
+        else:
+            cpus.add(int(part))
+    return sorted(cpus)
+
+
+def format_cpulist(cpus: list[int]) -> str:
+    """Inverse of parse_cpulist, with maximal ranges."""
+    out: list[str] = []
+    ordered = sorted(set(cpus))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def group_by_value(values: dict[int, Any]) -> dict[str, Any]:
+    """{cpu: value} -> {"0-3,8": value}: one entry per distinct value."""
+    groups: dict[Any, list[int]] = {}
+    for cpu, value in values.items():
+        groups.setdefault(value, []).append(cpu)
+    return {format_cpulist(cpus): value for value, cpus in groups.items()}
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    """os-release(5) lines to a dict with lower-case keys; quotes removed."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        out[key.strip().lower()] = value
+    return out
+
+
+def parse_cpuinfo(text: str) -> dict[str, Any]:
+    """The first processor block's identity fields (vendor, model, microcode ...)."""
+    out: dict[str, Any] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if out:
+                break
+            continue
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key in CPUINFO_KEYS and CPUINFO_KEYS[key] not in out:
+            name = CPUINFO_KEYS[key]
+            out[name] = int(value) if name in ("family", "model", "stepping") and value.isdigit() else value
+    return out
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """/proc/meminfo to bytes per field."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        m = re.match(r"^(\w+(?:\(\w+\))?):\s+(\d+)(?:\s+kB)?", line)
+        if m:
+            factor = 1024 if line.rstrip().endswith("kB") else 1
+            out[m.group(1)] = int(m.group(2)) * factor
+    return out
+
+
+def parse_cmdline(text: str) -> dict[str, str]:
+    """Boot parameters that change performance, as given (a bare flag maps to "")."""
+    out: dict[str, str] = {}
+    for token in text.split():
+        key, _, value = token.partition("=")
+        if key in CMDLINE_KEYS:
+            out[key] = value
+    return out
+
+
+def bracketed(text: str) -> str:
+    """The selected choice of a sysfs multiple-choice file: ``always [madvise] never`` -> madvise."""
+    m = re.search(r"\[([^\]]+)\]", text)
+    return m.group(1) if m else text.strip()
+
+
+def _kernel(r: Reader) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, rel in (("release", "proc/sys/kernel/osrelease"), ("version", "proc/sys/kernel/version")):
+        value = r.read(rel)
+        if value is not None:
+            out[key] = value
+    cmdline = r.read("proc/cmdline")
+    if cmdline is not None:
+        out["cmdline"] = cmdline
+        params = parse_cmdline(cmdline)
+        if params:
+            out["params"] = params
+    for key in ("isolated", "nohz_full"):
+        value = r.read(f"{CPU}/{key}", record=False)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _os(r: Reader) -> dict[str, Any]:
+    for rel in ("etc/os-release", "usr/lib/os-release"):
+        text = r.read(rel, record=False)
+        if text is not None:
+            info = parse_os_release(text)
+            return {k: info[k] for k in ("id", "version_id", "pretty_name", "version_codename") if k in info}
+    r.note("etc/os-release", "ENOENT")
+    return {}
+
+
+def _cpu(r: Reader, cpus: list[int]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    text = r.read("proc/cpuinfo")
+    if text is not None:
+        out.update(parse_cpuinfo(text))
+    packages: dict[int, int] = {}
+    cores: set[tuple[int, int]] = set()
+    for cpu in cpus:
+        pkg = r.read_int(f"{CPU}/cpu{cpu}/topology/physical_package_id")
+        core = r.read_int(f"{CPU}/cpu{cpu}/topology/core_id")
+        if pkg is not None:
+            packages[cpu] = pkg
+            if core is not None:
+                cores.add((pkg, core))
+    if cpus:
+        out["threads"] = len(cpus)
+    if packages:
+        out["sockets"] = len(set(packages.values()))
+    if cores:
+        out["cores"] = len(cores)
+    smt = r.read(f"{CPU}/smt/control", record=False)
+    if smt is not None:
+        out["smt_control"] = smt
+        active = r.read_int(f"{CPU}/smt/active", record=False)
+        if active is not None:
+            out["smt_active"] = bool(active)
+    return out
+
+
+def _cpufreq(r: Reader, cpus: list[int]) -> dict[str, Any]:
+    """Per-CPU frequency settings grouped into ranges; a VM without cpufreq records its absence once."""
+    if not cpus or not r.isdir(f"{CPU}/cpu{cpus[0]}/cpufreq"):
+        r.note(f"{CPU}/cpu{cpus[0] if cpus else 0}/cpufreq", "ENOENT")
+        return {}
+    out: dict[str, Any] = {}
+    for key, name in CPUFREQ_FILES.items():
+        values: dict[int, Any] = {}
+        for cpu in cpus:
+            rel = f"{CPU}/cpu{cpu}/cpufreq/{name}"
+            optional = key in CPUFREQ_OPTIONAL
+            if optional and not r.exists(rel):
+                continue
+            text = r.read(rel)
+            if text is not None:
+                values[cpu] = int(text) if text.isdigit() else text
+        if values:
+            out[key] = group_by_value(values)
+    if r.isdir(f"{CPU}/intel_pstate"):
+        for key in ("status", "no_turbo", "max_perf_pct", "min_perf_pct"):
+            value = r.read(f"{CPU}/intel_pstate/{key}")
+            if value is not None:
+                name = "no_turbo" if key == "no_turbo" else f"intel_pstate_{key}"
+                out[name] = int(value) if value.isdigit() else value
+    if r.isdir(f"{CPU}/amd_pstate"):
+        value = r.read(f"{CPU}/amd_pstate/status")
+        if value is not None:
+            out["amd_pstate_status"] = value
+    if r.exists(f"{CPU}/cpufreq/boost"):
+        value = r.read_int(f"{CPU}/cpufreq/boost")
+        if value is not None:
+            out["boost"] = value
+    return out
+
+
+def _cpuidle(r: Reader) -> dict[str, Any]:
+    if not r.isdir(f"{CPU}/cpuidle"):
+        return {}
+    out: dict[str, Any] = {}
+    for key, name in (("driver", "current_driver"), ("governor", "current_governor_ro")):
+        value = r.read(f"{CPU}/cpuidle/{name}", record=key == "driver")
+        if value is None and key == "governor":
+            value = r.read(f"{CPU}/cpuidle/current_governor", record=False)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _numa(r: Reader) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    online = r.read("sys/devices/system/node/online", record=False)
+    if online is not None:
+        nodes = parse_cpulist(online)
+        out["nodes"] = len(nodes)
+        cpus = {}
+        for node in nodes:
+            text = r.read(f"sys/devices/system/node/node{node}/cpulist")
+            if text is not None:
+                cpus[f"node{node}"] = text
+        if cpus:
+            out["cpus"] = cpus
+    else:
+        r.note("sys/devices/system/node/online", "ENOENT")
+    balancing = r.read_int("proc/sys/kernel/numa_balancing")
+    if balancing is not None:
+        out["balancing"] = balancing
+    return out
+
+
+def _memory(r: Reader) -> dict[str, Any]:
+    text = r.read("proc/meminfo")
+    if text is None:
+        return {}
+    info = parse_meminfo(text)
+    return {"total_bytes": info["MemTotal"]} if "MemTotal" in info else {}
+
+
+def _thp(r: Reader) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in ("enabled", "defrag"):
+        value = r.read(f"sys/kernel/mm/transparent_hugepage/{key}")
+        if value is not None:
+            out[key] = bracketed(value)
+    return out
+
+
+def _hugepages(r: Reader) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for entry in r.listdir("sys/kernel/mm/hugepages", record=False) or []:
+        count = r.read_int(f"sys/kernel/mm/hugepages/{entry}/nr_hugepages")
+        if count is not None:
+            out[entry.removeprefix("hugepages-")] = count
+    return out
+
+
+def _iommu(r: Reader, params: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    units = r.listdir("sys/class/iommu", record=False)
+    if units is not None:
+        out["units"] = len(units)
+    for key in ("intel_iommu", "amd_iommu", "iommu", "iommu.passthrough", "iommu.strict"):
+        if key in params:
+            out[key.replace(".", "_")] = params[key]
+    return out
+
+
+def collect(ctx: Context) -> Section:
+    section = Section()
+    r = Reader(ctx.root, section.unreadable)
+    online = r.read(f"{CPU}/online")
+    try:
+        cpus = parse_cpulist(online) if online is not None else []
+    except ValueError:
+        r.note(f"{CPU}/online", f"not a cpulist: {online[:40]!r}")
+        cpus = []
+    kernel = _kernel(r)
+    data: dict[str, Any] = {
+        "kernel": kernel,
+        "os": _os(r),
+        "cpu": _cpu(r, cpus),
+        "cpufreq": _cpufreq(r, cpus),
+        "cpuidle": _cpuidle(r),
+        "numa": _numa(r),
+        "memory": _memory(r),
+        "thp": _thp(r),
+        "hugepages": _hugepages(r),
+        "iommu": _iommu(r, kernel.get("params", {})),
+    }
+    section.data = {k: v for k, v in data.items() if v}
+    if not section.data:
+        section.status, section.reason = "absent", "no /proc or /sys under the root"
+    return section.settle()

@@ -1,0 +1,109 @@
+"""A person's summary of one snapshot: identity, collector coverage, and the facts that most often
+explain a changed benchmark (CPU tuning, DSA queues, GPUs, the vLLM server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hoststate.paths import get
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(_fmt(v) for v in value)
+    return str(value)
+
+
+def _line(label: str, value: Any) -> str | None:
+    if value is None or value == {} or value == []:
+        return None
+    return f"  {label:<22} {_fmt(value)}"
+
+
+def _system(snap: dict[str, Any]) -> list[str | None]:
+    s = snap.get("system", {})
+    return [
+        _line("kernel", get(s, ("kernel", "release"))),
+        _line("os", get(s, ("os", "pretty_name"))),
+        _line("cpu", get(s, ("cpu", "model_name"))),
+        _line("sockets/cores/threads", "/".join(str(get(s, ("cpu", k), "?")) for k in ("sockets", "cores", "threads"))),
+        _line("smt", get(s, ("cpu", "smt_control"))),
+        _line("cpufreq governor", get(s, ("cpufreq", "governor"))),
+        _line("turbo disabled", get(s, ("cpufreq", "no_turbo"))),
+        _line("boost", get(s, ("cpufreq", "boost"))),
+        _line("numa balancing", get(s, ("numa", "balancing"))),
+        _line("thp", get(s, ("thp", "enabled"))),
+    ]
+
+
+def _dsa(snap: dict[str, Any]) -> list[str | None]:
+    devices = get(snap, ("dsa", "devices"), {}) or {}
+    lines: list[str | None] = []
+    for name, dev in devices.items():
+        wqs = dev.get("wqs", {}) if isinstance(dev, dict) else {}
+        enabled = [w for w, q in wqs.items() if isinstance(q, dict) and q.get("state") == "enabled"]
+        clients = sum(q.get("clients", 0) for q in wqs.values() if isinstance(q, dict) and q.get("state") == "enabled")
+        lines.append(
+            _line(name, f"{dev.get('state', '?')}, {len(enabled)}/{len(wqs)} WQs enabled, {clients} clients on them")
+        )
+    saved = get(snap, ("accel_config", "saved"))
+    if isinstance(saved, dict) and saved:
+        lines.append(_line("saved config", f"present={saved.get('present')} matches_live={saved.get('matches_live')}"))
+    return lines
+
+
+def _gpu(snap: dict[str, Any]) -> list[str | None]:
+    gpu = snap.get("gpu", {})
+    lines: list[str | None] = [
+        _line("driver", gpu.get("driver_version")),
+        _line("gpus", gpu.get("count")),
+    ]
+    for uuid, dev in sorted((gpu.get("devices") or {}).items(), key=lambda kv: kv[1].get("index", 0)):
+        if isinstance(dev, dict):
+            lines.append(_line(f"GPU{dev.get('index', '?')}", f"{dev.get('name', '?')} {uuid}"))
+    return lines
+
+
+def _vllm(snap: dict[str, Any]) -> list[str | None]:
+    v = snap.get("vllm", {})
+    servers = v.get("servers")
+    if isinstance(servers, dict) and servers:
+        return [_line(f"server {port}", s.get("model")) for port, s in servers.items() if isinstance(s, dict)]
+    return [
+        _line("source", v.get("source")),
+        _line("version", v.get("version")),
+        _line("model", v.get("model")),
+        _line("cudagraph declared", get(v, ("cudagraph", "declared"))),
+        _line("cudagraph observed", get(v, ("cudagraph", "observed"))),
+    ]
+
+
+SECTIONS = (("system", _system), ("dsa", _dsa), ("gpu", _gpu), ("vllm", _vllm))
+
+
+def render_summary(snap: dict[str, Any], source: str = "") -> str:
+    meta = snap["hoststate"]
+    out = [
+        f"{source or 'snapshot'}: {meta.get('hostname', '?')}"
+        + (f" [{meta['label']}]" if meta.get("label") else "")
+        + f" taken {meta['taken_at'].isoformat()}",
+        f"  digest {meta['digest']}",
+        "collectors:",
+    ]
+    for name, entry in snap.get("collectors", {}).items():
+        reason = f"  ({entry['reason']})" if entry.get("reason") else ""
+        unread = f"  {len(entry['unreadable'])} unreadable" if entry.get("unreadable") else ""
+        out.append(f"  {name:<13} {entry.get('status')}{unread}{reason}")
+    for name, render in SECTIONS:
+        if name in snap:
+            lines = [line for line in render(snap) if line]
+            if lines:
+                out.append(f"{name}:")
+                out.extend(lines)
+    packages = snap.get("packages", {})
+    if packages:
+        out.append("packages:")
+        out.append("  " + ", ".join(f"{k} {v}" for k, v in sorted(packages.items()) if isinstance(v, str)))
+    return "\n".join(out)

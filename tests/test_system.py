@@ -1,0 +1,158 @@
+"""The system collector on captured-style host trees, through the root prefix, and on this machine."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from hoststate.collectors import Context
+from hoststate.collectors.system import (
+    bracketed,
+    collect,
+    format_cpulist,
+    group_by_value,
+    parse_cmdline,
+    parse_cpuinfo,
+    parse_cpulist,
+    parse_meminfo,
+    parse_os_release,
+)
+from tests.conftest import HOSTS
+from tests.faults import inject
+
+EXPECTED = {
+    "xeon-2s": {
+        ("kernel", "release"): "5.15.0-131-generic",
+        ("kernel", "params", "intel_iommu"): "on,sm_on",
+        ("os", "id"): "ubuntu",
+        ("os", "version_id"): "22.04",
+        ("cpu", "vendor"): "GenuineIntel",
+        ("cpu", "model_name"): "INTEL(R) XEON(R) PLATINUM 8570",
+        ("cpu", "family"): 6,
+        ("cpu", "model"): 207,
+        ("cpu", "stepping"): 2,
+        ("cpu", "microcode"): "0x21000283",
+        ("cpu", "sockets"): 2,
+        ("cpu", "cores"): 112,
+        ("cpu", "threads"): 224,
+        ("cpu", "smt_control"): "on",
+        ("cpu", "smt_active"): True,
+        ("cpufreq", "driver"): {"0-223": "intel_pstate"},
+        ("cpufreq", "governor"): {"0-223": "performance"},
+        ("cpufreq", "scaling_min_khz"): {"0-223": 800000},
+        ("cpufreq", "scaling_max_khz"): {"0-223": 4000000},
+        ("cpufreq", "no_turbo"): 0,
+        ("cpufreq", "intel_pstate_status"): "active",
+        ("cpuidle", "driver"): "intel_idle",
+        ("numa", "nodes"): 2,
+        ("numa", "cpus"): {"node0": "0-55,112-167", "node1": "56-111,168-223"},
+        ("numa", "balancing"): 0,
+        ("memory", "total_bytes"): 2113407448 * 1024,
+        ("thp", "enabled"): "madvise",
+        ("thp", "defrag"): "madvise",
+        ("hugepages", "2048kB"): 0,
+        ("hugepages", "1048576kB"): 0,
+        ("iommu", "units"): 4,
+        ("iommu", "intel_iommu"): "on,sm_on",
+        ("iommu", "iommu"): "pt",
+    },
+    "epyc-amd": {
+        ("cpu", "vendor"): "AuthenticAMD",
+        ("cpu", "sockets"): 1,
+        ("cpu", "cores"): 96,
+        ("cpu", "threads"): 192,
+        ("cpufreq", "driver"): {"0-191": "amd-pstate-epp"},
+        ("cpufreq", "governor"): {"0-95": "performance", "96-191": "powersave"},
+        ("cpufreq", "energy_performance_preference"): {"0-95": "performance", "96-191": "balance_performance"},
+        ("cpufreq", "boost"): 1,
+        ("cpufreq", "amd_pstate_status"): "active",
+        ("numa", "balancing"): 1,
+        ("thp", "enabled"): "always",
+        ("hugepages", "2048kB"): 1024,
+        ("iommu", "amd_iommu"): "on",
+        ("kernel", "params", "amd_pstate"): "active",
+    },
+    "vm-nocpufreq": {
+        ("kernel", "release"): "6.1.0-28-cloud-amd64",
+        ("os", "id"): "debian",
+        ("cpu", "threads"): 8,
+        ("cpu", "cores"): 8,
+        ("cpu", "smt_control"): "notsupported",
+        ("cpu", "smt_active"): False,
+        ("cpuidle", "driver"): "haltpoll",
+        ("iommu", "units"): 0,
+    },
+}
+
+
+def lookup(data: dict, path: tuple[str, ...]):
+    for key in path:
+        data = data[key]
+    return data
+
+
+@pytest.mark.parametrize("host", sorted(EXPECTED))
+def test_fixture_tree_values(host: str) -> None:
+    section = collect(Context(root=str(HOSTS / host)))
+    for path, expected in EXPECTED[host].items():
+        assert lookup(section.data, path) == expected, path
+
+
+def test_intel_host_reads_everything() -> None:
+    section = collect(Context(root=str(HOSTS / "xeon-2s")))
+    assert section.status == "ok"
+    assert section.unreadable == {}
+
+
+def test_vm_without_cpufreq_records_the_absence_not_a_guess() -> None:
+    section = collect(Context(root=str(HOSTS / "vm-nocpufreq")))
+    assert "cpufreq" not in section.data
+    assert section.unreadable == {"sys/devices/system/cpu/cpu0/cpufreq": "ENOENT"}
+    assert section.status == "partial"
+    # no turbo or boost value is invented for a host that has no cpufreq
+    assert "no_turbo" not in str(section.data) and "boost" not in str(section.data)
+
+
+def test_amd_host_has_no_intel_only_keys() -> None:
+    section = collect(Context(root=str(HOSTS / "epyc-amd")))
+    assert "no_turbo" not in section.data["cpufreq"]
+    assert section.status == "ok", section.unreadable
+
+
+def test_empty_root_is_absent(tmp_path) -> None:
+    section = collect(Context(root=str(tmp_path)))
+    assert section.status == "absent"
+    assert "proc/sys/kernel/osrelease" in section.unreadable
+
+
+@pytest.mark.parametrize("err", [errno.EACCES, errno.EIO, errno.ENXIO])
+def test_read_errors_are_recorded_with_their_errno(err: int) -> None:
+    rel = "sys/devices/system/cpu/cpu5/cpufreq/scaling_governor"
+    with inject({rel: err}):
+        section = collect(Context(root=str(HOSTS / "xeon-2s")))
+    assert section.unreadable[rel] == errno.errorcode[err]
+    assert section.status == "partial"
+    # the other 223 CPUs still report, and CPU 5 is not guessed
+    assert section.data["cpufreq"]["governor"] == {"0-4,6-223": "performance"}
+
+
+def test_live_machine_snap_succeeds() -> None:
+    section = collect(Context())
+    assert section.status in ("ok", "partial")
+    assert section.data["kernel"]["release"]
+    assert section.data["cpu"]["threads"] >= 1
+
+
+def test_parsers() -> None:
+    assert parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert parse_cpulist("") == []
+    assert format_cpulist([3, 0, 1, 2, 8, 10, 11]) == "0-3,8,10-11"
+    assert group_by_value({0: "a", 1: "a", 2: "b", 3: "a"}) == {"0-1,3": "a", "2": "b"}
+    assert bracketed("always [madvise] never") == "madvise"
+    assert parse_os_release('ID="ubuntu"\n# c\nVERSION_ID=22.04\n') == {"id": "ubuntu", "version_id": "22.04"}
+    assert parse_meminfo("MemTotal:  1024 kB\nHugePages_Total:   4\n") == {"MemTotal": 1048576, "HugePages_Total": 4}
+    assert parse_cmdline("ro isolcpus=2-5 nohz_full=2-5 quiet nosmt") == {
+        "isolcpus": "2-5", "nohz_full": "2-5", "nosmt": ""}
+    info = parse_cpuinfo("processor : 0\nvendor_id : X\ncpu family : 6\nmodel : 7\n\nprocessor : 1\nvendor_id : Y\n")
+    assert info == {"vendor": "X", "family": 6, "model": 7}
