@@ -17,10 +17,14 @@ from dataclasses import dataclass
 MAX_BYTES = 1 << 20
 
 
+#: Where Linux gives one number two names, the one the kernel source uses (sysfs returns EOPNOTSUPP).
+_PREFERRED = {errno.EOPNOTSUPP: "EOPNOTSUPP", errno.EWOULDBLOCK: "EAGAIN", errno.EDEADLOCK: "EDEADLK"}
+
+
 def reason_of(err: OSError) -> str:
     """An OSError as its errno name (``ENXIO``), the form recorded in ``unreadable``."""
     if err.errno is not None:
-        return errno.errorcode.get(err.errno, f"errno {err.errno}")
+        return _PREFERRED.get(err.errno) or errno.errorcode.get(err.errno, f"errno {err.errno}")
     return type(err).__name__
 
 
