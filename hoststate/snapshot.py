@@ -28,6 +28,8 @@ else:  # pragma: no cover - exercised on 3.10 in CI
     import tomli as tomllib
 
 TOP_ORDER = ("hoststate", "collectors", *NAMES)
+#: Tables about the snapshot rather than the host: never part of the digest.
+BOOKKEEPING = ("hoststate", "collectors", "guard")
 
 
 def toml_loads(text: str) -> dict[str, Any]:
@@ -92,14 +94,14 @@ def _canonical(value: Any) -> Any:
 def digest(snap: Mapping[str, Any]) -> str:
     """sha256 over the sorted (path, value) pairs the default policy rates invalidating.
 
-    The [hoststate] and [collectors] tables are bookkeeping and never part of the digest.
+    The [hoststate], [collectors] and [guard] tables are bookkeeping and never part of the digest.
     """
     from hoststate.policy import default_policy
 
     policy = default_policy()
     pairs = [
         [list(path), _canonical(value)]
-        for path, value in leaves({k: v for k, v in snap.items() if k not in ("hoststate", "collectors")})
+        for path, value in leaves({k: v for k, v in snap.items() if k not in BOOKKEEPING})
         if policy.severity(path) == "invalidating"
     ]
     blob = json.dumps(pairs, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
