@@ -1,0 +1,44 @@
+"""``[env]``: the performance-relevant environment of the snapshotting process, secrets redacted.
+
+The allow-list here is shared with ``[vllm.env]`` (a server's own environment). It is read from this
+process also under ``--root``: the environment a benchmark started from here will inherit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from hoststate.collectors import Context, Section
+from hoststate.redact import redact_env
+
+#: Every variable with one of these prefixes (reference/vllm.md, "Environment variables").
+ALLOW_PREFIXES: tuple[str, ...] = (
+    "VLLM_", "CUDA_", "NCCL_", "PYTORCH_", "TORCH_", "TORCHINDUCTOR_", "ARCTIC_", "OMP_", "CUBLAS_", "CUDNN_",
+    "NVIDIA_", "KMP_", "MKL_", "UCX_", "GLOO_",
+)
+#: And these by name.
+ALLOW_NAMES: frozenset[str] = frozenset(
+    {
+        "TORCH_COMPILE_DISABLE", "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF",
+        "CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING", "ARCTIC_INFERENCE_ENABLED", "VLLM_PLUGINS",
+        "TOKENIZERS_PARALLELISM", "LD_PRELOAD", "MALLOC_CONF", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+        "HF_HUB_ENABLE_HF_TRANSFER", "MAX_JOBS",
+    }
+)
+
+
+def allowed(name: str) -> bool:
+    return name in ALLOW_NAMES or name.startswith(ALLOW_PREFIXES)
+
+
+def select(env: Mapping[str, str]) -> dict[str, str]:
+    """The allow-listed variables of ``env``, sorted, secrets redacted."""
+    return redact_env({k: env[k] for k in sorted(env) if allowed(k)})
+
+
+def collect(ctx: Context) -> Section:
+    data = select(os.environ)
+    if not data:
+        return Section(status="ok", data={}, reason=None)
+    return Section(data=data)

@@ -1,0 +1,76 @@
+"""``[packages]``: installed versions of the inference stack, read with importlib.metadata.
+
+Never ``pip list`` and never ``import torch``: one pass over the installed distributions' metadata.
+The same selection runs inside a vLLM server's own interpreter (``SCRIPT``), so a server in another
+virtual environment reports its own stack.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from hoststate.collectors import Context, Section
+from hoststate.io import run
+
+#: Distributions recorded by name (PEP 503 normalised: lower case, ``-``).
+STACK: tuple[str, ...] = (
+    "vllm", "torch", "triton", "pytorch-triton", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache",
+    "flash-attn", "vllm-flash-attn", "xformers", "arctic-inference", "transformers", "tokenizers",
+    "huggingface-hub", "safetensors", "accelerate", "compressed-tensors", "bitsandbytes", "deep-gemm", "deep-ep",
+    "xgrammar", "llguidance", "outlines", "lm-format-enforcer", "mistral-common", "ray", "nixl", "lmcache",
+    "nvidia-ml-py", "pynvml", "numpy", "cupy-cuda12x", "cupy-cuda13x", "torchvision", "torchaudio", "cuda-python",
+    "cuda-bindings", "pyperf", "hoststate",
+)
+#: Every distribution whose normalised name starts with one of these is recorded too.
+PREFIXES: tuple[str, ...] = ("nvidia-", "cuda-", "vllm-", "flashinfer-", "triton-")
+
+#: The selection, as source: run here through exec (no subprocess) and inside a server's interpreter.
+_SCAN = (
+    "import re\n"
+    "from importlib import metadata\n"
+    "def scan(stack, prefixes):\n"
+    "    out = {}\n"
+    "    for d in metadata.distributions():\n"
+    "        name = re.sub(r'[-_.]+', '-', (d.metadata['Name'] or '')).lower()\n"
+    "        if name and (name in stack or name.startswith(prefixes)) and name not in out:\n"
+    "            out[name] = d.version\n"
+    "    return out\n"
+)
+#: Run by another interpreter: prints {"python": version, "executable": path, "packages": {name: version}}.
+SCRIPT = _SCAN + (
+    "import json, sys\n"
+    f"print(json.dumps({{'python': '.'.join(map(str, sys.version_info[:3])), 'executable': sys.executable,"
+    f" 'packages': scan(set({list(STACK)!r}), {PREFIXES!r})}}))\n"
+)
+_scope: dict[str, Any] = {}
+exec(_SCAN, _scope)  # our own constant source; defines scan()
+
+
+def installed() -> dict[str, str]:
+    """The stack's versions in this interpreter (first distribution of a name wins, as import would)."""
+    return dict(sorted(_scope["scan"](set(STACK), PREFIXES).items()))
+
+
+def of_interpreter(executable: str, env: dict[str, str] | None = None, timeout: float = 5.0) -> tuple[dict, str | None]:
+    """(report, error) from running SCRIPT under another interpreter, under a timeout."""
+    done = run([executable, "-c", SCRIPT], timeout=timeout, env=env)
+    if not done.ok:
+        return {}, done.describe()
+    try:
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {}, "interpreter printed no package report"
+    if not isinstance(report, dict) or not isinstance(report.get("packages"), dict):
+        return {}, "interpreter printed no package report"
+    return report, None
+
+
+def collect(ctx: Context) -> Section:
+    if not ctx.live:
+        return Section(status="skipped", reason="installed packages belong to this interpreter, not the --root tree")
+    packages = installed()
+    if not packages:
+        return Section(status="absent", reason=f"none of the inference stack is installed for {sys.executable}")
+    return Section(data=packages)
