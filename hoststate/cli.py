@@ -182,6 +182,87 @@ def show(file: str, fmt: str) -> None:
         click.echo(render_summary(snapshot, file))
 
 
+def _guard_line(finding: Any) -> str:
+    from hoststate.report import show_value
+
+    if finding.change == "added":
+        what = f"added {show_value(finding.new)}"
+    elif finding.change == "removed":
+        what = f"removed (was {show_value(finding.old)})"
+    else:
+        what = f"{show_value(finding.old)} -> {show_value(finding.new)}"
+    return f"{finding.path}: {what}  ({finding.reason})"
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--baseline", "baseline", required=True, metavar="FILE",
+              help="The baseline snapshot (only ever read).")
+@click.option("--policy", "policy_files", multiple=True, metavar="P",
+              help="A policy file tried before the default policy (repeatable).")
+@click.option("--accept", "accept", multiple=True, metavar="PATTERN",
+              help="Proceed past invalidating findings whose path matches (policy syntax: * one key, ** any); "
+              "the run is then labelled non-comparable (repeatable).")
+@click.option("--save-current", "save_current", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the current snapshot here with a [guard] table (baseline, verdict, accepted findings).")
+@click.option("--force", is_flag=True, help="Let --save-current replace an existing FILE.")
+@click.option("--label", metavar="TEXT", help="A label stored in the current snapshot's [hoststate].label.")
+@click.option("-v", "--verbose", is_flag=True, help="Also list warnings and the per-collector summary.")
+@collector_options
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD ARGS...]")
+@click.pass_context
+def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], accept: tuple[str, ...],
+          save_current: str | None, force: bool, label: str | None, verbose: bool, command: tuple[str, ...],
+          **opts: Any) -> None:
+    """Snap this host, diff it against a baseline, and run CMD only when they are comparable.
+
+    Refuses (exit 3, the findings on stderr, CMD not started) when any finding is invalidating and not
+    accepted with --accept. Otherwise runs CMD with the terminal, stdin and signals, and exits with its
+    status (128+N when a signal N killed it); 0 when no CMD is given. Exit 2 on bad input (a missing or bad
+    baseline, policy or pattern), CMD not started. The baseline file is never written.
+    """
+    import os
+
+    from hoststate.guard import Acceptance, evaluate, refusal_message, run_command, with_guard_table
+    from hoststate.snapshot import to_toml, write
+
+    if save_current:
+        if os.path.lexists(baseline) and os.path.realpath(save_current) == os.path.realpath(baseline):
+            raise InputError(f"--save-current {save_current}: is the baseline; the baseline is never written")
+        if not force and os.path.lexists(save_current):
+            raise WriteError(f"{save_current}: exists; use --force to replace it")
+    acceptance = Acceptance(accept)
+    result = evaluate(baseline, policy_files=policy_files, accept=acceptance, label=label, **opts)
+    if verbose:
+        for line in summary_lines(result.current):
+            click.echo(line, err=True)
+    counts = ", ".join(f"{result.diff.counts.get(s, 0)} {s}" for s in ("invalidating", "warning", "info"))
+    click.echo(f"hoststate guard: baseline {baseline} ({result.baseline_digest or 'no digest'}): "
+               f"{result.verdict} ({counts})", err=True)
+    for finding in result.refused:
+        click.echo(f"  REFUSED   {_guard_line(finding)}", err=True)
+    for finding in result.accepted:
+        click.echo(f"  ACCEPTED  {_guard_line(finding)}", err=True)
+    warnings = result.warnings
+    if verbose:
+        for finding in warnings:
+            click.echo(f"  warning   {_guard_line(finding)}", err=True)
+    elif warnings:
+        click.echo(f"  {len(warnings)} warning(s) not listed (-v lists them)", err=True)
+    for pattern in result.unused_accept:
+        click.echo(f"hoststate guard: note: --accept {pattern!r} matched no invalidating finding", err=True)
+    if save_current:
+        write(save_current, to_toml(with_guard_table(result, command=command)), force=force)
+        click.echo(f"hoststate guard: wrote {save_current} (verdict {result.verdict})", err=True)
+    if result.refused:
+        raise GuardRefused(refusal_message(result) + ("; the command was not started" if command else ""), result)
+    if not command:
+        ctx.exit(0)
+    if result.accepted:
+        click.echo(f"hoststate guard: running as non-comparable ({len(result.accepted)} accepted): "
+                   f"{' '.join(command)}", err=True)
+    ctx.exit(run_command(command))
+
+
 # -- more commands above this line --
 
 

@@ -1,0 +1,383 @@
+"""Guard a benchmark: snap the host now, diff it against a baseline, refuse when anything is invalidating.
+
+The library half of ``hoststate guard`` (no click here), also the API for benchmark harnesses::
+
+    from hoststate.guard import GuardRefused, check_baseline
+
+    try:
+        result = check_baseline("baseline.toml", vllm_cmd="vllm serve MODEL -tp 8")
+    except GuardRefused as refused:
+        for f in refused.result.refused:
+            print(f"{f.path}: {f.old!r} -> {f.new!r}  ({f.reason})")
+        raise SystemExit(3) from None
+    print(result.verdict)          # "comparable" or "non-comparable" (invalidating findings accepted)
+
+Verdicts: ``comparable`` (nothing invalidating), ``non-comparable`` (invalidating findings, every one of them
+accepted with an ``accept`` pattern: the run goes ahead but its numbers are labelled), ``refused`` (at least one
+invalidating finding not accepted: the command must not start). The baseline is only ever opened for reading.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hoststate.diff import DiffResult, Finding, compare
+from hoststate.errors import GuardRefused, InputError
+from hoststate.paths import split_path
+from hoststate.policy import Policy, compile_pattern, join, load_policy
+
+__all__ = [
+    "GuardRefused",
+    "GuardResult",
+    "Acceptance",
+    "check_baseline",
+    "evaluate",
+    "guard_table",
+    "run_command",
+    "with_guard_table",
+]
+
+VERDICTS = ("comparable", "non-comparable", "refused")
+#: The table a guarded run's saved snapshot carries; never part of what is compared.
+GUARD_TABLE = "guard"
+
+
+class Acceptance:
+    """``accept`` patterns (the policy's path syntax: ``*`` one key, ``**`` any number of keys), compiled once.
+
+    A bad pattern raises InputError naming it, before anything is snapped.
+    """
+
+    def __init__(self, patterns: Iterable[str] = ()):
+        self.patterns: tuple[str, ...] = tuple(patterns)
+        self._compiled: list[tuple[str, re.Pattern[str]]] = []
+        for pattern in self.patterns:
+            try:
+                self._compiled.append((pattern, compile_pattern(split_path(pattern))))
+            except ValueError as err:
+                raise InputError(f"--accept {pattern!r}: bad pattern: {err}") from err
+        self.used: set[str] = set()
+
+    def match(self, path: str) -> str | None:
+        """The first pattern that matches the finding's dotted path, or None."""
+        try:
+            key = join(split_path(path))
+        except ValueError:
+            return None
+        for pattern, regex in self._compiled:
+            if regex.match(key):
+                self.used.add(pattern)
+                return pattern
+        return None
+
+    @property
+    def unused(self) -> list[str]:
+        """Patterns that matched no invalidating finding (worth a note: a typo accepts nothing)."""
+        return [p for p in self.patterns if p not in self.used]
+
+
+@dataclass
+class GuardResult:
+    """What guard found: the verdict, the diff, and which invalidating findings were accepted or refused."""
+
+    verdict: str
+    diff: DiffResult
+    accepted: list[Finding]
+    refused: list[Finding]
+    current: dict[str, Any]
+    baseline: str
+    baseline_digest: str
+    baseline_sha256: str = ""
+    accept: tuple[str, ...] = ()
+    #: Accept patterns that matched no invalidating finding.
+    unused_accept: list[str] = field(default_factory=list)
+    policy_files: tuple[str, ...] = ()
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Every finding of the diff (ignored ones left out), invalidating first."""
+        return self.diff.findings
+
+    @property
+    def ok(self) -> bool:
+        """True when the command may run (comparable, or non-comparable with every invalidating finding accepted)."""
+        return not self.refused
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.diff.findings if f.severity == "warning"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the verdict, the accepted and refused findings, and the diff in design.md's report shape."""
+        current = self.current.get("hoststate", {})
+        return {
+            "verdict": self.verdict,
+            "baseline": self.baseline,
+            "baseline_digest": self.baseline_digest,
+            "current_digest": current.get("digest", ""),
+            "accepted": [f.to_dict() for f in self.accepted],
+            "refused": [f.to_dict() for f in self.refused],
+            "diff": self.diff.to_dict(self.baseline, "<this host>"),
+        }
+
+
+# -- baseline ----------------------------------------------------------------------------------------------------
+
+
+def read_baseline(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
+    """The baseline snapshot and the sha256 of its bytes; opened read-only, once. InputError when bad."""
+    from hoststate.snapshot import loads
+
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as fh:
+            data = fh.read()
+    except IsADirectoryError as err:
+        raise InputError("baseline is a directory, not a snapshot file", name) from err
+    except FileNotFoundError as err:
+        raise InputError("baseline not found", name) from err
+    except OSError as err:
+        raise InputError(f"cannot read baseline: {err.strerror}", name) from err
+    return loads(data, name), "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _host_state(snap: Mapping[str, Any]) -> dict[str, Any]:
+    """A snapshot without the [guard] table: a baseline may itself be a guarded run's saved snapshot."""
+    return {k: v for k, v in snap.items() if k != GUARD_TABLE}
+
+
+# -- snapping ----------------------------------------------------------------------------------------------------
+
+
+def snap_host(*, root: str = "/", only: Sequence[str] | None = None, skip: Sequence[str] | None = None,
+              timeout: float = 20.0, vllm_pid: int | None = None, vllm_cmd: str | None = None,
+              vllm_log: str | None = None, vllm_url: str | None = None, vllm_version: str | None = None,
+              label: str | None = None) -> dict[str, Any]:
+    """Snapshot the host (or a captured tree under ``root``) as ``hoststate snap`` would."""
+    from hoststate.collectors import Context, select
+    from hoststate.snapshot import collect
+
+    root = os.fspath(root) or "/"
+    if not os.path.isdir(root):
+        raise InputError(f"--root {root}: not a directory")
+    try:
+        names = select(list(only) if only else None, list(skip) if skip else None)
+    except ValueError as err:
+        raise InputError(str(err)) from err
+    ctx = Context(root=root, vllm_pid=vllm_pid, vllm_cmd=vllm_cmd, vllm_log=vllm_log, vllm_url=vllm_url,
+                  vllm_version=vllm_version, timeout=timeout or 20.0)
+    return collect(ctx, names, label=label)
+
+
+# -- evaluate ----------------------------------------------------------------------------------------------------
+
+
+def evaluate(baseline: str | os.PathLike[str] | Mapping[str, Any], *, root: str = "/",
+             only: Sequence[str] | None = None, skip: Sequence[str] | None = None, timeout: float = 20.0,
+             vllm_pid: int | None = None, vllm_cmd: str | None = None, vllm_log: str | None = None,
+             vllm_url: str | None = None, vllm_version: str | None = None, label: str | None = None,
+             policy_files: Sequence[str] = (), policy: Policy | None = None,
+             accept: Iterable[str] | Acceptance = (), current: Mapping[str, Any] | None = None) -> GuardResult:
+    """Snap this host (or use ``current``), diff it against ``baseline`` and rate the outcome; never raises a refusal.
+
+    :param baseline: a snapshot file path (read-only) or an already loaded snapshot mapping.
+    :param root, only, skip, timeout, vllm_*: the collector and vLLM source options of ``hoststate snap``;
+        ``vllm_cmd`` is the exact command of the server the benchmark is about to start.
+    :param policy_files: user policy files, tried before the shipped default (ignored when ``policy`` is given).
+    :param accept: path patterns whose invalidating findings are accepted (the run is then ``non-comparable``).
+    :param current: a snapshot to use instead of snapping the host.
+    :returns: a GuardResult; ``result.ok`` is False (verdict ``refused``) when an invalidating finding was not
+        accepted. :func:`check_baseline` raises GuardRefused instead.
+    :raises InputError: a missing or bad baseline, a bad policy (PolicyError) or accept pattern, a bad option.
+    """
+    acceptance = accept if isinstance(accept, Acceptance) else Acceptance(accept)
+    if isinstance(baseline, Mapping):
+        base_snap, base_name, base_sha = dict(baseline), "<baseline>", ""
+    else:
+        base_name = os.fspath(baseline)
+        base_snap, base_sha = read_baseline(base_name)
+    if policy is None:
+        policy = load_policy(tuple(policy_files))
+    if current is None:
+        current = snap_host(root=root, only=only, skip=skip, timeout=timeout, vllm_pid=vllm_pid, vllm_cmd=vllm_cmd,
+                            vllm_log=vllm_log, vllm_url=vllm_url, vllm_version=vllm_version, label=label)
+    current = dict(current)
+    diff = compare(_host_state(base_snap), _host_state(current), policy)
+    accepted: list[Finding] = []
+    refused: list[Finding] = []
+    for finding in diff.findings:
+        if finding.severity != "invalidating":
+            continue
+        (accepted if acceptance.match(finding.path) else refused).append(finding)
+    verdict = "refused" if refused else "non-comparable" if accepted else "comparable"
+    return GuardResult(
+        verdict=verdict,
+        diff=diff,
+        accepted=accepted,
+        refused=refused,
+        current=current,
+        baseline=base_name,
+        baseline_digest=str(base_snap.get("hoststate", {}).get("digest", "")),
+        baseline_sha256=base_sha,
+        accept=acceptance.patterns,
+        unused_accept=acceptance.unused,
+        policy_files=tuple(policy_files),
+    )
+
+
+def refusal_message(result: GuardResult) -> str:
+    """One line saying why the baseline is refused."""
+    n = len(result.refused)
+    first = result.refused[0].path if result.refused else ""
+    more = f" and {n - 1} more" if n > 1 else ""
+    return (f"refused: {n} invalidating finding{'s' if n != 1 else ''} against baseline {result.baseline} "
+            f"({first}{more}); re-measure the baseline on this host state, or --accept PATTERN to run "
+            "knowingly as non-comparable")
+
+
+def check_baseline(baseline: str | os.PathLike[str] | Mapping[str, Any], **options: Any) -> GuardResult:
+    """:func:`evaluate`, raising GuardRefused (carrying the GuardResult as ``.result``) when the run must not start.
+
+    Returns the GuardResult when the run may go ahead: verdict ``comparable``, or ``non-comparable`` when
+    invalidating findings were accepted (record ``result.accepted`` with the run's numbers).
+    """
+    result = evaluate(baseline, **options)
+    if result.refused:
+        raise GuardRefused(refusal_message(result), result)
+    return result
+
+
+# -- the [guard] table -------------------------------------------------------------------------------------------
+
+
+def _toml_value(value: Any) -> Any:
+    """A finding's value as TOML can hold it (no null; odd types as their shown text)."""
+    import tomli_w
+
+    try:
+        tomli_w.dumps({"v": value})
+    except (TypeError, ValueError):
+        from hoststate.report import show_value
+
+        return show_value(value)
+    return value
+
+
+def _finding_record(finding: Finding, pattern: str | None = None) -> dict[str, Any]:
+    record: dict[str, Any] = {"path": finding.path, "change": finding.change}
+    if finding.old is not None:
+        record["old"] = _toml_value(finding.old)
+    if finding.new is not None:
+        record["new"] = _toml_value(finding.new)
+    record["rule"] = finding.rule
+    record["reason"] = finding.reason
+    if pattern:
+        record["accepted_by"] = pattern
+    return record
+
+
+def guard_table(result: GuardResult, *, command: Sequence[str] | None = None) -> dict[str, Any]:
+    """The ``[guard]`` table a guarded run's saved snapshot carries (see docs/guard.md)."""
+    table: dict[str, Any] = {
+        "baseline": os.path.abspath(result.baseline) if result.baseline != "<baseline>" else result.baseline,
+        "baseline_digest": result.baseline_digest,
+    }
+    if result.baseline_sha256:
+        table["baseline_sha256"] = result.baseline_sha256
+    table["verdict"] = result.verdict
+    table["counts"] = {k: int(v) for k, v in result.diff.counts.items()}
+    if result.policy_files:
+        table["policy"] = [os.path.abspath(p) for p in result.policy_files]
+    if result.accept:
+        table["accept"] = list(result.accept)
+    if command:
+        from hoststate.redact import redact_argv
+
+        table["command"] = redact_argv(list(command))
+    matcher = Acceptance(result.accept)
+    table["accepted"] = [_finding_record(f, matcher.match(f.path)) for f in result.accepted]
+    if result.refused:
+        table["refused"] = [_finding_record(f) for f in result.refused]
+    return table
+
+
+def with_guard_table(result: GuardResult, *, command: Sequence[str] | None = None) -> dict[str, Any]:
+    """The current snapshot with its ``[guard]`` table, ready for hoststate.snapshot.to_toml."""
+    snap = dict(result.current)
+    snap[GUARD_TABLE] = guard_table(result, command=command)
+    return snap
+
+
+# -- running the command -----------------------------------------------------------------------------------------
+
+
+def _noop(_signum: int, _frame: Any) -> None:
+    """Stands for 'ignore' in guard while its command runs; unlike SIG_IGN it is reset to default by exec."""
+
+
+def run_command(argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> int:
+    """Run ``argv`` as guard's own command would be run by the shell, and return its exit status.
+
+    The command inherits stdin, stdout, stderr, the terminal, the process group and every inheritable file
+    descriptor. While it runs, SIGINT and SIGQUIT do nothing in guard (Ctrl-C reaches the command through the
+    terminal's process group, and guard waits for it), and SIGTERM and SIGHUP sent to guard are forwarded to it.
+    A command killed by signal N gives 128 + N; a command that cannot be found gives 127, one that cannot be
+    executed 126 (one line on stderr), as in the shell.
+    """
+    if not argv:
+        raise InputError("no command given after '--'")
+    pending: list[int] = []
+    child: list[subprocess.Popen[bytes]] = []
+
+    def forward(signum: int, _frame: Any) -> None:
+        if child and child[0].returncode is None:
+            with contextlib.suppress(OSError):  # it has just exited
+                child[0].send_signal(signum)
+        else:
+            pending.append(signum)
+
+    saved: dict[int, Any] = {}
+    handlers = {signal.SIGINT: _noop, signal.SIGQUIT: _noop, signal.SIGTERM: forward, signal.SIGHUP: forward}
+    if threading.current_thread() is not threading.main_thread():
+        handlers = {}  # only the main thread may set handlers; a harness thread gets plain inheritance
+    for signum, handler in handlers.items():
+        previous = signal.getsignal(signum)
+        # A signal ignored when guard started stays ignored for the command too (nohup, background jobs).
+        if previous is signal.SIG_IGN:
+            continue
+        saved[signum] = previous
+        signal.signal(signum, handler)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            # Caught signals (the handlers above) are reset to their defaults by exec, so the command
+            # starts with SIGINT, SIGQUIT, SIGTERM and SIGHUP at their defaults.
+            proc = subprocess.Popen(list(argv), close_fds=False, env=None if env is None else dict(env))
+        except FileNotFoundError:
+            print(f"hoststate: {argv[0]}: command not found", file=sys.stderr)
+            return 127
+        except PermissionError:
+            print(f"hoststate: {argv[0]}: permission denied", file=sys.stderr)
+            return 126
+        except OSError as err:
+            print(f"hoststate: {argv[0]}: cannot execute: {err.strerror or err}", file=sys.stderr)
+            return 126
+        child.append(proc)
+        for signum in pending:
+            proc.send_signal(signum)
+        returncode = proc.wait()
+    finally:
+        for signum, previous in saved.items():
+            signal.signal(signum, previous)
+    return 128 - returncode if returncode < 0 else returncode
