@@ -46,15 +46,18 @@ def join(parts: Path) -> str:
 
 
 def compile_pattern(pattern: Path) -> re.Pattern[str]:
-    """``*`` is one key, ``**`` zero or more keys, anything else a literal key."""
+    """``*`` is one key, ``**`` zero or more keys, ``ab*`` one key starting with ``ab``, anything else a literal key."""
     out = []
     for part in pattern:
         if part == "**":
             out.append(f"(?:{_SEP}[^{_SEP}]+)*")
         elif part == "*":
             out.append(f"{_SEP}[^{_SEP}]+")
+        elif "**" in part:
+            raise ValueError(f"'**' must be a whole key, not part of {part!r}")
         elif "*" in part:
-            raise ValueError(f"'*' must be a whole key, not part of {part!r}")
+            # A glob inside one key (``ecc_*``, ``power_*_mw``): '*' is any run of characters of that key.
+            out.append(_SEP + f"[^{_SEP}]*".join(re.escape(piece) for piece in part.split("*")))
         else:
             out.append(_SEP + re.escape(part))
     return re.compile("".join(out) + r"\Z")

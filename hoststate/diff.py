@@ -1,0 +1,328 @@
+"""Compare two snapshots under a policy: every changed leaf becomes a Finding rated by the first matching rule.
+
+DeepDiff finds where the two trees differ; this module turns its report into leaf findings (a list is one leaf,
+a table added or removed is each of its leaves), applies the policy (severity, tolerance, set-vs-sequence lists),
+and treats the bookkeeping tables specially: ``collectors.<name>.status`` gives *coverage* findings, and a value
+missing on the side whose collector was not ``ok`` is *unreadable*, not removed. Pure: no I/O, no click.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hoststate.paths import Path, format_path, get, leaves, split_path
+from hoststate.policy import RANK, SEVERITIES, Policy, Rule, default_policy
+
+CHANGES = ("changed", "added", "removed", "unreadable", "coverage")
+VERDICTS = ("invalidating", "warning", "clean")
+#: Tables that describe the snapshot, not the host; compared by the policy's hoststate.* rules or specially.
+BOOKKEEPING = ("hoststate", "collectors")
+COVERAGE_RULE = "coverage"
+
+
+@dataclass
+class Finding:
+    path: str
+    change: str
+    old: Any
+    new: Any
+    severity: str
+    rule: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "change": self.change,
+            "old": jsonable(self.old),
+            "new": jsonable(self.new),
+            "severity": self.severity,
+            "rule": self.rule,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class DiffResult:
+    findings: list[Finding]
+    verdict: str
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self, baseline: str, current: str) -> dict[str, Any]:
+        """design.md's JSON report shape."""
+        return {
+            "baseline": baseline,
+            "current": current,
+            "verdict": self.verdict,
+            "counts": {s: self.counts.get(s, 0) for s in SEVERITIES},
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def jsonable(value: Any) -> Any:
+    """A snapshot value as JSON can carry it: datetimes as ISO strings, lists element-wise."""
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, list):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _canon(value: Any) -> str:
+    """Canonical text of a value: tells 1 from 1.0 and True from 1, which Python's == does not."""
+    return json.dumps(jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _same(old: Any, new: Any, rule: Rule | None) -> bool:
+    if isinstance(old, list) and isinstance(new, list) and rule is not None and rule.compare == "set":
+        return sorted(map(_canon, old)) == sorted(map(_canon, new))
+    return _canon(old) == _canon(new)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _within_tolerance(rule: Rule | None, old: Any, new: Any) -> bool:
+    """|new - old| <= tolerance * |old|: relative to the baseline, the side a reviewer trusts."""
+    if rule is None or rule.tolerance is None or not (_is_number(old) and _is_number(new)):
+        return False
+    return abs(new - old) <= rule.tolerance * abs(old)
+
+
+# -- DeepDiff --------------------------------------------------------------------------------------------------
+
+_OPTIONAL_PROBES = ("numpy", "pydantic")
+
+
+def _deepdiff_class() -> Any:
+    """DeepDiff, imported lazily.
+
+    DeepDiff probes for numpy and pydantic at import (about 130 ms) to support their types; snapshots only hold
+    TOML types, so when neither is loaded yet they are hidden during that import (and only then), which keeps
+    `hoststate diff` within its start-up budget. A process that already loaded them keeps full support.
+    """
+    if "deepdiff" in sys.modules:
+        return sys.modules["deepdiff"].DeepDiff
+    hidden = [name for name in _OPTIONAL_PROBES if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # makes `import name` raise ImportError
+    try:
+        from deepdiff import DeepDiff
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+    return DeepDiff
+
+
+def _strict_equal(a: Any, b: Any) -> bool:
+    """Equality that tells 1 from 1.0 and True from 1 (TOML types are part of the value)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_strict_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_strict_equal(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b) or (a != a and b != b)  # NaN equals NaN here, as in the digest
+
+
+def _prune(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both tables without the keys whose values are strictly equal.
+
+    DeepDiff spends about 0.1 ms of bookkeeping per table it walks; two snapshots of one host are equal almost
+    everywhere, so dropping equal subtrees first keeps a diff of 8-GPU snapshots in milliseconds.
+    """
+    out_a: dict[str, Any] = {}
+    out_b: dict[str, Any] = {}
+    for key in a.keys() | b.keys():
+        if key not in b:
+            out_a[key] = a[key]
+        elif key not in a:
+            out_b[key] = b[key]
+        elif isinstance(a[key], dict) and isinstance(b[key], dict):
+            sub_a, sub_b = _prune(a[key], b[key])
+            if sub_a or sub_b:
+                out_a[key], out_b[key] = sub_a, sub_b
+        elif not _strict_equal(a[key], b[key]):
+            out_a[key], out_b[key] = a[key], b[key]
+    return out_a, out_b
+
+
+#: How differing paths are found: "deepdiff" (DeepDiff over the pruned trees) or "walk" (the pruned trees
+#: themselves). Both give the same paths (tests check it); "walk" saves DeepDiff's import (see bench_diff.py).
+ENGINE = "deepdiff"
+
+
+def _walk_paths(base: Mapping[str, Any], cur: Mapping[str, Any], prefix: Path = ()) -> Iterator[Path]:
+    for key in base.keys() | cur.keys():
+        a, b = base.get(key), cur.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            yield from _walk_paths(a, b, (*prefix, key))
+        else:
+            yield (*prefix, key)
+
+
+def _touched(baseline: Mapping[str, Any], current: Mapping[str, Any], engine: str | None = None) -> set[Path]:
+    """Paths where the trees differ, cut at the first list (a list is one leaf)."""
+    base, cur = _prune(baseline, current)
+    if not base and not cur:
+        return set()  # equal: DeepDiff is not even imported
+    if (engine or ENGINE) == "walk":
+        return set(_walk_paths(base, cur))
+    deep_diff = _deepdiff_class()
+    tree = deep_diff(base, cur, view="tree", ignore_order=False, cache_size=0, get_deep_distance=False,
+                     verbose_level=2)
+    paths: set[Path] = set()
+    for report in tree.values():
+        for level in report:
+            parts: list[str] = []
+            for key in level.path(output_format="list"):
+                if not isinstance(key, str):
+                    break  # an index into a list: the list is the leaf
+                parts.append(key)
+            if parts:
+                paths.add(tuple(parts))
+    return paths
+
+
+def _leaves_at(data: Mapping[str, Any], path: Path) -> dict[Path, Any]:
+    """The leaves at or under ``path``: one entry for a scalar or list, every leaf for a table, none if absent."""
+    missing = object()
+    value = get(data, path, missing)
+    if value is missing:
+        return {}
+    if isinstance(value, Mapping):
+        return dict(leaves(value, path))
+    return {path: value}
+
+
+# -- coverage and unreadable -----------------------------------------------------------------------------------
+
+
+def _status(snap: Mapping[str, Any], name: str) -> str | None:
+    entry = snap.get("collectors", {}).get(name)
+    return entry.get("status") if isinstance(entry, Mapping) else None
+
+
+def _unreadable_why(snap: Mapping[str, Any], path: Path) -> str | None:
+    """Why ``path`` has no value in ``snap`` when its collector says it could not read it, else None.
+
+    A value counts as unreadable when the collector lists that path (relative to its table) or a table above it
+    as unreadable, or when the collector did not finish ``ok`` (partial, error, timeout, denied, ...).
+    """
+    name = path[0]
+    entry = snap.get("collectors", {}).get(name)
+    if not isinstance(entry, Mapping):
+        return None
+    rel = path[1:]
+    for key, why in (entry.get("unreadable") or {}).items():
+        try:
+            listed = split_path(key)
+        except ValueError:
+            continue
+        if rel[: len(listed)] == listed:
+            return str(why)
+    status = entry.get("status")
+    if status not in (None, "ok"):
+        reason = entry.get("reason")
+        return f"collector {name} {status}" + (f": {reason}" if reason else "")
+    return None
+
+
+def _coverage(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> list[Finding]:
+    """A collector ok on one side and not on the other: its values could not be compared (warning)."""
+    names = sorted(set(baseline.get("collectors", {})) | set(current.get("collectors", {})))
+    out = []
+    for name in names:
+        old, new = _status(baseline, name), _status(current, name)
+        if old == new:
+            continue
+        if (old == "ok") != (new == "ok"):
+            severity = "warning"
+            side, bad = ("current snapshot", new) if old == "ok" else ("baseline", old)
+            reason = (f"Collector {name} is {bad or 'missing'} in the {side} (ok on the other side): values it did "
+                      "not read cannot be compared; fix the collector or re-snap.")
+        else:
+            severity = "info"
+            reason = f"Collector {name} status changed between two non-ok states; its values are not compared."
+        out.append(Finding(format_path(("collectors", name, "status")), "coverage", old, new, severity,
+                           COVERAGE_RULE, reason))
+    return out
+
+
+# -- compare -----------------------------------------------------------------------------------------------------
+
+
+def _rate(policy: Policy, path: Path) -> tuple[str, str, str, Rule | None]:
+    rule = policy.rule_for(path)
+    if rule is None:
+        return "warning", "", "Not classified by the policy.", None
+    return rule.severity, rule.path, rule.reason, rule
+
+
+def _finding(policy: Policy, path: Path, old: Any, new: Any, baseline: Mapping[str, Any],
+             current: Mapping[str, Any], missing: object) -> Finding | None:
+    severity, pattern, reason, rule = _rate(policy, path)
+    if old is not missing and new is not missing:
+        if _same(old, new, rule):
+            return None
+        if _within_tolerance(rule, old, new):
+            reason = f"Within tolerance ({rule.tolerance:g} relative to the baseline): {reason}"  # type: ignore[union-attr]
+            severity = "ignore"
+        return Finding(format_path(path), "changed", old, new, severity, pattern, reason)
+    if new is missing:
+        why = _unreadable_why(current, path)
+        if why is not None:
+            return Finding(format_path(path), "unreadable", old, f"<unreadable: {why}>",
+                           _cap_warning(severity), pattern, _UNREADABLE.format(side="current snapshot", reason=reason))
+        return Finding(format_path(path), "removed", old, None, severity, pattern, reason)
+    why = _unreadable_why(baseline, path)
+    if why is not None:
+        return Finding(format_path(path), "unreadable", f"<unreadable: {why}>", new, _cap_warning(severity),
+                       pattern, _UNREADABLE.format(side="baseline", reason=reason))
+    return Finding(format_path(path), "added", None, new, severity, pattern, reason)
+
+
+_UNREADABLE = "Not readable in the {side}, so not known to have changed; if it did: {reason}"
+
+
+def _cap_warning(severity: str) -> str:
+    """An unreadable value is not known to have drifted: at most a warning, like a coverage gap."""
+    return severity if RANK[severity] >= RANK["warning"] else "warning"
+
+
+def compare(baseline: dict, current: dict, policy: Policy | None = None, *,
+            include_ignored: bool = False) -> DiffResult:
+    """Findings for every leaf that differs between two snapshots, rated by ``policy`` (None: the default)."""
+    policy = policy or default_policy()
+    base = {k: v for k, v in baseline.items() if k != "collectors"}
+    cur = {k: v for k, v in current.items() if k != "collectors"}
+    missing = object()
+    findings = _coverage(baseline, current)
+    seen: set[Path] = set()
+    for path in _touched(base, cur):
+        old_leaves, new_leaves = _leaves_at(base, path), _leaves_at(cur, path)
+        for leaf in old_leaves.keys() | new_leaves.keys():
+            if leaf in seen:
+                continue
+            seen.add(leaf)
+            found = _finding(policy, leaf, old_leaves.get(leaf, missing), new_leaves.get(leaf, missing),
+                             baseline, current, missing)
+            if found is not None:
+                findings.append(found)
+    counts = {s: 0 for s in SEVERITIES}
+    for f in findings:
+        counts[f.severity] += 1
+    if not include_ignored:
+        findings = [f for f in findings if f.severity != "ignore"]
+    findings.sort(key=lambda f: (RANK[f.severity], f.path))
+    verdict = "invalidating" if counts["invalidating"] else "warning" if counts["warning"] else "clean"
+    return DiffResult(findings, verdict, counts)
