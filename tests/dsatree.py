@@ -216,6 +216,10 @@ def build(root: str, devices: list[Device], *, module: dict[str, str] | None = N
         pci = os.path.join(sysdir, "devices", f"pci{dom}:{busno}", dev.bdf)
         _attrs(pci, {"vendor": "0x8086", "device": "0x0cfe" if dev.kind == "iax" else "0x0b25",
                      "class": "0x088000", "numa_node": str(dev.numa_node)})
+        pci_id = "8086:0CFE" if dev.kind == "iax" else "8086:0B25"
+        _write(os.path.join(pci, "uevent"), f"DRIVER=idxd\nPCI_CLASS=88000\nPCI_ID={pci_id}\n"
+               f"PCI_SUBSYS_ID=8086:0000\nPCI_SLOT_NAME={dev.bdf}\n")
+        _link(os.path.join(pci, "subsystem"), os.path.join(sysdir, "bus", "pci"))
         _link(os.path.join(sysdir, "bus", "pci", "devices", dev.bdf), pci)
         _driver_dir(sysdir, "pci", "idxd")
         _link(os.path.join(sysdir, "bus", "pci", "drivers", "idxd", dev.bdf), pci)

@@ -42,7 +42,7 @@ STRING_FIELDS = frozenset({"mode", "type", "name", "driver_name", "dev"})
 
 
 def strip_trailing_commas(text: str) -> str:
-    """Drop a ``,`` that only whitespace separates from ``]`` or ``}``, outside strings.
+    """Drop a ``,`` after a value that only whitespace separates from ``]`` or ``}``, outside strings.
 
     json-c (what accel-config parses with) accepts such commas and real configs have them
     (contrib/configs/net_profile.conf); Python's json does not.
@@ -67,7 +67,9 @@ def strip_trailing_commas(text: str) -> str:
             j = i + 1
             while j < n and text[j] in " \t\r\n":
                 j += 1
-            if j >= n or text[j] not in "]}":
+            prev = next((c for c in reversed(out) if c not in " \t\r\n"), "")
+            # only a comma that follows a value: "[,]" and "[1,,]" stay errors
+            if j >= n or text[j] not in "]}" or prev in ("", "[", "{", ","):
                 out.append(ch)
         else:
             out.append(ch)
