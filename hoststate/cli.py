@@ -393,6 +393,70 @@ def export(kind: str, file: str | None, baseline: str | None, output: str | None
         click.echo(text, nl=False)
 
 
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(), metavar="FILES-or-DIRS...")
+@click.option("--reference", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Compare against this snapshot's digest instead of the majority group.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.pass_context
+def fleet(ctx: click.Context, paths: tuple[str, ...], reference: str | None, fmt: str) -> None:
+    """Group many snapshots by digest and list each outlier's invalidating drift.
+
+    Directories are walked for *.toml files. The largest group is the reference unless --reference is
+    given. Unreadable or invalid files are listed as skipped. Exit 0 when all snapshots are in one group
+    (the reference's), 1 when there are outliers, 2 when no snapshot could be read.
+    """
+    from hoststate.fleet import render, run_fleet
+
+    report = run_fleet(paths, reference=reference)
+    click.echo(render(report, fmt, color=fmt == "text" and sys.stdout.isatty()), nl=False)
+    ctx.exit(report.exit_code)
+
+
+@cli.command()
+@click.argument("kind", type=click.Choice(["prometheus", "nfd"]))
+@click.argument("file", required=False, type=click.Path(dir_okay=False))
+@click.option("--baseline", type=click.Path(dir_okay=False), metavar="B",
+              help="Add drift against this baseline snapshot (default policy).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write here atomically (replacing it) instead of stdout: a node_exporter textfile *.prom, "
+              "or a file in /etc/kubernetes/node-feature-discovery/features.d/.")
+@click.option("--expires-in", type=click.IntRange(min=1), metavar="SECONDS",
+              help="nfd: add '# +expiry-time=' this many seconds from now, so stale labels drop off.")
+@click.option("--label", metavar="TEXT", help="Label of the live snapshot (without FILE).")
+@collector_options
+def export(kind: str, file: str | None, baseline: str | None, output: str | None, expires_in: int | None,
+           label: str | None, **opts: Any) -> None:
+    """Export a snapshot FILE (the live host when no FILE) as Prometheus textfile metrics or an NFD feature file.
+
+    Exit 0; 2 on bad input or when the output could not be written.
+    """
+    import datetime as dt
+
+    from hoststate.export import to_nfd, to_prometheus
+    from hoststate.snapshot import load, write
+
+    if file is not None:
+        used = [name for name in ("only", "skip", "vllm_pid", "vllm_cmd", "vllm_log", "vllm_url", "vllm_version")
+                if opts.get(name)] + (["root"] if opts.get("root") not in (None, "/") else [])
+        if used or label:
+            names = ", ".join("--" + n.replace("_", "-") for n in used + (["label"] if label else []))
+            raise click.UsageError(f"{names}: only for a live snapshot (without FILE)")
+        snapshot = load(file)
+    else:
+        snapshot = take_snapshot(opts, label, quiet=True)
+    base = load(baseline) if baseline else None
+    if kind == "prometheus":
+        text = to_prometheus(snapshot, base)
+    else:
+        expires = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=expires_in) if expires_in else None
+        text = to_nfd(snapshot, base, expires=expires)
+    if output:
+        write(output, text, force=True)
+    else:
+        click.echo(text, nl=False)
+
+
 # -- more commands above this line --
 
 

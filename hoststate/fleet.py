@@ -1,0 +1,322 @@
+"""Compare many snapshots: group them by digest, pick a reference group, list each outlier's invalidating drift.
+
+hoststate has no fan-out of its own: the fleet's scheduler (Slurm, Kubernetes, Ray) runs ``hoststate snap`` on
+every node and this module reads what comes back. Memory stays bounded for thousands of files: the first pass keeps
+one small record per file (path, hostname, label, digest), never the snapshots; the second pass re-reads one
+representative file per digest group and diffs it against the reference. Equal digests mean equal invalidating
+content, so every member of a group has the same invalidating findings and one diff per group suffices.
+
+The digest is always recomputed from the file's content (``snapshot.digest``); the stored ``hoststate.digest`` is
+only compared with it, and a mismatch is reported as a warning (a hand edit, or a file written by another version).
+Files that cannot be read or are not valid snapshots are listed under ``skipped`` and never stop the run.
+Pure library: no click; the renderers return strings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from hoststate.errors import InputError
+
+FORMATS = ("text", "json", "markdown")
+#: How many member files a text or Markdown group line names before "+N more".
+_SHOW_MEMBERS = 3
+_MAX_VALUE = 80
+
+
+@dataclass(frozen=True)
+class Member:
+    """What the first pass keeps of one snapshot file."""
+
+    path: str
+    digest: str
+    hostname: str | None
+    label: str | None
+
+
+@dataclass
+class FleetReport:
+    """The outcome of :func:`run_fleet`; ``to_dict`` is design.md's fleet JSON shape (plus ``warnings``)."""
+
+    reference_digest: str
+    reference_from: str  # "majority" or the --reference file
+    groups: list[tuple[str, list[str]]]  # (digest, member paths), reference group first, then by size
+    outliers: list[dict[str, Any]]  # {"snapshot", "hostname", "label", "findings": [finding dicts]}
+    skipped: list[dict[str, str]]  # {"file", "error"}
+    warnings: list[dict[str, Any]] = field(default_factory=list)  # {"file": path | None, "message"}
+    total: int = 0  # snapshots read
+
+    @property
+    def exit_code(self) -> int:
+        """design.md: 0 when every snapshot matches the reference (one group), 1 when some do not."""
+        return 1 if self.outliers else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reference": {"digest": self.reference_digest, "from": self.reference_from},
+            "groups": [{"digest": d, "members": list(m)} for d, m in self.groups],
+            "outliers": self.outliers,
+            "skipped": self.skipped,
+            "warnings": self.warnings,
+        }
+
+
+# -- input ---------------------------------------------------------------------------------------------------------
+
+
+def iter_files(paths: Iterable[str], skipped: list[dict[str, str]]) -> Iterator[str]:
+    """Snapshot files in argument order; a directory gives its ``*.toml`` files (recursively, sorted).
+
+    Hidden files and directories (a leading dot, e.g. a writer's temp file) are not read from directories; a file
+    named explicitly is always read. A path that does not exist goes to ``skipped``. Each file is yielded once.
+    """
+    seen: set[str] = set()
+
+    def once(path: str) -> bool:
+        key = os.path.normpath(os.path.abspath(path))
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
+    def unlistable(err: OSError) -> None:
+        skipped.append({"file": err.filename, "error": f"cannot list directory: {err.strerror}"})
+
+    for arg in paths:
+        if os.path.isdir(arg):
+            for top, dirs, files in os.walk(arg, onerror=unlistable):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(files):
+                    if name.endswith(".toml") and not name.startswith("."):
+                        path = os.path.join(top, name)
+                        if once(path):
+                            yield path
+        elif os.path.lexists(arg):
+            if once(arg):
+                yield arg
+        else:
+            skipped.append({"file": arg, "error": "no such file or directory"})
+
+
+def read_member(path: str) -> tuple[Member, str | None]:
+    """Load one file, recompute its digest; return its record and a warning when the stored digest disagrees.
+
+    Raises InputError (with a one-line message) when the file cannot be read or is not a valid snapshot.
+    """
+    from hoststate.snapshot import digest, load
+
+    snap = load(path)
+    meta = snap["hoststate"]
+    computed = digest(snap)
+    warning = None
+    if meta.get("digest") != computed:
+        warning = f"stored digest {meta.get('digest')} differs from content ({computed}); grouped by content"
+    hostname = meta.get("hostname")
+    label = meta.get("label")
+    return Member(path, computed, hostname if isinstance(hostname, str) else None,
+                  label if isinstance(label, str) else None), warning
+
+
+def _error_line(err: BaseException, path: str) -> str:
+    text = str(err)
+    prefix = f"{path}: "
+    if text.startswith(prefix):
+        text = text[len(prefix):]
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+# -- grouping and diff ---------------------------------------------------------------------------------------------
+
+
+def run_fleet(paths: Iterable[str], *, reference: str | None = None) -> FleetReport:
+    """Group the snapshots under ``paths`` by digest and diff each outlier group against the reference.
+
+    Without ``reference`` the largest group is the reference; a tie goes to the group whose first file sorts first
+    (a warning says so). With ``reference`` (a snapshot file) that file's digest is the reference, whether or not
+    the file is among ``paths``. Raises InputError when no readable snapshot was found, or the reference file is bad.
+    """
+    skipped: list[dict[str, str]] = []
+    warnings: list[dict[str, Any]] = []
+    members: dict[str, list[Member]] = {}
+    total = 0
+    for path in iter_files(paths, skipped):
+        try:
+            member, warning = read_member(path)
+        except InputError as err:
+            skipped.append({"file": path, "error": _error_line(err, path)})
+            continue
+        except Exception as err:  # a file must never stop the run; the error is its line in "skipped"
+            skipped.append({"file": path, "error": f"{type(err).__name__}: {_error_line(err, path)}"})
+            continue
+        if warning:
+            warnings.append({"file": path, "message": warning})
+        members.setdefault(member.digest, []).append(member)
+        total += 1
+
+    ref_path: str | None = None
+    if reference is not None:
+        ref_member, warning = read_member(reference)
+        if warning:
+            warnings.append({"file": reference, "message": warning})
+        ref_digest, ref_from, ref_path = ref_member.digest, reference, reference
+    elif not members:
+        detail = f" ({len(skipped)} skipped: {skipped[0]['file']}: {skipped[0]['error']})" if skipped else ""
+        raise InputError(f"no readable snapshot found{detail}")
+    else:
+        ref_digest = _majority(members, warnings)
+        ref_from = "majority"
+    if not members:
+        raise InputError("no readable snapshot found" + (f" ({len(skipped)} skipped)" if skipped else ""))
+
+    order = sorted(members, key=lambda d: (d != ref_digest, -len(members[d]), sorted(m.path for m in members[d])[0]))
+    groups = [(d, sorted(m.path for m in members[d])) for d in order]
+    outliers = _outliers(members, order, ref_digest, ref_path, warnings)
+    return FleetReport(ref_digest, ref_from, groups, outliers, skipped, warnings, total)
+
+
+def _majority(members: dict[str, list[Member]], warnings: list[dict[str, Any]]) -> str:
+    size = max(len(m) for m in members.values())
+    tied = sorted((min(m.path for m in group), d) for d, group in members.items() if len(group) == size)
+    if len(tied) > 1:
+        warnings.append({"file": None, "message": (
+            f"no strict majority: {len(tied)} groups have {size} snapshot(s) each; the reference is the group whose "
+            f"first file sorts first ({tied[0][0]}); pass --reference FILE to choose")})
+    return tied[0][1]
+
+
+def _outliers(members: dict[str, list[Member]], order: list[str], ref_digest: str, ref_path: str | None,
+              warnings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One diff per outlier group (its first file against the reference file), shared by its members."""
+    from hoststate.diff import compare
+    from hoststate.snapshot import load
+
+    outlier_digests = [d for d in order if d != ref_digest]
+    if not outlier_digests:
+        return []
+    if ref_path is None:
+        ref_path = min(m.path for m in members[ref_digest])
+    reference = load(ref_path)
+    out: list[dict[str, Any]] = []
+    for d in outlier_digests:
+        group = sorted(members[d], key=lambda m: m.path)
+        try:
+            current = load(group[0].path)
+        except InputError as err:  # changed or removed since the first pass
+            warnings.append({"file": group[0].path, "message": f"could not re-read for the diff: {err}"})
+            findings: list[dict[str, Any]] = []
+        else:
+            result = compare(reference, current)
+            findings = [f.to_dict() for f in result.findings if f.severity == "invalidating"]
+            if not findings:
+                warnings.append({"file": group[0].path, "message": (
+                    "digest differs from the reference but the diff has no invalidating finding (a value within "
+                    "its rule's tolerance, or unreadable on one side)")})
+        for m in group:
+            out.append({"snapshot": m.path, "hostname": m.hostname, "label": m.label, "findings": findings})
+    out.sort(key=lambda o: o["snapshot"])
+    return out
+
+
+# -- rendering -----------------------------------------------------------------------------------------------------
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "(absent)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and value.startswith("<unreadable"):
+        return value
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 3] + "..."
+
+
+def _change(f: dict[str, Any]) -> str:
+    if f["change"] == "added":
+        return f"added {_value(f['new'])}"
+    if f["change"] == "removed":
+        return f"removed (was {_value(f['old'])})"
+    return f"{_value(f['old'])} -> {_value(f['new'])}"
+
+
+def _members_text(members: list[str]) -> str:
+    shown = ", ".join(members[:_SHOW_MEMBERS])
+    return shown + (f", +{len(members) - _SHOW_MEMBERS} more" if len(members) > _SHOW_MEMBERS else "")
+
+
+def _who(o: dict[str, Any]) -> str:
+    parts = [p for p in (o["hostname"], o["label"]) if p]
+    return f"{o['snapshot']} ({', '.join(parts)})" if parts else o["snapshot"]
+
+
+def _headline(report: FleetReport) -> str:
+    in_ref = next((len(m) for d, m in report.groups if d == report.reference_digest), 0)
+    source = "majority" if report.reference_from == "majority" else f"from {report.reference_from}"
+    return (f"{report.total} snapshot(s), {len(report.groups)} group(s); reference {report.reference_digest} "
+            f"({source}, {in_ref} match); {len(report.outliers)} outlier(s), {len(report.skipped)} skipped")
+
+
+def render_text(report: FleetReport, *, color: bool = False) -> str:
+    red, reset = ("\x1b[1;31m", "\x1b[0m") if color else ("", "")
+    lines = [_headline(report), "", "groups:"]
+    for d, members in report.groups:
+        mark = "*" if d == report.reference_digest else " "
+        lines.append(f" {mark}{len(members):>6}  {d}  {_members_text(members)}")
+    if report.outliers:
+        lines += ["", f"{red}outliers ({len(report.outliers)}):{reset}"]
+        for o in report.outliers:
+            lines.append(f"  {_who(o)}: {len(o['findings'])} invalidating")
+            lines.extend(f"    {f['path']}: {_change(f)}  ({f['reason']})" for f in o["findings"])
+    if report.skipped:
+        lines += ["", f"skipped ({len(report.skipped)}):"]
+        lines.extend(f"  {s['file']}: {s['error']}" for s in report.skipped)
+    if report.warnings:
+        lines += ["", f"warnings ({len(report.warnings)}):"]
+        lines.extend(f"  {w['file'] + ': ' if w['file'] else ''}{w['message']}" for w in report.warnings)
+    return "\n".join(lines) + "\n"
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    return f"`{text}`" if "`" not in text else f"``{text}``"
+
+
+def render_markdown(report: FleetReport) -> str:
+    lines = [f"**hoststate fleet**: {_md(_headline(report))}", "", "| | snapshots | digest | members |",
+             "|---|---:|---|---|"]
+    for d, members in report.groups:
+        mark = "reference" if d == report.reference_digest else "outlier"
+        lines.append(f"| {mark} | {len(members)} | {_code(d)} | {_md(_members_text(members))} |")
+    if report.outliers:
+        lines += ["", "| snapshot | host | path | reference | outlier | reason |", "|---|---|---|---|---|---|"]
+        for o in report.outliers:
+            host = _md(o["hostname"] or "")
+            if not o["findings"]:
+                lines.append(f"| {_md(o['snapshot'])} | {host} | (no invalidating finding) | | | |")
+            for f in o["findings"]:
+                lines.append(f"| {_md(o['snapshot'])} | {host} | {_code(_md(f['path']))} | {_md(_value(f['old']))} "
+                             f"| {_md(_value(f['new']))} | {_md(f['reason'])} |")
+    if report.skipped:
+        lines += ["", f"Skipped ({len(report.skipped)}):", ""]
+        lines.extend(f"- {_md(s['file'])}: {_md(s['error'])}" for s in report.skipped)
+    if report.warnings:
+        lines += ["", f"Warnings ({len(report.warnings)}):", ""]
+        lines.extend(f"- {_md(w['file']) + ': ' if w['file'] else ''}{_md(w['message'])}" for w in report.warnings)
+    return "\n".join(lines) + "\n"
+
+
+def render(report: FleetReport, fmt: str, *, color: bool = False) -> str:
+    if fmt == "json":
+        return json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"
+    if fmt == "markdown":
+        return render_markdown(report)
+    if fmt == "text":
+        return render_text(report, color=color)
+    raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
