@@ -368,3 +368,14 @@ def test_save_current_onto_the_baseline_is_refused_even_with_force(tmp_path) -> 
                      "--force", "--", *touch_cmd(marker))
         assert proc.returncode == 2 and "baseline" in one_line(proc.stderr)
         assert not marker.exists()
+
+
+def test_the_overhead_benchmark_runs(capsys) -> None:
+    """benchmarks/bench_guard.py measures guard minus its command against snap + diff; no timing is asserted."""
+    _seed_trees()
+    from benchmarks import bench_guard
+
+    rows = bench_guard.main(runs=1)
+    assert [r[0] for r in rows] == ["seed-baseline (comparable)", "seed-experiment (accepted)"]
+    assert all(float(cell) >= 0 or cell.startswith("-") for r in rows for cell in r[1:])
+    assert "overhead / (snap + diff)" in capsys.readouterr().out
