@@ -1,0 +1,228 @@
+"""The argument normaliser and the declared CUDA graph mode, as a table of argument vectors by version."""
+
+from __future__ import annotations
+
+import pytest
+
+from hoststate.vllm_args import VERSIONS, declare, human_int, locate, normalise, parse_cg_mode, rules_for, split_command
+
+SEED = ("vllm serve MODEL --speculative-config '{\"method\":\"suffix\",\"num_speculative_tokens\":32}' "
+        "--gpu-memory-utilization 0.85 --max-model-len 16384 -tp 8")
+SEED_ENV = "ARCTIC_INFERENCE_ENABLED=0 VLLM_PLUGINS= PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+FULL_JSON_THEN_DOTTED = (
+    "vllm serve M --compilation-config '{\"cudagraph_mode\":\"FULL\"}' -cc.max_cudagraph_capture_size=64"
+)
+
+# (id, command, version, declared mode, a phrase declared_because must contain)
+VECTORS = [
+    # defaults by version
+    ("default-0.10.2", "vllm serve M", "0.10.2", "PIECEWISE", "level 3 on V1"),
+    ("default-0.11.0", "vllm serve M", "0.11.0", "FULL_AND_PIECEWISE", "compilation level 3"),
+    ("default-0.11.1", "vllm serve M", "0.11.1", "FULL_AND_PIECEWISE", "compilation mode 3"),
+    ("default-0.12.0", "vllm serve M", "0.12.0", "FULL_AND_PIECEWISE", "O2 (default)"),
+    ("default-0.33.0", "vllm serve M", "0.33.0", "FULL_AND_PIECEWISE", "O2 (default)"),
+    # the -O1 trap: NONE on 0.11, PIECEWISE on 0.12+
+    ("O1-0.10.2", "vllm serve M -O1", "0.10.2", "NONE", "level 1"),
+    ("O1-0.11.0", "vllm serve M -O1", "0.11.0", "NONE", "level 1"),
+    ("O1-0.11.1", "vllm serve M -O1", "0.11.1", "NONE", "mode 1"),
+    ("O1-0.12.0", "vllm serve M -O1", "0.12.0", "PIECEWISE", "O1"),
+    ("O1-0.33.0", "vllm serve M -O1", "0.33.0", "PIECEWISE", "O1"),
+    ("O-space-1-0.12.0", "vllm serve M -O 1", "0.12.0", "PIECEWISE", "O1"),
+    ("O0-0.12.0", "vllm serve M -O0", "0.12.0", "NONE", "O0"),
+    ("O3-0.11.0", "vllm serve M -O3", "0.11.0", "FULL_AND_PIECEWISE", "level 3"),
+    ("O3-0.12.0", "vllm serve M -O3", "0.12.0", "FULL_AND_PIECEWISE", "O3"),
+    # --enforce-eager wins everywhere
+    ("eager-0.10.2", "vllm serve M --enforce-eager", "0.10.2", "NONE", "--enforce-eager"),
+    ("eager-0.11.0", "vllm serve M --enforce-eager", "0.11.0", "NONE", "--enforce-eager"),
+    ("eager-0.12.0", "vllm serve M --enforce-eager", "0.12.0", "NONE", "--enforce-eager"),
+    ("eager-explicit-0.33.0", "vllm serve M --enforce-eager -cc.cudagraph_mode=FULL", "0.33.0", "NONE",
+     "--enforce-eager"),
+    ("eager-underscore-0.11.1", "vllm serve M --enforce_eager", "0.11.1", "NONE", "--enforce-eager"),
+    # explicit cudagraph_mode wins over the table
+    ("explicit-piecewise-0.12.0", "vllm serve M -cc.cudagraph_mode=PIECEWISE", "0.12.0", "PIECEWISE", "explicit"),
+    ("explicit-O-dotted-0.10.2", "vllm serve M -O.cudagraph_mode=FULL", "0.10.2", "FULL", "explicit"),
+    ("explicit-json-0.11.0", "vllm serve M --compilation-config '{\"cudagraph_mode\": \"full_decode_only\"}'",
+     "0.11.0", "FULL_DECODE_ONLY", "explicit"),
+    ("explicit-long-dotted-0.12.0", "vllm serve M --compilation-config.cudagraph_mode FULL", "0.12.0", "FULL",
+     "explicit"),
+    ("explicit-numeric-0.11.0", "vllm serve M -O '{\"cudagraph_mode\": [2, 0]}'", "0.11.0", "FULL_DECODE_ONLY",
+     "explicit"),
+    # last one wins: a full --compilation-config is replaced by later dotted keys
+    ("full-then-dotted-0.12.0", FULL_JSON_THEN_DOTTED, "0.12.0", "FULL_AND_PIECEWISE", "O2 (default)"),
+    ("dotted-then-full-0.12.0",
+     "vllm serve M -cc.cudagraph_mode=PIECEWISE --compilation-config '{\"cudagraph_mode\":\"FULL\"}'", "0.12.0",
+     "PIECEWISE", "explicit"),
+    ("dotted-twice-0.33.0", "vllm serve M -cc.cudagraph_mode=FULL -cc.cudagraph_mode=PIECEWISE", "0.33.0",
+     "PIECEWISE", "explicit"),
+    # compilation mode and graph mode interplay
+    ("mode0-explicit-fap-0.12.0", "vllm serve M -cc.mode=0 -cc.cudagraph_mode=FULL_AND_PIECEWISE", "0.12.0", "NONE",
+     "not VLLM_COMPILE"),
+    ("mode0-explicit-fap-0.33.0", "vllm serve M -cc.mode=0 -cc.cudagraph_mode=FULL_AND_PIECEWISE", "0.33.0",
+     "FULL_DECODE_ONLY", "not VLLM_COMPILE"),
+    ("O1-explicit-fap-0.11.0", "vllm serve M -O1 -O.cudagraph_mode=FULL_AND_PIECEWISE", "0.11.0",
+     "FULL_AND_PIECEWISE", "startup fails"),
+    ("compilation-mode-dotted-long-0.11.1", "vllm serve M --compilation-config.mode 3", "0.11.1",
+     "FULL_AND_PIECEWISE", "mode 3"),
+    ("splitting-ops-empty-0.12.0", "vllm serve M -cc.splitting_ops='[]'", "0.12.0", "FULL", "splitting_ops=[]"),
+    ("torch-compile-disable-0.33.0", "TORCH_COMPILE_DISABLE=1 vllm serve M", "0.33.0", "FULL_DECODE_ONLY",
+     "TORCH_COMPILE_DISABLE"),
+    ("torch-compile-disable-0.12.0", "TORCH_COMPILE_DISABLE=1 vllm serve M", "0.12.0", "FULL_AND_PIECEWISE",
+     "no config-time effect"),
+    ("use-cudagraph-false-0.10.2", "vllm serve M -O.use_cudagraph=false", "0.10.2", "NONE", "use_cudagraph"),
+    ("dcp-0.12.0", "vllm serve M -dcp 2", "0.12.0", "PIECEWISE", "context parallel"),
+    ("dcp-0.33.0", "vllm serve M -dcp 2", "0.33.0", "FULL_AND_PIECEWISE", "O2"),
+    ("pooling-0.11.0", "vllm serve M --runner pooling", "0.11.0", "PIECEWISE", "pooling"),
+    ("deepep-ht-dp-0.12.0", "vllm serve M -dp 2 --all2all-backend deepep_high_throughput", "0.12.0", "NONE",
+     "deepep"),
+    # the seed's own command (and its vLLM 1.7.dev by the nearest older row)
+    ("seed-0.12.0", SEED_ENV + SEED, "0.12.0", "FULL_AND_PIECEWISE", "O2 (default)"),
+    ("seed-1.7.dev", SEED_ENV + SEED, "1.7.0.dev0", "FULL_AND_PIECEWISE", "nearest older"),
+    ("seed-0.11.1", SEED, "0.11.1", "FULL_AND_PIECEWISE", "mode 3"),
+    # unknown versions
+    ("unknown-0.13.0", "vllm serve M -O1", "0.13.0", "PIECEWISE", "rules of 0.12.0 (nearest older)"),
+    ("unknown-0.11.2", "vllm serve M -O1", "0.11.2", "NONE", "rules of 0.11.1"),
+    ("api-server-module-0.11.0", "python -m vllm.entrypoints.openai.api_server --model M -O1", "0.11.0", "NONE",
+     "level 1"),
+]
+
+
+@pytest.mark.parametrize(("cmd", "version", "mode", "because"), [v[1:] for v in VECTORS], ids=[v[0] for v in VECTORS])
+def test_declared_mode(cmd, version, mode, because):
+    command = locate(split_command(cmd))
+    parsed = normalise(command.args, version, program=command.program)
+    declared = declare(parsed.args, command.env, version)
+    assert declared.mode == mode, (declared.because, parsed.args, parsed.errors)
+    assert because in declared.because
+
+
+def test_table_has_the_required_size():
+    assert len(VECTORS) >= 30
+    assert {"0.10.2", "0.11.0", "0.11.1", "0.12.0", "0.33.0"} <= {v[2] for v in VECTORS}
+
+
+def test_seed_command_normalises_by_dest_name():
+    command = locate(split_command(SEED_ENV + SEED))
+    parsed = normalise(command.args, "0.12.0", program=command.program)
+    assert command.env == {"ARCTIC_INFERENCE_ENABLED": "0", "VLLM_PLUGINS": "",
+                           "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert parsed.args == {
+        "model": "MODEL",
+        "speculative_config": {"method": "suffix", "num_speculative_tokens": 32},
+        "gpu_memory_utilization": 0.85,
+        "max_model_len": 16384,
+        "tensor_parallel_size": 8,
+    }
+    assert parsed.errors == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["M", "--tensor_parallel_size=2"], {"tensor_parallel_size": 2}),
+        (["M", "-tp", "4", "-pp", "2", "-dp", "2"],
+         {"tensor_parallel_size": 4, "pipeline_parallel_size": 2, "data_parallel_size": 2}),
+        (["M", "--max-model-len", "1k"], {"max_model_len": 1000}),
+        (["M", "--max-model-len", "1K"], {"max_model_len": 1024}),
+        (["M", "--max-model-len", "auto"], {"max_model_len": "auto"}),
+        (["M", "--max-model-len", "-1"], {"max_model_len": -1}),
+        (["M", "--no-enable-prefix-caching"], {"enable_prefix_caching": False}),
+        (["M", "--enable-prefix-caching", "--no-enable-prefix-caching"], {"enable_prefix_caching": False}),
+        (["M", "--max-num-seqs", "64", "--max-num-seqs", "128"], {"max_num_seqs": 128}),
+        (["M", "-cc.cudagraph_capture_sizes+", "1,2,4"],
+         {"compilation_config": {"cudagraph_capture_sizes": [1, 2, 4]}}),
+        (["M", "-cc.pass_config.enable_noop=true"], {"compilation_config": {"pass_config": {"enable_noop": True}}}),
+        (["M", "--served-model-name", "a", "b"], {"served_model_name": ["a", "b"]}),
+    ],
+)
+def test_normaliser_rules(argv, expected):
+    parsed = normalise(argv, "0.12.0")
+    assert {k: v for k, v in parsed.args.items() if k != "model"} == expected
+    assert parsed.args["model"] == "M"
+    assert parsed.errors == []
+
+
+def test_positional_model_wins_over_option():
+    parsed = normalise(["A", "--model", "B"], "0.12.0")
+    assert parsed.args["model"] == "A"
+    assert any("positional" in n for n in parsed.notes)
+
+
+def test_api_server_takes_model_option():
+    command = locate(["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "X", "--port", "9"])
+    parsed = normalise(command.args, "0.11.0", program=command.program)
+    assert command.program == "api_server"
+    assert parsed.args == {"model": "X", "port": 9}
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["M", "--speculative-config", '{"method": "suffix",'], "--speculative-config: invalid JSON"),
+        (["M", "-Ofast"], "unknown -O value 'fast'"),
+        (["M", "-O", "7"], "unknown -O value '7'"),
+        (["M", "--tensor-parallel-size", "two"], "invalid int value 'two'"),
+        (["M", "--max-model-len"], "expected a value"),
+    ],
+)
+def test_bad_arguments_are_recorded(argv, error):
+    parsed = normalise(argv, "0.12.0")
+    assert any(error in e for e in parsed.errors), parsed.errors
+    assert parsed.args["model"] == "M"
+
+
+def test_O_dotted_is_an_error_on_0_33_and_deprecated_on_0_12():
+    assert any("-O.<key> is an error" in e for e in normalise(["M", "-O.mode=3"], "0.33.0").errors)
+    parsed = normalise(["M", "-O.cudagraph_mode=FULL"], "0.12.0")
+    assert parsed.args["compilation_config"] == {"cudagraph_mode": "FULL"}
+    assert any("deprecated" in n for n in parsed.notes)
+
+
+def test_level_is_gone_in_0_33():
+    assert any("level is not accepted" in e for e in normalise(["M", "-cc.level=3"], "0.33.0").errors)
+
+
+def test_unbalanced_quotes_raise_value_error_naming_it():
+    with pytest.raises(ValueError, match="cannot split"):
+        split_command("vllm serve M --speculative-config '{\"method\": \"suffix\"}")
+
+
+def test_config_file_is_below_the_command_line(tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("tensor-parallel-size: 2\nmax_model_len: 4096\nenforce-eager: true\nenable-prefix-caching: false\n")
+    parsed = normalise(["M", "--config", str(cfg), "--tensor-parallel-size", "4"], "0.12.0")
+    assert parsed.args["tensor_parallel_size"] == 4
+    assert parsed.args["max_model_len"] == 4096
+    assert parsed.args["enforce_eager"] is True
+    assert parsed.args["enable_prefix_caching"] is False
+    assert parsed.args["model"] == "M"
+
+
+def test_missing_config_file_is_recorded(tmp_path):
+    parsed = normalise(["M", "--config", str(tmp_path / "nope.yaml")], "0.12.0")
+    assert any("--config" in e for e in parsed.errors)
+
+
+@pytest.mark.parametrize(
+    ("value", "mode"),
+    [("full", "FULL"), ("FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE"), (2, "FULL"), ([2, 1], "FULL_AND_PIECEWISE"),
+     ("<CUDAGraphMode.FULL_DECODE_ONLY: (2, 0)>", "FULL_DECODE_ONLY"), (0, "NONE"), ("bogus", None), (True, None)],
+)
+def test_parse_cg_mode(value, mode):
+    assert parse_cg_mode(value) == mode
+
+
+def test_version_table_is_sorted_and_lookup_says_when_it_falls_back():
+    keys = [tuple(int(x) for x in r.version.split(".")) for r in VERSIONS]
+    assert keys == sorted(keys)
+    assert rules_for("0.12.0") == (VERSIONS[-2], None)
+    row, note = rules_for("0.9.0")
+    assert row is VERSIONS[0] and "older than any known" in note
+    row, note = rules_for(None)
+    assert row is VERSIONS[-1] and "unknown" in note
+
+
+def test_human_int():
+    assert human_int("25.6k") == 25600
+    assert human_int("2M") == 2 * 2**20
+    with pytest.raises(ValueError):
+        human_int("1.5K")
