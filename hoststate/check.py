@@ -350,16 +350,24 @@ def check_suffix_405b_fp8(snap: Mapping[str, Any]) -> Iterator[Advisory]:
 # -- snapshot ----------------------------------------------------------------------------------------------------
 
 
-def check_collectors(snap: Mapping[str, Any]) -> Iterator[Advisory]:
+def _collectors(snap: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
     for name, entry in sorted(_table(snap, "collectors").items()):
-        if not isinstance(entry, Mapping):
-            continue
+        if isinstance(entry, Mapping):
+            yield name, entry
+
+
+def check_collectors(snap: Mapping[str, Any]) -> Iterator[Advisory]:
+    for name, entry in _collectors(snap):
         status = entry.get("status")
         why = f": {entry['reason']}" if entry.get("reason") else ""
         if status in ("error", "timeout", "denied"):
             yield _adv("HS901", "warning", f"collector {name} {status}{why}: its part of the host is not in the "
                        "snapshot", ("collectors", name, "status"))
-        elif status == "partial":
+
+
+def check_unreadable(snap: Mapping[str, Any]) -> Iterator[Advisory]:
+    for name, entry in _collectors(snap):
+        if entry.get("status") == "partial":
             n = len(entry.get("unreadable") or {})
             yield _adv("HS902", "info", f"collector {name} could not read {n} value(s); see "
                        f"collectors.{name}.unreadable", ("collectors", name, "unreadable"))
@@ -381,6 +389,7 @@ CHECKS: dict[str, Callable[[Mapping[str, Any]], Iterator[Advisory]]] = {
     "HS402": check_suffix_moe,
     "HS403": check_suffix_405b_fp8,
     "HS901": check_collectors,
+    "HS902": check_unreadable,
 }
 
 

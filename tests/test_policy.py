@@ -1,0 +1,120 @@
+"""Policy: pattern matching, user files first, errors that name the rule, and the shipped default policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from hoststate.errors import PolicyError
+from hoststate.policy import SEVERITIES, default_policy, default_rules, load_policy, parse_rules
+
+
+def rule_path(parts: tuple[str, ...]) -> str:
+    rule = default_policy().rule_for(parts)
+    assert rule is not None
+    return rule.severity
+
+
+@pytest.mark.parametrize("parts, severity", [
+    (("dsa", "devices", "dsa0", "wqs", "wq0.0", "state"), "invalidating"),
+    (("dsa", "devices", "dsa0", "wqs", "wq0.0", "mode"), "invalidating"),
+    (("dsa", "devices", "dsa0", "wqs", "wq0.0", "type"), "invalidating"),
+    (("dsa", "devices", "dsa0", "wqs", "wq0.0", "size"), "invalidating"),
+    (("dsa", "devices", "dsa0", "wqs", "wq0.0", "priority"), "invalidating"),
+    (("dsa", "devices", "dsa0", "wqs", "wq0.0", "group_id"), "invalidating"),
+    (("dsa", "devices", "dsa0", "wqs", "wq0.0", "threshold"), "invalidating"),
+    (("dsa", "devices", "dsa0", "wqs", "wq0.0", "op_config"), "invalidating"),
+    (("dsa", "devices", "dsa0", "wqs", "wq0.0", "clients"), "info"),
+    (("dsa", "devices", "dsa0", "wqs", "wq0.0", "occupancy"), "ignore"),
+    (("dsa", "devices", "dsa0", "wqs", "wq0.0", "cdev_minor"), "ignore"),
+    (("dsa", "devices", "dsa0", "state"), "invalidating"),
+    (("dsa", "devices", "dsa0", "clients"), "info"),
+    (("dsa", "devices", "dsa0", "cdev_major"), "ignore"),
+    (("accel_config", "saved", "matches_live"), "warning"),
+    (("vllm", "args", "tensor_parallel_size"), "invalidating"),
+    (("vllm", "args", "speculative_config", "method"), "invalidating"),
+    (("vllm", "cudagraph", "declared"), "invalidating"),
+    (("vllm", "servers", "8000", "cudagraph", "declared"), "invalidating"),
+    (("vllm", "model"), "invalidating"),
+    (("vllm", "version"), "invalidating"),
+    (("vllm", "env", "VLLM_USE_V1"), "invalidating"),
+    (("vllm", "pid"), "ignore"),
+    (("gpu", "devices", "GPU-1", "power_limit_mw"), "invalidating"),
+    (("gpu", "devices", "GPU-1", "clocks_applications_sm_mhz"), "invalidating"),
+    (("gpu", "devices", "GPU-1", "ecc_mode_pending"), "invalidating"),
+    (("gpu", "devices", "GPU-1", "mig_mode_current"), "invalidating"),
+    (("gpu", "devices", "GPU-1", "compute_mode"), "invalidating"),
+    (("gpu", "devices", "GPU-1", "nvlink", "links_active"), "invalidating"),
+    (("gpu", "devices", "GPU-1", "persistence_mode"), "warning"),
+    (("gpu", "devices", "GPU-1", "observed", "clocks_sm_mhz"), "ignore"),
+    (("gpu", "driver_version"), "invalidating"),
+    (("gpu", "topology", "GPU0", "GPU1"), "invalidating"),
+    (("system", "cpufreq", "governor", "0-223"), "invalidating"),
+    (("system", "cpufreq", "no_turbo"), "invalidating"),
+    (("system", "cpu", "smt_active"), "invalidating"),
+    (("system", "thp", "enabled"), "invalidating"),
+    (("system", "numa", "balancing"), "invalidating"),
+    (("system", "kernel", "release"), "invalidating"),
+    (("hoststate", "hostname"), "info"),
+    (("hoststate", "taken_at"), "ignore"),
+    (("packages", "torch"), "invalidating"),
+    (("something", "new"), "warning"),
+])
+def test_default_policy_rates_the_issue_paths(parts, severity):
+    assert rule_path(parts) == severity
+
+
+def test_every_default_rule_has_an_actionable_reason_and_catch_all_is_last():
+    rules = default_rules()
+    assert all(r.severity in SEVERITIES and len(r.reason) >= 30 for r in rules)
+    assert rules[-1].path == "**" and rules[-1].severity == "warning"
+    assert len({r.path for r in rules}) == len(rules), "duplicate pattern: the second can never match"
+
+
+def test_every_default_rule_is_reachable():
+    """A rule shadowed by an earlier, more general one is dead data: each rule must win for its own path."""
+    policy = default_policy()
+    for rule in default_rules():
+        probe = tuple("x" if k in ("*", "**") else k.replace("*", "x") for k in rule.path.replace('"', "").split("."))
+        probe = tuple(k for k in probe if k != "x") if rule.path == "**" else probe
+        assert policy.rule_for(probe or ("zzz",)) is not None
+        if "**" not in rule.path:
+            assert policy.rule_for(probe) == rule, f"{rule.path} is shadowed by {policy.rule_for(probe).path}"
+
+
+def test_patterns_star_doublestar_and_in_key_globs():
+    rules = parse_rules({"rule": [
+        {"path": "a.*.c", "severity": "info"}, {"path": "a.**", "severity": "warning"},
+        {"path": "g.power_*_mw", "severity": "ignore"}, {"path": "**", "severity": "invalidating"}]}, "t")
+    from hoststate.policy import Policy
+
+    p = Policy(rules)
+    assert p.severity(("a", "b", "c")) == "info"
+    assert p.severity(("a", "b", "x", "c")) == "warning"
+    assert p.severity(("a",)) == "warning"  # ** matches zero keys
+    assert p.severity(("g", "power_limit_mw")) == "ignore"
+    assert p.severity(("g", "power_limit")) == "invalidating"
+
+
+def test_user_files_come_first(tmp_path):
+    f = tmp_path / "u.toml"
+    f.write_text('[[rule]]\npath = "packages.*"\nseverity = "ignore"\nreason = "stack pinned by image"\n')
+    policy = load_policy([str(f)])
+    assert policy.rule_for(("packages", "torch")).origin == str(f)
+    assert policy.rule_for(("packages", "torch")).severity == "ignore"
+
+
+@pytest.mark.parametrize("rule, message", [
+    ({"path": "a", "severity": "critical"}, "rule 1 (a): severity 'critical' is not one of"),
+    ({"severity": "info"}, "rule 1: 'path' is missing"),
+    ({"path": 5, "severity": "info"}, "rule 1: 'path' is missing or not a string"),
+    ({"path": "a.b**", "severity": "info"}, "rule 1 (a.b**): bad pattern"),
+    ({"path": 'a."b', "severity": "info"}, "bad pattern"),
+    ({"path": "a", "severity": "info", "tolerance": -1}, "'tolerance' must be a non-negative number"),
+    ({"path": "a", "severity": "info", "tolerance": True}, "'tolerance' must be a non-negative number"),
+    ({"path": "a", "severity": "info", "compare": "bag"}, "'compare' must be"),
+    ({"path": "a", "severity": "info", "sevrity": "x"}, "unknown key(s) ['sevrity']"),
+])
+def test_malformed_rules_name_the_rule(rule, message):
+    with pytest.raises(PolicyError) as err:
+        parse_rules({"rule": [rule]}, "mine.toml")
+    assert message in str(err.value) and "mine.toml" in str(err.value)
