@@ -233,6 +233,16 @@ def test_unreadable_fixture_records_kernel_errors():
     assert wqs["wq0.0"]["priority"] == 10 and sec.data["devices"]["dsa2"]["wqs"]["wq2.1"]["size"] == 32
 
 
+def test_refusals_by_design_are_recorded_but_keep_status_ok():
+    """ENXIO on cdev_minor and EOPNOTSUPP on occupancy happen on every healthy host: recorded, still ok."""
+    expected = {k: v for k, v in unreadable_faults().items() if not k.endswith("priority")}
+    assert len(expected) == 2
+    with faults.inject(expected, on_read=True):
+        sec = dsa.collect(Context(root=str(HOSTS / "dsa-unreadable")))
+    assert sec.status == "ok"
+    assert sorted(sec.unreadable.values()) == ["ENXIO", "EOPNOTSUPP"]
+
+
 def test_unreadable_fixture_through_snapshot_toml():
     with faults.inject(unreadable_faults(), on_read=True):
         snap = snap_of(str(HOSTS / "dsa-unreadable"))
