@@ -288,7 +288,7 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     """
     import os
 
-    from hoststate.guard import Acceptance, evaluate, refusal_message, run_command, with_guard_table
+    from hoststate.guard import Acceptance, command_env, evaluate, refusal_message, run_command, with_guard_table
     from hoststate.snapshot import to_toml, write
 
     if save_current:
@@ -326,7 +326,7 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     if result.accepted:
         click.echo(f"hoststate guard: running as non-comparable ({len(result.accepted)} accepted): "
                    f"{' '.join(command)}", err=True)
-    ctx.exit(run_command(command))
+    ctx.exit(run_command(command, env=command_env(result, saved=save_current)))
 
 
 @cli.command()
@@ -334,8 +334,10 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
 @click.option("--reference", type=click.Path(dir_okay=False), metavar="FILE",
               help="Compare against this snapshot's digest instead of the majority group.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Processes reading the files; 0: one per usable CPU.")
 @click.pass_context
-def fleet(ctx: click.Context, paths: tuple[str, ...], reference: str | None, fmt: str) -> None:
+def fleet(ctx: click.Context, paths: tuple[str, ...], reference: str | None, fmt: str, jobs: int) -> None:
     """Group many snapshots by digest and list each outlier's invalidating drift.
 
     Directories are walked for *.toml files. The largest group is the reference unless --reference is
@@ -344,7 +346,7 @@ def fleet(ctx: click.Context, paths: tuple[str, ...], reference: str | None, fmt
     """
     from hoststate.fleet import render, run_fleet
 
-    report = run_fleet(paths, reference=reference)
+    report = run_fleet(paths, reference=reference, jobs=jobs or None)
     click.echo(render(report, fmt, color=fmt == "text" and sys.stdout.isatty()), nl=False)
     ctx.exit(report.exit_code)
 

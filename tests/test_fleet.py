@@ -132,6 +132,12 @@ def test_fifty_snapshots_three_planted_drifts(fleet_dir) -> None:
     assert report.exit_code == 1
 
 
+def test_process_pool_and_one_process_agree(fleet_dir) -> None:
+    pooled = fleet.run_fleet([fleet_dir], jobs=2)  # 50 files: read by the pool
+    alone = fleet.run_fleet([fleet_dir], jobs=1)
+    assert pooled.to_dict() == alone.to_dict()
+
+
 def test_cli_json_is_design_shape(fleet_dir) -> None:
     proc = run_cli("fleet", fleet_dir, "--format", "json")
     assert proc.returncode == 1, proc.stderr
