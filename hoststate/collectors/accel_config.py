@@ -387,8 +387,9 @@ def collect(ctx: Context) -> Section:
     if binary:
         data["path"] = binary
         version = None
-        if ctx.live:
-            # accel-config refuses every command, --version included, without /sys/module/idxd.
+        if ctx.live and (dsa_data or {}).get("devices"):
+            # accel-config refuses every command, --version included, without the idxd module: on a
+            # host with no DSA device the package database answers without a subprocess.
             done = run([binary, "--version"], timeout=ctx.command_timeout)
             if done.ok and done.stdout.strip():
                 version = done.stdout.strip().splitlines()[0]

@@ -27,15 +27,34 @@ STACK: tuple[str, ...] = (
 PREFIXES: tuple[str, ...] = ("nvidia-", "cuda-", "vllm-", "flashinfer-", "triton-")
 
 #: The selection, as source: run here through exec (no subprocess) and inside a server's interpreter.
+#: Names and versions come from the ``name-version.dist-info`` directory names on sys.path (what
+#: importlib.metadata itself matches on), so no metadata file is opened unless a legacy directory
+#: name carries no version; the first directory of a name on sys.path wins, as import would.
 _SCAN = (
-    "import re\n"
+    "import os, re, sys\n"
     "from importlib import metadata\n"
     "def scan(stack, prefixes):\n"
     "    out = {}\n"
-    "    for d in metadata.distributions():\n"
-    "        name = re.sub(r'[-_.]+', '-', (d.metadata['Name'] or '')).lower()\n"
-    "        if name and (name in stack or name.startswith(prefixes)) and name not in out:\n"
-    "            out[name] = d.version\n"
+    "    for base in sys.path:\n"
+    "        try:\n"
+    "            entries = sorted(os.listdir(base or '.'))\n"
+    "        except OSError:\n"
+    "            continue\n"
+    "        for entry in entries:\n"
+    "            if not entry.endswith(('.dist-info', '.egg-info')):\n"
+    "                continue\n"
+    "            name, _, version = entry.rsplit('.', 1)[0].partition('-')\n"
+    "            name = re.sub(r'[-_.]+', '-', name).lower()\n"
+    "            if name in out or not (name in stack or name.startswith(prefixes)):\n"
+    "                continue\n"
+    "            version = version.split('-')[0]\n"
+    "            if not version:\n"
+    "                try:\n"
+    "                    version = metadata.Distribution.at(os.path.join(base, entry)).version\n"
+    "                except Exception:\n"
+    "                    continue\n"
+    "            if version:\n"
+    "                out[name] = version\n"
     "    return out\n"
 )
 #: Run by another interpreter: prints {"python": version, "executable": path, "packages": {name: version}}.

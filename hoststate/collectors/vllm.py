@@ -14,8 +14,6 @@ import json
 import os
 import re
 import sys
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -140,6 +138,9 @@ def discover(unreadable: dict[str, str]) -> list[Proc]:
 
 def _get(base: str, path: str) -> tuple[int | None, str | None, str | None]:
     """(status, body, error) of one GET; never raises."""
+    import urllib.error  # lazy: urllib.request costs ~30 ms of import, and only --vllm-url needs it
+    import urllib.request
+
     url = base.rstrip("/") + path
     try:
         with urllib.request.urlopen(urllib.request.Request(url), timeout=HTTP_TIMEOUT) as resp:  # noqa: S310
