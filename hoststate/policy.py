@@ -110,21 +110,44 @@ def parse_rules(doc: dict[str, Any], origin: str) -> list[Rule]:
 
 
 class Policy:
-    """An ordered rule list with a per-path cache (snapshots repeat paths across GPUs and WQs)."""
+    """An ordered rule list, matched fast: rules are bucketed by the path's first key, each bucket is
+    one alternation regex (Python tries alternatives in order, so the first rule that matches wins,
+    as in a linear scan), and results are cached per path (snapshots repeat paths across GPUs and WQs)."""
 
     def __init__(self, rules: list[Rule]):
         self.rules = rules
-        self._cache: dict[str, Rule | None] = {}
+        self._cache: dict[Path, Rule | None] = {}
+        self._buckets: dict[str, tuple[re.Pattern[str] | None, list[Rule]]] = {}
+        self._firsts = [_first_key_pattern(r) for r in rules]
+
+    def _bucket(self, first: str) -> tuple[re.Pattern[str] | None, list[Rule]]:
+        if first not in self._buckets:
+            rules = [r for r, f in zip(self.rules, self._firsts, strict=True) if f is None or f.match(first)]
+            alternation = "|".join(f"(?P<r{i}>{r.regex.pattern})" for i, r in enumerate(rules) if r.regex)
+            self._buckets[first] = (re.compile(alternation) if alternation else None, rules)
+        return self._buckets[first]
 
     def rule_for(self, parts: Path) -> Rule | None:
-        key = join(parts)
-        if key not in self._cache:
-            self._cache[key] = next((r for r in self.rules if r.matches(key)), None)
-        return self._cache[key]
+        try:
+            return self._cache[parts]
+        except KeyError:
+            pass
+        regex, rules = self._bucket(parts[0]) if parts else (None, [])
+        m = regex.match(join(parts)) if regex else None
+        rule = self._cache[parts] = rules[int(m.lastgroup[1:])] if m and m.lastgroup else None
+        return rule
 
     def severity(self, parts: Path) -> str:
         rule = self.rule_for(parts)
         return rule.severity if rule else "warning"
+
+
+def _first_key_pattern(rule: Rule) -> re.Pattern[str] | None:
+    """A regex for the keys a rule's first pattern key can match; None when any key can (``*``, ``**``)."""
+    first = split_path(rule.path)[0]
+    if first in ("*", "**"):
+        return None
+    return re.compile("[^\x1f]*".join(re.escape(piece) for piece in first.split("*")) + r"\Z")
 
 
 def _read_toml(text: str, origin: str) -> dict[str, Any]:

@@ -118,3 +118,30 @@ def test_malformed_rules_name_the_rule(rule, message):
     with pytest.raises(PolicyError) as err:
         parse_rules({"rule": [rule]}, "mine.toml")
     assert message in str(err.value) and "mine.toml" in str(err.value)
+
+
+def test_bucketed_matching_equals_a_linear_first_match_scan() -> None:
+    """The fast matcher (first-key buckets, one alternation per bucket) picks the rule a plain scan would."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from hoststate.policy import Policy, default_rules, join, parse_rules
+
+    user = parse_rules({"rule": [
+        {"path": "gpu.devices.*.power_*_mw", "severity": "info"},
+        {"path": "**.state", "severity": "ignore"},
+        {"path": "*.x", "severity": "warning"},
+    ]}, "user.toml")
+    rules = user + list(default_rules())
+    fast = Policy(rules)
+    keys = st.sampled_from(["gpu", "dsa", "devices", "dsa0", "wqs", "wq0.0", "state", "x", "system", "cpufreq",
+                            "power_limit_mw", "vllm", "args", "cudagraph", "declared", "packages", "torch", "zzz"])
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(keys, min_size=1, max_size=7).map(tuple))
+    def check(path: tuple[str, ...]) -> None:
+        joined = join(path)
+        linear = next((r for r in rules if r.matches(joined)), None)
+        assert fast.rule_for(path) is linear
+
+    check()
