@@ -400,6 +400,9 @@ def export(kind: str, file: str | None, baseline: str | None, output: str | None
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turning every error into one line and design.md's exit code."""
+    import hoststate
+
+    hoststate.IN_CLI = True
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     try:

@@ -106,11 +106,17 @@ def _deepdiff_class() -> Any:
     """DeepDiff, imported lazily.
 
     DeepDiff probes for numpy and pydantic at import (about 130 ms) to support their types; snapshots only hold
-    TOML types, so when neither is loaded yet they are hidden during that import (and only then), which keeps
-    `hoststate diff` within its start-up budget. A process that already loaded them keeps full support.
+    TOML types, so in the `hoststate` command's own process, when neither is loaded yet, they are hidden during
+    that import. A library caller's process is never touched: its DeepDiff keeps numpy and pydantic support.
     """
+    import hoststate
+
     if "deepdiff" in sys.modules:
         return sys.modules["deepdiff"].DeepDiff
+    if not hoststate.IN_CLI:
+        from deepdiff import DeepDiff
+
+        return DeepDiff
     hidden = [name for name in _OPTIONAL_PROBES if name not in sys.modules]
     for name in hidden:
         sys.modules[name] = None  # type: ignore[assignment]  # makes `import name` raise ImportError

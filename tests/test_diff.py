@@ -262,3 +262,28 @@ def test_seed_end_to_end_from_fixture_trees(tmp_path):
     assert check.returncode == 1
     codes = [a["code"] for a in json.loads(check.stdout)["advisories"]]
     assert "HS201" in codes and codes.count("HS202") == 8
+
+
+def test_library_callers_keep_deepdiff_numpy_support() -> None:
+    """Only the CLI's own process hides numpy from DeepDiff's import; a harness importing the library does not
+    (a finder records which optional imports DeepDiff was allowed to attempt)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, hoststate\n"
+        "seen = []\n"
+        "class Spy:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        seen.append(name)\n"
+        "sys.meta_path.insert(0, Spy())\n"
+        "hoststate.IN_CLI = {cli}\n"
+        "from hoststate.diff import _deepdiff_class\n"
+        "_deepdiff_class()\n"
+        "print('numpy-attempted', 'numpy' in seen or 'numpy' in sys.modules)\n"
+    )
+    library = subprocess.run([sys.executable, "-c", probe.format(cli=False)], capture_output=True, text=True,
+                             timeout=120)
+    cli = subprocess.run([sys.executable, "-c", probe.format(cli=True)], capture_output=True, text=True, timeout=120)
+    assert "numpy-attempted True" in library.stdout, library.stderr
+    assert "numpy-attempted False" in cli.stdout, cli.stderr
