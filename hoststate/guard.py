@@ -41,6 +41,7 @@ __all__ = [
     "GuardResult",
     "Acceptance",
     "check_baseline",
+    "command_env",
     "evaluate",
     "guard_table",
     "run_command",
@@ -316,6 +317,25 @@ def with_guard_table(result: GuardResult, *, command: Sequence[str] | None = Non
     snap = dict(result.current)
     snap[GUARD_TABLE] = guard_table(result, command=command)
     return snap
+
+
+def command_env(result: GuardResult, *, saved: str | None = None,
+                base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The command's environment: ``base`` (os.environ) plus HOSTSTATE_* variables saying what guard decided.
+
+    A harness can label its results with them (``non-comparable``) without parsing guard's stderr. The env collector
+    does not record HOSTSTATE_* variables, so they never show up as drift.
+    """
+    env = dict(os.environ if base is None else base)
+    env["HOSTSTATE_GUARD_VERDICT"] = result.verdict
+    env["HOSTSTATE_BASELINE_DIGEST"] = result.baseline_digest
+    env["HOSTSTATE_CURRENT_DIGEST"] = str(result.current.get("hoststate", {}).get("digest", ""))
+    env["HOSTSTATE_ACCEPTED"] = str(len(result.accepted))
+    if saved:
+        env["HOSTSTATE_CURRENT"] = os.path.abspath(saved)
+    else:
+        env.pop("HOSTSTATE_CURRENT", None)
+    return env
 
 
 # -- running the command -----------------------------------------------------------------------------------------

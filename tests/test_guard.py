@@ -155,9 +155,11 @@ def test_a_saved_current_can_serve_as_the_next_baseline(seed_baseline, tmp_path)
     saved = tmp_path / "current.toml"
     assert guard(seed_baseline, "--root", str(SEED_EXPERIMENT), "--accept", "**", "--save-current",
                  str(saved)).returncode == 0
-    proc = guard(saved, "--root", str(SEED_EXPERIMENT))
+    proc = guard(saved, "--root", str(SEED_EXPERIMENT), "-v")
     assert proc.returncode == 0, proc.stderr
-    assert ": comparable (0 invalidating, 0 warning" in proc.stderr  # its [guard] table is not compared
+    assert ": comparable (0 invalidating" in proc.stderr, proc.stderr
+    assert not any(line.split()[1].startswith("guard.") for line in proc.stderr.splitlines()
+                   if line.lstrip().startswith(("warning", "ACCEPTED", "REFUSED"))), proc.stderr  # [guard] not compared
 
 
 def test_no_command_exit_codes(seed_baseline) -> None:
@@ -377,5 +379,20 @@ def test_the_overhead_benchmark_runs(capsys) -> None:
 
     rows = bench_guard.main(runs=1)
     assert [r[0] for r in rows] == ["seed-baseline (comparable)", "seed-experiment (accepted)"]
-    assert all(float(cell) >= 0 or cell.startswith("-") for r in rows for cell in r[1:])
+    assert all(isinstance(float(cell), float) for r in rows for cell in r[1:])
     assert "overhead / (snap + diff)" in capsys.readouterr().out
+
+
+def test_the_command_learns_the_verdict_from_its_environment(seed_baseline, tmp_path) -> None:
+    saved = tmp_path / "current.toml"
+    code = ("import os; print(*(os.environ.get(k, '-') for k in ('HOSTSTATE_GUARD_VERDICT', 'HOSTSTATE_ACCEPTED',"
+            " 'HOSTSTATE_BASELINE_DIGEST', 'HOSTSTATE_CURRENT')))")
+    proc = guard(seed_baseline, "--root", str(SEED_EXPERIMENT), "--accept", "dsa.**", "--save-current", str(saved),
+                 "--", PY, "-c", code)
+    assert proc.returncode == 0, proc.stderr
+    verdict, accepted, base_digest, current = proc.stdout.split()
+    table = loads(saved.read_bytes())["guard"]
+    assert (verdict, int(accepted), base_digest) == ("non-comparable", len(table["accepted"]), table["baseline_digest"])
+    assert current == str(saved)
+    proc = guard(seed_baseline, "--root", str(SEED_BASELINE), "--", PY, "-c", code)
+    assert proc.stdout.split()[:2] == ["comparable", "0"] and proc.stdout.split()[3] == "-"
