@@ -1,7 +1,8 @@
 """Collectors: one module per source, each ``collect(ctx) -> Section``, run in the order of COLLECTORS.
 
 A collector never raises and never hangs the snapshot: each runs in a worker thread under a
-deadline; an exception becomes status ``error`` and an overrun becomes ``timeout``.
+deadline; an exception becomes status ``error`` and an overrun becomes ``timeout``. Collectors run
+concurrently; one that reads another's section names it in ``after``.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import importlib
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,13 +66,15 @@ class CollectorInfo:
     name: str
     module: str
     description: str
+    #: Collectors whose sections this one reads (it starts when they are done, or when they time out).
+    after: tuple[str, ...] = ()
 
 
-# Order matters: accel_config cross-checks the dsa section, so dsa runs first.
 COLLECTORS: tuple[CollectorInfo, ...] = (
     CollectorInfo("system", "hoststate.collectors.system", "kernel, OS, CPU, NUMA, memory and tuning"),
     CollectorInfo("dsa", "hoststate.collectors.dsa", "Intel DSA/IAA devices, work queues, groups, engines"),
-    CollectorInfo("accel_config", "hoststate.collectors.accel_config", "accel-config live and saved configuration"),
+    CollectorInfo("accel_config", "hoststate.collectors.accel_config", "accel-config live and saved configuration",
+                  after=("dsa",)),  # cross-checks the dsa section
     CollectorInfo("gpu", "hoststate.collectors.gpu", "NVIDIA GPUs, NVLink and topology through NVML"),
     CollectorInfo("vllm", "hoststate.collectors.vllm", "vLLM server arguments, environment, CUDA graph mode"),
     CollectorInfo("env", "hoststate.collectors.env", "performance-relevant environment of this process"),
@@ -85,41 +87,71 @@ def _load(info: CollectorInfo) -> Callable[[Context], Section]:
     return importlib.import_module(info.module).collect
 
 
-def run_one(info: CollectorInfo, ctx: Context) -> Section:
-    """Run one collector in a daemon thread under ``ctx.timeout``; never raises."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["section"] = _load(info)(ctx)
-        except BaseException as err:  # a collector bug must not cost the snapshot
-            box["error"] = err
-            box["trace"] = traceback.format_exc()
-
+def _call(info: CollectorInfo, ctx: Context) -> Section:
+    """The collector's section, or an ``error`` section for an exception (a bug must not cost the snapshot)."""
     start = time.perf_counter()
-    worker = threading.Thread(target=target, name=f"collect-{info.name}", daemon=True)
-    worker.start()
-    worker.join(ctx.timeout)
-    took = round((time.perf_counter() - start) * 1000, 1)
-    if worker.is_alive():
-        return Section(status="timeout", reason=f"did not finish within {ctx.timeout:g}s", took_ms=took)
-    if "error" in box:
-        err = box["error"]
-        return Section(status="error", reason=f"{type(err).__name__}: {err}"[:300], took_ms=took)
-    section = box["section"]
-    section.took_ms = took
+    try:
+        section = _load(info)(ctx)
+    except BaseException as err:
+        section = Section(status="error", reason=f"{type(err).__name__}: {err}"[:300])
+    section.took_ms = round((time.perf_counter() - start) * 1000, 1)
     return section
 
 
 def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES) -> dict[str, Section]:
-    """Run the named collectors in table order; those not named are ``skipped``."""
+    """Run the named collectors, each in its own daemon thread, all at once (NVML and subprocesses wait
+    on the kernel while the others parse files); those not named are ``skipped``.
+
+    Each collector has ``ctx.timeout`` seconds from its own start (a collector with ``after`` waits at
+    most that long for each of them first); one that overruns is recorded as ``timeout`` and its thread
+    is abandoned, so a wedged device or driver never holds the snapshot. Returns sections in table order.
+    """
     wanted = set(names)
+    lock = threading.Lock()
+    finished: dict[str, Section] = {}
+    done: dict[str, threading.Event] = {}
+    final = False
+
+    def work(info: CollectorInfo, waits: list[threading.Event]) -> None:
+        for event in waits:
+            event.wait(ctx.timeout)
+        section = _call(info, ctx)
+        with lock:
+            if not final:  # a collector that already timed out keeps its ``timeout`` section
+                finished[info.name] = section
+                ctx.sections[info.name] = section
+        done[info.name].set()
+
     for info in COLLECTORS:
         if info.name in wanted:
-            ctx.sections[info.name] = run_one(info, ctx)
-        else:
-            ctx.sections[info.name] = Section(status="skipped", reason="not selected")
-    return ctx.sections
+            done[info.name] = threading.Event()
+            waits = [done[dep] for dep in info.after if dep in done]
+            threading.Thread(target=work, args=(info, waits), name=f"collect-{info.name}", daemon=True).start()
+    start = time.perf_counter()
+    for info in COLLECTORS:
+        if info.name in done:
+            budget = ctx.timeout * (1 + len(info.after))
+            done[info.name].wait(max(0.0, start + budget - time.perf_counter()))
+    with lock:
+        final = True
+        out: dict[str, Section] = {}
+        for info in COLLECTORS:
+            if info.name not in wanted:
+                out[info.name] = Section(status="skipped", reason="not selected")
+            elif info.name in finished:
+                out[info.name] = finished[info.name]
+            else:
+                took = round((time.perf_counter() - start) * 1000, 1)
+                out[info.name] = Section(status="timeout", reason=f"did not finish within {ctx.timeout:g}s",
+                                         took_ms=took)
+        ctx.sections.clear()
+        ctx.sections.update(out)
+    return out
+
+
+def run_one(info: CollectorInfo, ctx: Context) -> Section:
+    """One collector alone, under the same deadline and error handling as in a snapshot."""
+    return run_all(ctx, (info.name,))[info.name]
 
 
 def select(only: list[str] | None, skip: list[str] | None) -> tuple[str, ...]:
