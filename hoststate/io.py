@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import subprocess
 from dataclasses import dataclass
 
 #: Largest attribute we read whole; sysfs attributes are at most one page, /proc files a few KiB.
@@ -167,6 +166,8 @@ class Completed:
 
 def run(argv: list[str], *, timeout: float = 5.0, env: dict[str, str] | None = None) -> Completed:
     """Run a command under a timeout; never raises. A missing binary is ``ENOENT``."""
+    import subprocess  # lazy: most commands never start one
+
     try:
         proc = subprocess.run(
             argv, capture_output=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL, check=False

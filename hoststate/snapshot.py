@@ -7,12 +7,9 @@ it into bytes or back.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
-import socket
 import sys
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,6 +36,8 @@ def toml_loads(text: str) -> dict[str, Any]:
 
 def _hostname(ctx: Context) -> str | None:
     if ctx.live:
+        import socket
+
         return socket.gethostname()
     reader = Reader(ctx.root)
     for rel in ("proc/sys/kernel/hostname", "etc/hostname"):
@@ -96,6 +95,8 @@ def digest(snap: Mapping[str, Any]) -> str:
 
     The [hoststate], [collectors] and [guard] tables are bookkeeping and never part of the digest.
     """
+    import hashlib
+
     from hoststate.policy import default_policy
 
     policy = default_policy()
@@ -209,6 +210,8 @@ def write(path: str, text: str, *, force: bool = False) -> None:
     Without ``force`` an existing file is never replaced (link(2) fails if the name exists, so two
     concurrent writers cannot both win); with ``force`` rename(2) replaces it in one step.
     """
+    import tempfile
+
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".hoststate-", suffix=".tmp", dir=directory)

@@ -1,0 +1,192 @@
+"""The whole performance suite as one command printing one table (kept in docs/performance.md).
+
+    python -m benchmarks.run [--runs N] [--quick]
+
+Every row times real commands as a user runs them (fresh interpreters, alternating with the reference so
+load drift hits both alike, medians), or, for scaling rows, the collector in process. design.md's targets
+are shown beside each ratio; nothing here passes or fails on time. The per-area scripts (bench_snap,
+bench_diff, bench_guard, bench_fleet, bench_dsa, bench_gpu) print more detail for one area.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+from benchmarks.common import PY, alternate, machine, median_ms, table
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOSTS = os.path.join(REPO, "fixtures", "hosts")
+Row = list[str]
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b else "-"
+
+
+def row_snap_vs_pyperf(runs: int) -> list[Row]:
+    times = alternate({"snap": [PY, "-m", "hoststate", "snap"],
+                       "pyperf": [PY, "-m", "pyperf", "collect_metadata"]}, runs)
+    a, b = median_ms(times["snap"]), median_ms(times["pyperf"])
+    return [["snap, live host (no GPU, no DSA)", f"{a:.0f} ms", "pyperf collect_metadata", f"{b:.0f} ms",
+             _ratio(a, b), "<= 1.0"]]
+
+
+def row_snap_vs_collect_env(runs: int) -> list[Row]:
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            return [["snap, live host", "-", "torch.utils.collect_env", "torch not installed", "-", "-"]]
+    except (ImportError, ValueError):
+        return []
+    times = alternate({"snap": [PY, "-m", "hoststate", "snap"],
+                       "collect_env": [PY, "-m", "torch.utils.collect_env"]}, max(3, runs // 3))
+    a, b = median_ms(times["snap"]), median_ms(times["collect_env"])
+    return [["snap, live host", f"{a:.0f} ms", "python -m torch.utils.collect_env", f"{b:.0f} ms", _ratio(a, b), "-"]]
+
+
+def row_diff_vs_compare_to(runs: int) -> list[Row]:
+    sys.path.insert(0, os.path.join(REPO, "fixtures", "snapshots"))
+    from benchmarks.bench_diff import setup
+
+    with tempfile.TemporaryDirectory(prefix="bench-run-diff-") as tmp:
+        commands = setup(tmp)
+        times = alternate({k: commands[k] for k in ("hoststate diff --format json", "pyperf compare_to")}, runs)
+    a, b = median_ms(times["hoststate diff --format json"]), median_ms(times["pyperf compare_to"])
+    return [["diff, 8-GPU / 4-DSA snapshots", f"{a:.0f} ms", "pyperf compare_to", f"{b:.0f} ms", _ratio(a, b),
+             "<= 1.0"]]
+
+
+def row_guard(runs: int) -> list[Row]:
+    from benchmarks.bench_guard import measure
+
+    with tempfile.TemporaryDirectory(prefix="bench-run-guard-") as tmp:
+        tree = os.path.join(HOSTS, "seed-baseline")
+        baseline, current = os.path.join(tmp, "b.toml"), os.path.join(tmp, "c.toml")
+        subprocess.run([PY, "-m", "hoststate", "snap", "--root", tree, "-o", baseline], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        m = measure(baseline, tree, current, [], runs)
+    return [["guard overhead (guard -- true minus true)", f"{m['guard overhead']:.0f} ms", "snap -o + diff",
+             f"{m['snap + diff']:.0f} ms", _ratio(m["guard overhead"], m["snap + diff"]), "<= 1.0"]]
+
+
+def row_fleet(runs: int) -> list[Row]:
+    from benchmarks.bench_fleet import write_fleet
+
+    out: dict[int, float] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-run-fleet-") as tmp:
+        for n in (100, 1000):
+            write_fleet(os.path.join(tmp, str(n)), n)
+        commands = {n: [PY, "-m", "hoststate", "fleet", os.path.join(tmp, str(n)), "--format", "json"]
+                    for n in (100, 1000)}
+        times = alternate(commands, max(1, runs // 5))
+        out = {n: median_ms(t) for n, t in times.items()}
+    return [["fleet, 1,000 snapshots", f"{out[1000] / 1000:.1f} s", "fleet, 100 snapshots",
+             f"{out[100] / 1000:.2f} s", _ratio(out[1000], out[100]), "linear (10), seconds"]]
+
+
+def _in_process(fn: Callable[[], object], runs: int) -> float:
+    walls = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        walls.append((time.perf_counter() - start) * 1000)
+    return statistics.median(walls)
+
+
+def row_gpu_scaling(runs: int) -> list[Row]:
+    from hoststate.collectors import Context
+    from hoststate.nvml_replay import load_data, synthetic_hgx
+    from hoststate.snapshot import collect
+
+    cost = {}
+    for n in (1, 8, 64):
+        data = synthetic_hgx(n)
+        cost[n] = _in_process(lambda data=data: collect(Context(nvml=load_data(data)), ("gpu",)), max(3, runs // 3))
+    return [["gpu collector, 8 replayed GPUs", f"{cost[8]:.0f} ms", "1 GPU", f"{cost[1]:.1f} ms",
+             _ratio(cost[8], cost[1]), "grows with GPUs"],
+            ["gpu collector, 64 replayed GPUs", f"{cost[64]:.0f} ms", "8 GPUs", f"{cost[8]:.0f} ms",
+             _ratio(cost[64], cost[8]), "P2P matrix: n^2"]]
+
+
+def row_dsa_scaling(runs: int) -> list[Row]:
+    sys.path.insert(0, REPO)
+    from benchmarks.bench_dsa import devices
+    from hoststate.collectors import Context, dsa
+    from tests import dsatree
+
+    cost = {}
+    for n in (1, 4, 16):
+        with tempfile.TemporaryDirectory(prefix="bench-run-dsa-") as tmp:
+            dsatree.build(tmp, devices(n))
+            dsa.collect(Context(root=tmp))
+            cost[n] = _in_process(lambda tmp=tmp: dsa.collect(Context(root=tmp)), runs)
+    return [["dsa collector, 16 devices", f"{cost[16]:.1f} ms", "4 devices", f"{cost[4]:.1f} ms",
+             _ratio(cost[16], cost[4]), "linear (4)"],
+            ["dsa collector, 4 devices", f"{cost[4]:.1f} ms", "1 device", f"{cost[1]:.1f} ms",
+             _ratio(cost[4], cost[1]), "linear (4)"]]
+
+
+def import_ms(args: list[str]) -> tuple[float, set[str]]:
+    """Total import time (ms) of one command's process, and which heavy modules it loaded."""
+    proc = subprocess.run([PY, "-X", "importtime", "-m", "hoststate", *args], capture_output=True, text=True)
+    total, heavy = 0.0, set()
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        _, cumulative, name = line.split("|")
+        if not cumulative.strip().isdigit():
+            continue  # the header line
+        if not name.startswith("  "):  # top-level imports only, so nothing is counted twice
+            total += int(cumulative) / 1000
+        module = name.strip()
+        if module.split(".")[0] in ("deepdiff", "pynvml", "psutil", "pyudev") or module == "urllib.request":
+            heavy.add(module.split(".")[0] if module != "urllib.request" else module)
+    return total, heavy
+
+
+def row_imports(_runs: int) -> list[Row]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-run-imports-") as tmp:
+        snap = os.path.join(tmp, "s.toml")
+        subprocess.run([PY, "-m", "hoststate", "snap", "-o", snap], check=True, capture_output=True)
+        for args in (["show", snap], ["digest", snap], ["diff", snap, snap], ["snap"]):
+            ms, heavy = import_ms(args)
+            rows.append([f"imports of `hoststate {args[0]}`", f"{ms:.0f} ms", "heavy modules loaded",
+                         ", ".join(sorted(heavy)) or "none", "-", "only what it uses"])
+    return rows
+
+
+SUITE: tuple[Callable[[int], list[Row]], ...] = (
+    row_snap_vs_pyperf, row_snap_vs_collect_env, row_diff_vs_compare_to, row_guard, row_fleet,
+    row_gpu_scaling, row_dsa_scaling, row_imports,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15, help="alternating runs per comparison (default 15)")
+    parser.add_argument("--quick", action="store_true", help="5 runs, for a smoke check")
+    args = parser.parse_args(argv)
+    runs = 5 if args.quick else args.runs
+    # Compile the package first, as `pip install` does: without .pyc files every run would pay for compiling.
+    subprocess.run([PY, "-m", "compileall", "-q", os.path.join(REPO, "hoststate")], check=True,
+                   stdout=subprocess.DEVNULL)
+    rows: list[Row] = []
+    for bench in SUITE:
+        print(f"running {bench.__name__} ...", file=sys.stderr)
+        rows.extend(bench(runs))
+    print(f"hoststate benchmarks, median of {runs} alternating runs; {machine()}")
+    print(table(rows, ["measure", "hoststate", "reference", "reference value", "ratio", "target"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
