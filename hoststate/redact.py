@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 REDACTED = "<redacted>"
 
@@ -176,12 +176,53 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def redact_url(url: str) -> str:
-    """A URL with the password of ``user:pass@`` and secret query parameters replaced."""
+#: ``user:pass@host...`` written without a scheme (urlsplit would read ``user`` as the scheme).
+_BARE_USERINFO = re.compile(r"^([^/\s:@?#]*):([^/\s@?#]+)@(?=[^\s@]*$)")
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secret parts of a URL as written: the password of ``user:pass@`` (or a bare token as user
+    name) and the values of secret query parameters, so that a message repeating any part of the URL
+    can be cleaned with redact_mentions."""
+    found: list[str] = []
+    m = _BARE_USERINFO.match(url)
+    if m:
+        found.append(m.group(2))
     try:
         parts = urlsplit(url)
     except ValueError:
-        return redact_text(url)
+        parts = None
+    if parts is not None and "@" in parts.netloc:
+        userinfo = parts.netloc.rsplit("@", 1)[0]
+        found.append(userinfo.split(":", 1)[1] if ":" in userinfo else userinfo)
+    query = parts.query if parts is not None else url.partition("?")[2]
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if is_secret_name(key) and value:
+            found.append(value)
+    for piece in list(found):
+        unquoted = unquote(piece)
+        if unquoted != piece:
+            found.append(unquoted)
+    return sorted({p for p in found if p}, key=len, reverse=True)
+
+
+def redact_mentions(text: str, url: str) -> str:
+    """A message about ``url`` (an error that may repeat the URL or a piece of it, such as the
+    ``nonnumeric port: 'pass@host'`` of http.client) with every secret part of the URL replaced."""
+    for piece in url_secrets(url):
+        text = text.replace(piece, REDACTED)
+    return redact_text(text)
+
+
+def redact_url(url: str) -> str:
+    """A URL with the password of ``user:pass@`` and secret query parameters replaced."""
+    m = _BARE_USERINFO.match(url)
+    if m:
+        url = f"{m.group(1)}:{REDACTED}@{url[m.end():]}"
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact_mentions(url, url)
     netloc = parts.netloc
     if "@" in netloc:
         userinfo, host = netloc.rsplit("@", 1)

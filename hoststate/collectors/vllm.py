@@ -9,6 +9,7 @@ Nothing here raises: what cannot be read is recorded (``unreadable``, ``*_error`
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -16,13 +17,13 @@ import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from hoststate.collectors import Context, Section
 from hoststate.collectors import env as env_collector
 from hoststate.collectors import packages as packages_collector
 from hoststate.io import reason_of
-from hoststate.redact import redact_argv, redact_env, redact_url, redact_value
+from hoststate.redact import redact_argv, redact_env, redact_mentions, redact_text, redact_url, redact_value
 from hoststate.vllm_args import Command, declare, locate, normalise, rules_for, split_command
 from hoststate.vllm_log import LogFacts, parse_log
 
@@ -155,20 +156,40 @@ def discover(unreadable: dict[str, str]) -> list[Proc]:
 # HTTP
 
 
+def _credentials(url: str) -> tuple[str, str | None]:
+    """(the URL without ``user:pass@``, the Authorization value for them or None). urllib does not
+    read credentials from a URL: it would look up ``user:pass@host`` as a host name."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url, None
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")
+    return urlunsplit(parts._replace(netloc=host)), f"Basic {token}"
+
+
 def _get(base: str, path: str) -> tuple[int | None, str | None, str | None]:
-    """(status, body, error) of one GET; never raises."""
+    """(status, body, error) of one GET; never raises. The error never repeats a secret of ``base``."""
     import urllib.error  # lazy: urllib.request costs ~30 ms of import, and only --vllm-url needs it
     import urllib.request
 
-    url = base.rstrip("/") + path
+    target, auth = _credentials(base)
+    url = target.rstrip("/") + path
     try:
-        with urllib.request.urlopen(urllib.request.Request(url), timeout=HTTP_TIMEOUT) as resp:  # noqa: S310
+        request = urllib.request.Request(url)
+        if auth:
+            request.add_unredirected_header("Authorization", auth)  # not sent on to a redirect's host
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as resp:  # noqa: S310
             return resp.status, resp.read(HTTP_MAX_BYTES).decode("utf-8", "replace"), None
     except urllib.error.HTTPError as err:
         return err.code, None, f"HTTP {err.code}"
-    except (urllib.error.URLError, OSError, ValueError) as err:
+    except Exception as err:  # URLError, OSError, ValueError, http.client.InvalidURL, BadStatusLine, ...
         reason = getattr(err, "reason", err)
-        return None, None, str(reason)[:200] or type(err).__name__
+        message = str(reason)[:200] or type(err).__name__
+        return None, None, redact_mentions(message, base)
 
 
 _METRIC = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
@@ -232,7 +253,7 @@ def query_url(url: str) -> dict[str, Any]:
         try:
             models = json.loads(body or "").get("data", [])
             data["models"] = [
-                {k: m[k] for k in ("id", "max_model_len", "root") if k in m and m[k] is not None}
+                redact_value({k: m[k] for k in ("id", "max_model_len", "root") if k in m and m[k] is not None})
                 for m in models if isinstance(m, dict)
             ]
         except (ValueError, AttributeError):
@@ -338,11 +359,11 @@ def build(
             data["program"] = command.program
             parsed = normalise(command.args, version, program=command.program)
             args = parsed.args
-            if parsed.errors:
-                data["args_error"] = "; ".join(parsed.errors)
+            if parsed.errors:  # messages may quote argument values
+                data["args_error"] = redact_text("; ".join(parsed.errors))
                 problem = True
             if parsed.notes:
-                data["args_notes"] = parsed.notes
+                data["args_notes"] = [redact_text(note) for note in parsed.notes]
             env = {**(env or {}), **command.env} if source == "cmd" else env
     elif log and log.non_default_args is not None:
         args = {k: v for k, v in log.non_default_args.items() if k != "model_tag"}
@@ -355,7 +376,7 @@ def build(
         if isinstance(port, int):
             data["port"] = port
     elif log and isinstance(log.config.get("model"), str):
-        data["model"] = log.config["model"]
+        data["model"] = redact_value(log.config["model"])
     if url and "port" not in data:
         try:
             port = urlsplit(ctx.vllm_url or "").port
@@ -411,7 +432,7 @@ def build(
         if log.non_default_args is not None:
             logdata["non_default_args"] = redact_value(log.non_default_args)
         if log.errors:
-            logdata["errors"] = log.errors
+            logdata["errors"] = [redact_text(e) for e in log.errors]
         data["log"] = logdata
     if url is not None:
         data["url"] = url
@@ -474,7 +495,7 @@ def collect(ctx: Context) -> Section:
         try:
             argv = split_command(ctx.vllm_cmd)
         except ValueError as err:
-            data = {"source": "cmd", "argv_raw": redact_argv([ctx.vllm_cmd])[0], "args_error": str(err)}
+            data = {"source": "cmd", "argv_raw": redact_argv([ctx.vllm_cmd])[0], "args_error": redact_text(str(err))}
             if ctx.vllm_version:
                 data.update(version=ctx.vllm_version, version_from="option --vllm-version")
             sec.data = clean(data)

@@ -1,0 +1,294 @@
+"""No secret of tests/secrets_corpus.py reaches a snapshot, a report or stderr, through any input path.
+
+The secrets are planted in a real vLLM-like child process (argv and environ, found by ``--vllm-pid``
+and by discovery), in ``--vllm-cmd``, in ``--vllm-url`` (a local HTTP server and a closed port), in the
+snapshotting process's own environment and in a ``--vllm-log`` file. Every snapshot then goes through
+``show``, ``diff`` (three formats), ``check``, ``export`` (two kinds), ``fleet`` and ``guard
+--save-current``, each run as the real CLI in a subprocess; stdout, stderr and every written file are
+searched for any piece of any secret.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import pytest
+
+from hoststate import snapshot
+from hoststate.collectors import Context
+from hoststate.collectors import vllm as vllm_collector
+from hoststate.redact import REDACTED
+from tests import secrets_corpus as corpus
+from tests.conftest import REPO
+
+#: The subprocess's own timeout: a hang detector, never a timing assertion.
+HANG = 120
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """A vLLM-like server whose answers carry secrets of their own (server_info, a model root URL)."""
+
+    seen_auth: list[str] = []
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        path = self.path.split("?", 1)[0]
+        if self.headers.get("Authorization"):
+            self.seen_auth.append(self.headers["Authorization"])
+        routes: dict[str, Any] = {
+            "/version": {"version": "0.11.1"},
+            "/v1/models": {"object": "list", "data": [
+                {"id": "Qwen/Qwen3-8B", "root": "https://hub:rootpwCORPUS40x@models.example/Qwen3-8B",
+                 "max_model_len": 16384}]},
+            "/server_info": {
+                "vllm_config": {"model_config": {"model": "Qwen/Qwen3-8B", "hf_token": "hf_CORPUS41PoIuYtReWqLkJh"}},
+                "vllm_env": {"VLLM_API_KEY": "vkeyCORPUS42x", "VLLM_DB_URL": "postgres://u:pgCORPUS43x@db/x",
+                             "VLLM_USE_V1": "1"},
+                "system_env": {"CUDA_AUTH_TOKEN": "ctokCORPUS44x"},
+            },
+        }
+        if path == "/metrics":
+            body, kind = b"# no metrics\n", "text/plain"
+        elif path in routes:
+            body, kind = json.dumps(routes[path]).encode(), "application/json"
+        else:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This test's environment plus every env shape (the snapshotting process's own environment)."""
+    env = {k: v for k, v in os.environ.items() if corpus.MARKER not in v}
+    env.update(corpus.env())
+    env["PYTHONPATH"] = str(REPO)
+    env.pop("HOSTSTATE_NVML_REPLAY", None)
+    env.update(extra or {})
+    return env
+
+
+def _hoststate(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hoststate", *args], capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=HANG, check=False)
+
+
+class Outputs:
+    """Everything the CLI printed or wrote, by a name saying which command and input produced it."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+        self.snapshots: dict[str, str] = {}
+
+    def add(self, name: str, proc: subprocess.CompletedProcess, codes: tuple[int, ...] = (0, 1)) -> None:
+        assert proc.returncode in codes, f"{name}: exit {proc.returncode}: {proc.stderr[-2000:]}"
+        self.texts[f"{name} stdout"] = proc.stdout
+        self.texts[f"{name} stderr"] = proc.stderr
+
+
+SOURCES = ("pid", "discovered", "cmd", "url-live", "url-closed", "log", "log-config-only")
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory) -> Outputs:
+    tmp = tmp_path_factory.mktemp("secrets")
+    out = Outputs()
+    env = _env()
+
+    # A vLLM server stand-in: a real process with every argv and env shape.
+    pkg = tmp / "fake" / "vllm" / "entrypoints" / "openai"
+    pkg.mkdir(parents=True)
+    for d in (tmp / "fake" / "vllm", tmp / "fake" / "vllm" / "entrypoints", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "api_server.py").write_text("import time\nprint('ready', flush=True)\ntime.sleep(300)\n")
+    server_port = _free_port()
+    child_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(tmp / "fake"),
+                 "VLLM_USE_V1": "1", **corpus.env()}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "Qwen/Qwen3-8B", "--port",
+         str(server_port), *corpus.argv()],
+        env=child_env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    http_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=http_server.serve_forever, daemon=True).start()
+    live_port = http_server.server_address[1]
+    closed_port = _free_port()
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        log = tmp / "server.log"
+        log.write_text(corpus.log_text())
+        config_log = tmp / "config-only.log"
+        config_log.write_text(corpus.config_only_log_text())
+        prefix = [f"{k}={v}" for k, v in corpus.env().items()]
+        cmd = shlex.join([*prefix, "vllm", "serve", "Qwen/Qwen3-8B", *corpus.argv()])
+        options: dict[str, list[list[str]]] = {
+            "pid": [["--vllm-pid", str(child.pid), "--vllm-version", "0.11.1"]],
+            "discovered": [[]],
+            "cmd": [["--vllm-cmd", cmd, "--vllm-version", "0.11.1"]],
+            "url-live": [["--vllm-url", u] for u in corpus.urls(live_port)],
+            "url-closed": [["--vllm-url", u] for u in corpus.urls(closed_port)],
+            "log": [["--vllm-log", str(log)]],
+            "log-config-only": [["--vllm-log", str(config_log)]],
+        }
+        snaps = tmp / "snaps"
+        snaps.mkdir()
+        for source in SOURCES:
+            for i, opts in enumerate(options[source]):
+                name = f"snap {source} #{i}"
+                path = snaps / f"{source}-{i}.toml"
+                out.add(name, _hoststate(["snap", "-o", str(path), "--label", f"{source}-{i}", *opts], env), (0,))
+                out.snapshots[name] = path.read_text()
+                out.texts[f"{name} file"] = out.snapshots[name]
+        # The same host with no secret anywhere: what a diff, fleet and guard compare against.
+        clean = tmp / "clean.toml"
+        out.add("snap clean", _hoststate(["snap", "-o", str(clean), "--skip", "vllm"], _env({
+            k: "" for k in corpus.env()})), (0,))
+        for path in sorted(snaps.glob("*.toml")):
+            tag = path.stem
+            for fmt in ("text", "json"):
+                out.add(f"show {fmt} {tag}", _hoststate(["show", str(path), "--format", fmt], env), (0,))
+            for fmt in ("text", "json", "markdown"):
+                out.add(f"diff {fmt} clean {tag}", _hoststate(["diff", str(clean), str(path), "--all", "--format",
+                                                                fmt], env))
+                out.add(f"diff {fmt} {tag} clean", _hoststate(["diff", str(path), str(clean), "--all", "--format",
+                                                                fmt], env))
+            out.add(f"check {tag}", _hoststate(["check", str(path)], env))
+            out.add(f"check json {tag}", _hoststate(["check", str(path), "--format", "json"], env))
+            for kind in ("prometheus", "nfd"):
+                out.add(f"export {kind} {tag}", _hoststate(["export", kind, str(path), "--baseline", str(clean)], env),
+                        (0,))
+        (snaps / "clean.toml").write_text(clean.read_text())
+        out.add("fleet json", _hoststate(["fleet", "--format", "json", str(snaps)], env))
+        out.add("fleet text", _hoststate(["fleet", str(snaps)], env))
+        # guard: a live snap with every source at once, saved with its [guard] table.
+        for source in ("pid", "cmd", "url-closed", "log"):
+            saved = tmp / f"guard-{source}.toml"
+            proc = _hoststate(["guard", "--baseline", str(clean), "--accept", "**", "-v", "--save-current",
+                               str(saved), *options[source][0]], env)
+            out.add(f"guard {source}", proc, (0, 3))
+            out.texts[f"guard {source} file"] = saved.read_text()
+        # check and export on the live host read the secret-bearing environment and sources themselves
+        out.add("check live", _hoststate(["check", "--vllm-pid", str(child.pid)], env))
+        for kind in ("prometheus", "nfd"):
+            out.add(f"export {kind} live", _hoststate(["export", kind, "--vllm-cmd", cmd], env), (0,))
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+        http_server.shutdown()
+        http_server.server_close()
+    return out
+
+
+def test_corpus_has_at_least_twenty_distinct_shapes():
+    secrets = [s.secret for s in corpus.SHAPES]
+    assert len(secrets) >= 20 and len(set(secrets)) == len(secrets)
+    channels = {c for s in corpus.SHAPES for c in ("argv", "env", "url", "log") if getattr(s, c)}
+    assert channels == {"argv", "env", "url", "log"}
+    # every secret is findable by the leak pattern, so a leak cannot hide from it
+    for s in corpus.SHAPES:
+        assert corpus.leaks(f"x {s.secret} y"), s.name
+
+
+def test_every_output_is_free_of_secrets(outputs):
+    leaked = {name: corpus.leaks(text) for name, text in outputs.texts.items()}
+    leaked = {name: pieces for name, pieces in leaked.items() if pieces}
+    described = {name: [f"{p} ({corpus.shape_of(p)})" for p in pieces] for name, pieces in leaked.items()}
+    assert not described, json.dumps(described, indent=1)
+
+
+def test_the_sources_were_really_read(outputs):
+    """The secret-free outputs above mean something only if each source put its data in the snapshot."""
+    snaps = {name: snapshot.loads(text) for name, text in outputs.snapshots.items()}
+    pid = snaps["snap pid #0"]["vllm"]
+    assert pid["source"] == "pid" and pid["args"]["api_key"] == REDACTED
+    assert pid["env"]["VLLM_API_KEY"] == REDACTED and pid["env"]["VLLM_DB_URL"].startswith("postgres://bench:")
+    assert "AWS_SECRET_ACCESS_KEY" not in pid["env"] and "OPENAI_API_KEY" not in pid["env"]
+    discovered = snaps["snap discovered #0"]["vllm"]
+    servers = discovered.get("servers", {"one": discovered})
+    assert any(s.get("source") == "discovered" and s.get("args", {}).get("api_key") == REDACTED
+               for s in servers.values())
+    cmd = snaps["snap cmd #0"]["vllm"]
+    assert cmd["source"] == "cmd" and cmd["env"]["CUDA_AUTH_TOKEN"] == REDACTED
+    assert cmd["args"]["hf_token"] == REDACTED
+    live = [s["vllm"] for n, s in snaps.items() if n.startswith("snap url-live")]
+    assert all(v["url"]["url"] for v in live)
+    log = snaps["snap log #0"]["vllm"]
+    assert log["args"]["api_key"] == REDACTED and log["log"]["non_default_args"]["hf_token"] == REDACTED
+    env = snaps["snap pid #0"]["env"]
+    assert env["VLLM_SECRET_TOKEN"] == REDACTED and env["NCCL_IB_PASSWORD"] == REDACTED
+
+
+def test_a_url_with_credentials_reaches_the_server_as_basic_auth(outputs):
+    """``http://user:pass@host`` is how a user names a protected server: the credentials go in an
+    Authorization header (urllib would otherwise try to resolve ``user:pass@host`` as a host name)."""
+    snaps = {name: snapshot.loads(text) for name, text in outputs.snapshots.items()}
+    with_userinfo = [s["vllm"]["url"] for s in snaps.values()
+                     if s.get("vllm", {}).get("url", {}).get("url", "").startswith("http://bench:")]
+    assert with_userinfo and any(u.get("reachable") and u.get("version") == "0.11.1" for u in with_userinfo)
+    assert any(a.startswith("Basic ") for a in _Handler.seen_auth)
+
+
+# -- in-process checks of the messages around a URL --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://bench:pwCORPUS50x@127.0.0.1",  # no port: http.client reads 'pwCORPUS50x@127.0.0.1' as the port
+        "bench:pwCORPUS51x@127.0.0.1:{port}",  # no scheme: urllib's "unknown url type" repeats the URL
+        "http://bench:pwCORPUS52x@127.0.0.1:{port}/?token=qCORPUS53x",
+        "ftp://bench:pwCORPUS54x@127.0.0.1:{port}/",
+        "http://[::1:bad/?api_key=kCORPUS55x",  # not a URL at all
+    ],
+)
+def test_url_errors_and_unreadable_reasons_carry_no_secret(url):
+    sec = vllm_collector.collect(Context(root="/nonexistent", vllm_url=url.format(port=_free_port())))
+    assert sec.status in ("partial", "ok"), sec.reason
+    text = snapshot.to_toml({"vllm": sec.data}) + json.dumps(sec.unreadable) + str(sec.reason) + str(sec.notes)
+    assert not corpus.leaks(text), text
+
+
+def _guard_with_command(tmp_path, accept: bool) -> subprocess.CompletedProcess:
+    baseline = tmp_path / "baseline.toml"
+    env = _env()
+    assert _hoststate(["snap", "-o", str(baseline), "--only", "vllm", "--vllm-cmd", "vllm serve M -tp 2"],
+                      env).returncode == 0
+    saved = tmp_path / "current.toml"
+    args = ["guard", "--baseline", str(baseline), "--save-current", str(saved), "--only", "vllm", "--vllm-cmd",
+            "vllm serve M -tp 4"] + (["--accept", "vllm.**"] if accept else [])
+    proc = _hoststate([*args, "--", "true", "--api-key", "sk-CORPUS60abcdefghijkl", "--hf-token",
+                       "hf_CORPUS61abcdefghijklmn"], env)
+    assert proc.returncode == (0 if accept else 3), proc.stderr
+    assert not corpus.leaks(saved.read_text())  # [guard].command is redacted
+    return proc
+
+
+def test_guard_command_secrets_stay_out_of_the_saved_snapshot_and_refusal(tmp_path):
+    proc = _guard_with_command(tmp_path, accept=False)
+    assert not corpus.leaks(proc.stdout + proc.stderr), proc.stderr
+
+
+@pytest.mark.xfail(strict=True, reason="cli.guard prints the accepted command's argv unredacted on stderr "
+                   "('running as non-comparable ...: CMD'); cli.py is being finished by another engineer")
+def test_guard_accepted_command_line_on_stderr_is_redacted(tmp_path):
+    proc = _guard_with_command(tmp_path, accept=True)
+    assert not corpus.leaks(proc.stdout + proc.stderr), proc.stderr
