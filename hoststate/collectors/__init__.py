@@ -112,9 +112,14 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES) -> dict[st
     done: dict[str, threading.Event] = {}
     final = False
 
-    def work(info: CollectorInfo, waits: list[threading.Event]) -> None:
-        for event in waits:
-            event.wait(ctx.timeout)
+    def work(info: CollectorInfo, waits: list[tuple[str, threading.Event]]) -> None:
+        for dep, event in waits:
+            if not event.wait(ctx.timeout):
+                # The dependency is wedged: say so to this collector, or it would read the dependency's
+                # source itself (accel_config re-reads the dsa tree) and wedge on it too.
+                with lock:
+                    if dep not in finished:
+                        ctx.sections[dep] = Section(status="timeout", reason=f"did not finish within {ctx.timeout:g}s")
         section = _call(info, ctx)
         with lock:
             if not final:  # a collector that already timed out keeps its ``timeout`` section
@@ -125,7 +130,7 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES) -> dict[st
     for info in COLLECTORS:
         if info.name in wanted:
             done[info.name] = threading.Event()
-            waits = [done[dep] for dep in info.after if dep in done]
+            waits = [(dep, done[dep]) for dep in info.after if dep in done]
             threading.Thread(target=work, args=(info, waits), name=f"collect-{info.name}", daemon=True).start()
     start = time.perf_counter()
     for info in COLLECTORS:

@@ -11,6 +11,7 @@ import datetime as dt
 import math
 import os
 import re
+import stat
 from typing import Any
 
 from hoststate.collectors import Context, Section
@@ -93,10 +94,20 @@ def read_attrs(reader: Reader, rel: str, entries: list[os.DirEntry]) -> dict[str
         if name in SKIP_FILES or name in DEPRECATED_ATTRS:
             continue
         try:
-            if not entry.is_file(follow_symlinks=False):
+            if entry.is_symlink():
+                # Links (driver, subsystem, device) are not settings; one that cannot be followed
+                # (a loop, a dangling target) is recorded, never silently dropped.
+                try:
+                    os.stat(entry.path)
+                except OSError as err:
+                    reader.note(f"{rel}/{name}", reason_of(err))
                 continue
-        except OSError:
+            if entry.is_dir(follow_symlinks=False):
+                continue
+        except OSError as err:
+            reader.note(f"{rel}/{name}", reason_of(err))
             continue
+        # A regular file, or something no sysfs attribute is (a FIFO, a socket): read() records the latter.
         text = reader.read(f"{rel}/{name}")
         if text is not None:
             out[name] = parse_attr(name, text)
@@ -111,11 +122,15 @@ def read_node(reader: Reader, rel: str) -> tuple[dict[str, Any], list[str]]:
     data = read_attrs(reader, rel, entries)
     children = []
     for entry in entries:
-        try:
-            if _CHILD.match(entry.name) and entry.is_dir(follow_symlinks=False):
-                children.append(entry.name)
-        except OSError:
+        if not _CHILD.match(entry.name):
             continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                children.append(entry.name)
+            elif not stat.S_ISDIR(os.stat(entry.path).st_mode):
+                reader.note(f"{rel}/{entry.name}", "not a directory")
+        except OSError as err:  # os.stat: a symlink loop (ELOOP) or a dangling link in place of a WQ/group
+            reader.note(f"{rel}/{entry.name}", reason_of(err))
     return data, children
 
 
