@@ -203,7 +203,9 @@ def evaluate(baseline: str | os.PathLike[str] | Mapping[str, Any], *, root: str 
     """
     acceptance = accept if isinstance(accept, Acceptance) else Acceptance(accept)
     if isinstance(baseline, Mapping):
-        base_snap, base_name, base_sha = dict(baseline), "<baseline>", ""
+        from hoststate.snapshot import validate
+
+        base_snap, base_name, base_sha = validate(dict(baseline), "<baseline>"), "<baseline>", ""
     else:
         base_name = os.fspath(baseline)
         base_snap, base_sha = read_baseline(base_name)

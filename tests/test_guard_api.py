@@ -226,8 +226,13 @@ def test_docs_guard_example_runs(tmp_path) -> None:
     assert blocks, "docs/guard.md has a python example"
     script = tmp_path / "example.py"
     script.write_text(blocks[0])
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, env=env,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "refused" in proc.stdout and "comparable" in proc.stdout
+
+
+def test_a_baseline_mapping_is_validated_like_a_file() -> None:
+    with pytest.raises(InputError, match="<baseline>"):
+        evaluate({"system": {}}, current=SAME)

@@ -45,7 +45,7 @@ def sweep(tmp_path):
             path = tmp_path / "sweep.sh"
             path.write_text(edit(path.read_text()))
         env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "ROOT": str(HOSTS / tree),
-               "PYTHONPATH": str(REPO)}
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         return subprocess.run(["bash", "sweep.sh", MODEL, state], cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=300)
 
