@@ -324,8 +324,10 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     if not command:
         ctx.exit(0)
     if result.accepted:
+        from hoststate.redact import redact_argv
+
         click.echo(f"hoststate guard: running as non-comparable ({len(result.accepted)} accepted): "
-                   f"{' '.join(command)}", err=True)
+                   f"{' '.join(redact_argv(list(command)))}", err=True)
     ctx.exit(run_command(command, env=command_env(result, saved=save_current)))
 
 
