@@ -342,7 +342,11 @@ def _field_diffs(where: str, saved: dict[str, Any], live: dict[str, Any]) -> lis
 
 def parse_dpkg_status(text: str, package: str = "accel-config") -> str | None:
     """The installed version of ``package`` from /var/lib/dpkg/status, or None."""
-    for stanza in text.split("\n\n"):
+    start = text.find(f"Package: {package}\n")  # the file lists every package: parse only that stanza
+    if start < 0:
+        return None
+    end = text.find("\n\n", start)
+    for stanza in (text[start:] if end < 0 else text[start:end]).split("\n\n"):
         fields: dict[str, str] = {}
         for line in stanza.splitlines():
             if line[:1] in (" ", "\t") or ":" not in line:
