@@ -213,16 +213,51 @@ def _leaves_at(data: Mapping[str, Any], path: Path) -> dict[Path, Any]:
 # -- coverage and unreadable -----------------------------------------------------------------------------------
 
 
+#: Collector statuses under which nothing it would have read is known.
+UNKNOWN_STATUSES = ("error", "timeout", "denied", "skipped")
+
+
 def _status(snap: Mapping[str, Any], name: str) -> str | None:
     entry = snap.get("collectors", {}).get(name)
     return entry.get("status") if isinstance(entry, Mapping) else None
+
+
+def _is_instance_key(key: str) -> bool:
+    """A key naming one instance (dsa0, wq0.0, GPU-<uuid>, engine2.1), as opposed to a table name (wqs, nvlink)."""
+    return any(c.isdigit() for c in key)
+
+
+def _covers(unreadable_key: str, rel: Path) -> bool:
+    """Whether an ``unreadable`` entry accounts for the snapshot path ``rel`` (below the collector's table).
+
+    Entries are either dotted snapshot paths (``devices.dsa0.clients``) or what the collector could not read,
+    named as it read it: a file under the root (``sys/bus/dsa/devices/dsa0/wq0.1/priority``) or an NVML field
+    (``GPU-<uuid>/power_limit_mw``). A file entry covers a path when its last component is one of the path's
+    keys and every instance key before that one (dsa0, wq0.1, the GPU's UUID) is among its components.
+    """
+    try:
+        listed = split_path(unreadable_key)
+    except ValueError:
+        listed = ()
+    if listed and rel[: len(listed)] == listed:
+        return True
+    parts = [p for p in unreadable_key.split("/") if p]
+    if not parts:
+        return False
+    components = set(parts)
+    for i, key in enumerate(rel):
+        if key == parts[-1] and all(k in components for k in rel[:i] if _is_instance_key(k)):
+            return True
+    return False
 
 
 def _unreadable_why(snap: Mapping[str, Any], path: Path) -> str | None:
     """Why ``path`` has no value in ``snap`` when its collector says it could not read it, else None.
 
     A value counts as unreadable when the collector lists that path (relative to its table) or a table above it
-    as unreadable, or when the collector did not finish ``ok`` (partial, error, timeout, denied, ...).
+    as unreadable, or when the collector did not get to read (error, timeout, denied, skipped). ``absent`` is
+    knowledge, not a gap: the collector looked and found nothing (no DSA device, no driver, no server), so a value
+    the baseline had is *removed* and rated by its rule; ``partial`` marks only the paths it lists.
     """
     name = path[0]
     entry = snap.get("collectors", {}).get(name)
@@ -230,14 +265,10 @@ def _unreadable_why(snap: Mapping[str, Any], path: Path) -> str | None:
         return None
     rel = path[1:]
     for key, why in (entry.get("unreadable") or {}).items():
-        try:
-            listed = split_path(key)
-        except ValueError:
-            continue
-        if rel[: len(listed)] == listed:
+        if _covers(str(key), rel):
             return str(why)
     status = entry.get("status")
-    if status not in (None, "ok"):
+    if status in UNKNOWN_STATUSES:
         reason = entry.get("reason")
         return f"collector {name} {status}" + (f": {reason}" if reason else "")
     return None

@@ -287,3 +287,42 @@ def test_library_callers_keep_deepdiff_numpy_support() -> None:
     cli = subprocess.run([sys.executable, "-c", probe.format(cli=True)], capture_output=True, text=True, timeout=120)
     assert "numpy-attempted True" in library.stdout, library.stderr
     assert "numpy-attempted False" in cli.stdout, cli.stderr
+
+
+def _snap_tree(tree: str, faults: dict | None = None) -> dict:
+    from hoststate.collectors import Context
+    from hoststate.snapshot import collect
+    from tests.faults import inject
+
+    if faults:
+        with inject(faults, on_read=True):
+            return collect(Context(root=str(HOSTS / tree)), ("dsa", "accel_config"))
+    return collect(Context(root=str(HOSTS / tree)), ("dsa", "accel_config"))
+
+
+def test_a_file_the_collector_could_not_read_is_unreadable_not_removed() -> None:
+    """Real collector output: EACCES on one WQ attribute is recorded as a file path; diff maps it to the value."""
+    import errno
+
+    base = _snap_tree("seed-experiment")
+    cur = _snap_tree("seed-experiment", {"dsa2/wq2.1/priority": errno.EACCES})
+    assert cur["collectors"]["dsa"]["unreadable"] == {"sys/bus/dsa/devices/dsa2/wq2.1/priority": "EACCES"}
+    found = by_path(compare(base, cur))
+    f = found['dsa.devices.dsa2.wqs."wq2.1".priority']
+    assert (f.change, f.old, f.severity) == ("unreadable", 10, "warning")
+    assert "EACCES" in f.new
+    assert compare(base, cur).verdict == "warning"
+
+
+def test_devices_gone_with_collector_absent_are_removed_and_invalidating() -> None:
+    """`absent` is knowledge (the driver found no device), so enabled WQs that vanished are invalidating drift."""
+    base = _snap_tree("seed-experiment")
+    cur = copy.deepcopy(base)
+    del cur["dsa"]
+    cur["collectors"]["dsa"] = {"status": "absent", "reason": "no /sys/bus/dsa"}
+    result = compare(base, cur)
+    found = by_path(result)
+    f = found['dsa.devices.dsa0.wqs."wq0.0".state']
+    assert (f.change, f.old, f.severity) == ("removed", "enabled", "invalidating")
+    assert found["collectors.dsa.status"].change == "coverage"
+    assert result.verdict == "invalidating"

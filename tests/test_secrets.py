@@ -287,8 +287,6 @@ def test_guard_command_secrets_stay_out_of_the_saved_snapshot_and_refusal(tmp_pa
     assert not corpus.leaks(proc.stdout + proc.stderr), proc.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="cli.guard prints the accepted command's argv unredacted on stderr "
-                   "('running as non-comparable ...: CMD'); cli.py is being finished by another engineer")
 def test_guard_accepted_command_line_on_stderr_is_redacted(tmp_path):
     proc = _guard_with_command(tmp_path, accept=True)
     assert not corpus.leaks(proc.stdout + proc.stderr), proc.stderr
