@@ -293,7 +293,7 @@ def _iommu(r: Reader, params: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     units = r.listdir("sys/class/iommu", record=False)
     if units is not None:
-        out["units"] = len([u for u in units if not u.startswith(".")])  # sysfs has no dotfiles; trees may
+        out["units"] = len([u for u in units if not u.startswith(".")])  # sysfs has no dotfiles; a tree may hold .keep
     for key in ("intel_iommu", "amd_iommu", "iommu", "iommu.passthrough", "iommu.strict"):
         if key in params:
             out[key.replace(".", "_")] = params[key]
