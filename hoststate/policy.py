@@ -31,10 +31,15 @@ class Rule:
     #: "set" compares a list without regard to order (a group's engine list); default "sequence".
     compare: str = "sequence"
     origin: str = ""
-    regex: re.Pattern[str] | None = None
+    #: The pattern as regex source (see pattern_source); compiled only when a rule is matched on its own.
+    source: str = ""
+
+    @functools.cached_property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile(self.source)
 
     def matches(self, joined: str) -> bool:
-        return bool(self.regex and self.regex.match(joined))
+        return bool(self.source) and self.regex.match(joined) is not None
 
 
 _SEP = "\x1f"  # separates keys for matching; never part of a key the collectors emit
@@ -47,6 +52,12 @@ def join(parts: Path) -> str:
 
 def compile_pattern(pattern: Path) -> re.Pattern[str]:
     """``*`` is one key, ``**`` zero or more keys, ``ab*`` one key starting with ``ab``, anything else a literal key."""
+    return re.compile(pattern_source(pattern))
+
+
+def pattern_source(pattern: Path) -> str:
+    """The regex source of compile_pattern; raises ValueError on a malformed key. Policies compile rules per
+    first-key bucket, so checking a rule needs no compiling of its own."""
     out = []
     for part in pattern:
         if part == "**":
@@ -60,7 +71,7 @@ def compile_pattern(pattern: Path) -> re.Pattern[str]:
             out.append(_SEP + f"[^{_SEP}]*".join(re.escape(piece) for piece in part.split("*")))
         else:
             out.append(_SEP + re.escape(part))
-    return re.compile("".join(out) + r"\Z")
+    return "".join(out) + r"\Z"
 
 
 def parse_rules(doc: dict[str, Any], origin: str) -> list[Rule]:
@@ -100,11 +111,11 @@ def parse_rules(doc: dict[str, Any], origin: str) -> list[Rule]:
             raise PolicyError(f"{where}: 'compare' must be 'sequence' or 'set'", origin)
         try:
             parts = split_path(path)
-            regex = compile_pattern(parts)
+            source = pattern_source(parts)
         except ValueError as err:
             raise PolicyError(f"{where}: bad pattern: {err}", origin) from err
         rules.append(
-            Rule(path, severity, reason, None if tolerance is None else float(tolerance), compare, origin, regex)
+            Rule(path, severity, reason, None if tolerance is None else float(tolerance), compare, origin, source)
         )
     return rules
 
@@ -123,7 +134,7 @@ class Policy:
     def _bucket(self, first: str) -> tuple[re.Pattern[str] | None, list[Rule]]:
         if first not in self._buckets:
             rules = [r for r, f in zip(self.rules, self._firsts, strict=True) if f is None or f.match(first)]
-            alternation = "|".join(f"(?P<r{i}>{r.regex.pattern})" for i, r in enumerate(rules) if r.regex)
+            alternation = "|".join(f"(?P<r{i}>{r.source})" for i, r in enumerate(rules) if r.source)
             self._buckets[first] = (re.compile(alternation) if alternation else None, rules)
         return self._buckets[first]
 
