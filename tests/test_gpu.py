@@ -90,6 +90,7 @@ def test_h200_replay_layout_and_values():
     [
         pytest.param(None, "h200-recorded-nvidia-smi-q.xml", id="replay-vs-recorded-smi"),
         pytest.param("h200-snapshot.toml", "h200-nvidia-smi-q.xml", id="real-h200-snap-vs-smi"),
+        pytest.param("h200-host2-snapshot.toml", "h200-host2-nvidia-smi-q.xml", id="second-real-h200-snap-vs-smi"),
     ],
 )
 def test_h200_agrees_with_nvidia_smi(snapshot, xml_file):
