@@ -26,11 +26,6 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
 )
 
 
-def fail(message: str, code: int = 2) -> None:
-    click.echo(f"hoststate: {message}", err=True)
-    sys.exit(code)
-
-
 def _csv(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[str] | None:
     if value is None:
         return None
@@ -395,9 +390,6 @@ def export(kind: str, file: str | None, baseline: str | None, output: str | None
         write(output, text, force=True)
     else:
         click.echo(text, nl=False)
-
-
-# -- more commands above this line --
 
 
 def main(argv: list[str] | None = None) -> None:

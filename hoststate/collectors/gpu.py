@@ -13,7 +13,6 @@ docs/gpu.md.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import uuid as uuidlib
 from collections.abc import Callable
@@ -486,6 +485,8 @@ def _fabric(nvml: Any, r: _Reader, h: Any, p: str) -> dict[str, Any] | None:
     if cls is None or fn is None:
         r.unreadable[f"{p}/fabric"] = "NotInBindings"
         return None
+    import ctypes  # lazy: only hosts with a GPU pay its import
+
     info = cls()
     try:
         fn(h, ctypes.byref(info))

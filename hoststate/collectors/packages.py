@@ -32,7 +32,6 @@ PREFIXES: tuple[str, ...] = ("nvidia-", "cuda-", "vllm-", "flashinfer-", "triton
 #: name carries no version; the first directory of a name on sys.path wins, as import would.
 _SCAN = (
     "import os, re, sys\n"
-    "from importlib import metadata\n"
     "def scan(stack, prefixes):\n"
     "    out = {}\n"
     "    for base in sys.path:\n"
@@ -50,6 +49,7 @@ _SCAN = (
     "            version = version.split('-')[0]\n"
     "            if not version:\n"
     "                try:\n"
+    "                    from importlib import metadata\n"
     "                    version = metadata.Distribution.at(os.path.join(base, entry)).version\n"
     "                except Exception:\n"
     "                    continue\n"
