@@ -150,29 +150,17 @@ def snap(output: str | None, force: bool, label: str | None, **opts: Any) -> Non
         click.echo(text, nl=False)
 
 
-def _jsonable(value: Any) -> Any:
-    import datetime as dt
-
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=False))
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def show(file: str, fmt: str) -> None:
     """Summarise a snapshot FILE for a person (or dump it as JSON). Exit 0; 2 on bad input."""
     from hoststate.show import render_summary
-    from hoststate.snapshot import load
+    from hoststate.snapshot import jsonable, load
 
     snapshot = load(file)
     if fmt == "json":
-        click.echo(json.dumps(_jsonable(snapshot), indent=2, sort_keys=True))
+        click.echo(json.dumps(jsonable(snapshot), indent=2, sort_keys=True))
     else:
         click.echo(render_summary(snapshot, file))
 
@@ -243,18 +231,6 @@ def check(ctx: click.Context, file: str | None, fmt: str, **opts: Any) -> None:
     ctx.exit(1 if any(a.severity == "warning" for a in advisories) else 0)
 
 
-def _guard_line(finding: Any) -> str:
-    from hoststate.report import show_value
-
-    if finding.change == "added":
-        what = f"added {show_value(finding.new)}"
-    elif finding.change == "removed":
-        what = f"removed (was {show_value(finding.old)})"
-    else:
-        what = f"{show_value(finding.old)} -> {show_value(finding.new)}"
-    return f"{finding.path}: {what}  ({finding.reason})"
-
-
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--baseline", "baseline", required=True, metavar="FILE",
               help="The baseline snapshot (only ever read).")
@@ -284,6 +260,7 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     import os
 
     from hoststate.guard import Acceptance, command_env, evaluate, refusal_message, run_command, with_guard_table
+    from hoststate.report import finding_line
     from hoststate.snapshot import to_toml, write
 
     if save_current:
@@ -300,13 +277,13 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     click.echo(f"hoststate guard: baseline {baseline} ({result.baseline_digest or 'no digest'}): "
                f"{result.verdict} ({counts})", err=True)
     for finding in result.refused:
-        click.echo(f"  REFUSED   {_guard_line(finding)}", err=True)
+        click.echo(f"  REFUSED   {finding_line(finding)}", err=True)
     for finding in result.accepted:
-        click.echo(f"  ACCEPTED  {_guard_line(finding)}", err=True)
+        click.echo(f"  ACCEPTED  {finding_line(finding)}", err=True)
     warnings = result.warnings
     if verbose:
         for finding in warnings:
-            click.echo(f"  warning   {_guard_line(finding)}", err=True)
+            click.echo(f"  warning   {finding_line(finding)}", err=True)
     elif warnings:
         click.echo(f"  {len(warnings)} warning(s) not listed (-v lists them)", err=True)
     for pattern in result.unused_accept:

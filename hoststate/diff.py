@@ -8,7 +8,6 @@ missing on the side whose collector was not ``ok`` is *unreadable*, not removed.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import sys
 from collections.abc import Iterator, Mapping
@@ -17,6 +16,7 @@ from typing import Any
 
 from hoststate.paths import Path, format_path, get, leaves, split_path
 from hoststate.policy import RANK, SEVERITIES, Policy, Rule, default_policy
+from hoststate.snapshot import jsonable
 
 CHANGES = ("changed", "added", "removed", "unreadable", "coverage")
 VERDICTS = ("invalidating", "warning", "clean")
@@ -62,17 +62,6 @@ class DiffResult:
             "counts": {s: self.counts.get(s, 0) for s in SEVERITIES},
             "findings": [f.to_dict() for f in self.findings],
         }
-
-
-def jsonable(value: Any) -> Any:
-    """A snapshot value as JSON can carry it: datetimes as ISO strings, lists element-wise."""
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, list):
-        return [jsonable(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: jsonable(v) for k, v in value.items()}
-    return value
 
 
 def _canon(value: Any) -> str:

@@ -9,8 +9,9 @@ import datetime as dt
 import json
 from typing import Any
 
-from hoststate.diff import DiffResult, Finding, jsonable
+from hoststate.diff import DiffResult, Finding
 from hoststate.policy import SEVERITIES
+from hoststate.snapshot import jsonable
 
 FORMATS = ("text", "json", "markdown")
 _COLOURS = {"invalidating": "\x1b[1;31m", "warning": "\x1b[33m", "info": "\x1b[36m", "ignore": "\x1b[2m"}
@@ -51,7 +52,8 @@ def _list_change(old: Any, new: Any) -> str | None:
     return f"-{show_value(gone)} +{show_value(came)}"
 
 
-def _line(f: Finding) -> str:
+def finding_line(f: Finding) -> str:
+    """One finding as `path: old -> new  (reason)`, the form of every text report and of guard's stderr."""
     if f.change == "changed" and (short := _list_change(f.old, f.new)):
         return f"{f.path}: {short}  ({f.reason})"
     if f.change == "added":
@@ -77,7 +79,7 @@ def render_text(result: DiffResult, *, baseline: str, current: str, color: bool 
         title = f"{_TITLES[severity]} ({len(group)})"
         lines.append("")
         lines.append(f"{_COLOURS[severity]}{title}{_RESET}" if color else title)
-        lines.extend(f"  {_line(f)}" for f in group)
+        lines.extend(f"  {finding_line(f)}" for f in group)
     lines.append("")
     summary = _summary(result)
     if color and result.verdict != "clean":

@@ -80,13 +80,14 @@ def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = No
     return assemble(sections, meta)
 
 
-def _canonical(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """A snapshot value as JSON can carry it: datetimes as ISO strings, lists and tables element-wise."""
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, list):
-        return [_canonical(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, Mapping):
-        return {k: _canonical(v) for k, v in value.items()}
+        return {k: jsonable(v) for k, v in value.items()}
     return value
 
 
@@ -101,7 +102,7 @@ def digest(snap: Mapping[str, Any]) -> str:
 
     policy = default_policy()
     pairs = [
-        [list(path), _canonical(value)]
+        [list(path), jsonable(value)]
         for path, value in leaves({k: v for k, v in snap.items() if k not in BOOKKEEPING})
         if policy.severity(path) == "invalidating"
     ]
