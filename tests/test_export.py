@@ -17,12 +17,11 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client import parser as prometheus_parser
 
 from hoststate import export
 from hoststate.snapshot import digest, to_toml
 from tests.test_fleet import base_snapshot
-
-prometheus_parser = pytest.importorskip("prometheus_client.parser")
 
 HOSTSTATE = [sys.executable, "-m", "hoststate"]
 
