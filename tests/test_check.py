@@ -173,3 +173,14 @@ def test_copy_does_not_mutate_input():
     before = copy.deepcopy(snap)
     run_checks(snap)
     assert snap == before
+
+
+def test_gpu_advisories_on_the_real_h200_snapshot_shape() -> None:
+    """HS301/HS302 read the keys the gpu collector really writes (the snapshot taken on a real H200)."""
+    snap = load(str(FIXTURES / "real" / "h200-snapshot.toml"))
+    assert not {a.code for a in run_checks(snap)} & {"HS301", "HS302", "HS303", "HS304", "HS305"}
+    (dev,) = snap["gpu"]["devices"].values()
+    dev["observed"]["clocks_event_reasons"] = ["gpu_idle", "sw_power_cap"]
+    dev["observed"]["processes"] = [{"pid": 4242, "name": "python3 other_job.py"}]
+    codes = {a.code for a in run_checks(snap)}
+    assert {"HS301", "HS302"} <= codes
