@@ -202,6 +202,9 @@ def _leaves_at(data: Mapping[str, Any], path: Path) -> dict[Path, Any]:
 # -- coverage and unreadable -----------------------------------------------------------------------------------
 
 
+#: Reasons that say the thing does not exist (a kernel without cpufreq, a GPU without the feature): that is
+#: knowledge, so a value the other side had is removed, not unreadable.
+ABSENCE_REASONS = ("ENOENT", "NotSupported")
 #: Collector statuses under which nothing it would have read is known.
 UNKNOWN_STATUSES = ("error", "timeout", "denied", "skipped")
 
@@ -254,7 +257,7 @@ def _unreadable_why(snap: Mapping[str, Any], path: Path) -> str | None:
         return None
     rel = path[1:]
     for key, why in (entry.get("unreadable") or {}).items():
-        if _covers(str(key), rel):
+        if str(why) not in ABSENCE_REASONS and _covers(str(key), rel):
             return str(why)
     status = entry.get("status")
     if status in UNKNOWN_STATUSES:

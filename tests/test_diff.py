@@ -326,3 +326,21 @@ def test_devices_gone_with_collector_absent_are_removed_and_invalidating() -> No
     assert (f.change, f.old, f.severity) == ("removed", "enabled", "invalidating")
     assert found["collectors.dsa.status"].change == "coverage"
     assert result.verdict == "invalidating"
+
+
+def test_a_missing_file_is_knowledge_so_its_values_are_removed(tmp_path) -> None:
+    """ENOENT (a kernel without cpufreq) is not a read failure: the governor the baseline pinned is gone."""
+    import shutil
+
+    from hoststate.collectors import Context
+    from hoststate.snapshot import collect
+
+    tree = tmp_path / "host"
+    shutil.copytree(HOSTS / "vm-nocpufreq", tree, symlinks=True)
+    cur = collect(Context(root=str(tree)), ("system",))
+    assert cur["collectors"]["system"]["unreadable"] == {"sys/devices/system/cpu/cpu0/cpufreq": "ENOENT"}
+    base = copy.deepcopy(cur)
+    base["system"]["cpufreq"] = {"governor": {"0-7": "performance"}}
+    base["collectors"]["system"] = {"status": "ok", "took_ms": 1.0}
+    f = by_path(compare(base, cur))["system.cpufreq.governor.0-7"]
+    assert (f.change, f.old, f.severity) == ("removed", "performance", "invalidating")
