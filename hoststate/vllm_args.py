@@ -118,20 +118,16 @@ _ALIASES_012 = {**{k: v for k, v in _ALIASES_011.items() if k != "-O"}, "-O": "o
                 "-cc": "compilation_config"}
 _ALIASES_033 = {**_ALIASES_012, "-ac": "attention_config", "-sc": "speculative_config"}
 
+#: Options missing before 0.11.1 (the -O level, capture-size flags and performance mode came later).
+_BEFORE_0111 = frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
+                          "performance_mode"})
+
 #: One row per version whose rules differ from the row before; add a version here and nowhere else.
 VERSIONS: tuple[Rules, ...] = (
-    Rules("0.10.0", "v10.0", "full", "ok", "level", True, _ALIASES_010, "refused", False, False,
-          frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
-                     "performance_mode"})),
-    Rules("0.10.1", "v10", "full", "ok", "level", True, _ALIASES_010, "refused", False, False,
-          frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
-                     "performance_mode"})),
-    Rules("0.10.2", "v10", "full", "ok", "level", True, _ALIASES_010, "refused", False, False,
-          frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
-                     "performance_mode"})),
-    Rules("0.11.0", "v11", "dotted-level", "ok", "level", True, _ALIASES_011, "refused", False, False,
-          frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
-                     "performance_mode"})),
+    Rules("0.10.0", "v10.0", "full", "ok", "level", True, _ALIASES_010, "refused", False, False, _BEFORE_0111),
+    Rules("0.10.1", "v10", "full", "ok", "level", True, _ALIASES_010, "refused", False, False, _BEFORE_0111),
+    Rules("0.10.2", "v10", "full", "ok", "level", True, _ALIASES_010, "refused", False, False, _BEFORE_0111),
+    Rules("0.11.0", "v11", "dotted-level", "ok", "level", True, _ALIASES_011, "refused", False, False, _BEFORE_0111),
     Rules("0.11.1", "v11", "dotted-mode", "ok", "mode", True, _ALIASES_011, "refused", True, False,
           frozenset({"optimization_level", "performance_mode"})),
     Rules("0.12.0", "opt", "optimization_level", "deprecated", "mode", True, _ALIASES_012, "NONE", True, False,
