@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from hoststate.vllm_args import VERSIONS, declare, human_int, locate, normalise, parse_cg_mode, rules_for, split_command
+from hoststate.collectors.vllm.args import (
+    VERSIONS,
+    declare,
+    human_int,
+    locate,
+    normalise,
+    parse_cg_mode,
+    rules_for,
+    split_command,
+)
 
 SEED = ("vllm serve MODEL --speculative-config '{\"method\":\"suffix\",\"num_speculative_tokens\":32}' "
         "--gpu-memory-utilization 0.85 --max-model-len 16384 -tp 8")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hoststate.vllm_log import mode_from_captures, parse_log, parse_pyrepr, split_config
+from hoststate.collectors.vllm.log import mode_from_captures, parse_log, parse_pyrepr, split_config
 from tests.conftest import FIXTURES
 
 LOGS = FIXTURES / "vllm" / "logs"

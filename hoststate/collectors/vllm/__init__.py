@@ -2,8 +2,8 @@
 
 Sources (design.md "vLLM source options"): ``--vllm-pid``, ``--vllm-cmd``, ``--vllm-log``,
 ``--vllm-url``, ``--vllm-version``; with none, running servers are discovered with psutil. The
-arguments are read by hoststate.vllm_args (vLLM's own rules, by version), the log by
-hoststate.vllm_log; secrets are removed by hoststate.redact before anything is stored.
+arguments are read by hoststate.collectors.vllm.args (vLLM's own rules, by version), the log by
+hoststate.collectors.vllm.log; secrets are removed by hoststate.redact before anything is stored.
 Nothing here raises: what cannot be read is recorded (``unreadable``, ``*_error`` keys).
 """
 
@@ -22,10 +22,10 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from hoststate.collectors import Context, Section
 from hoststate.collectors import env as env_collector
 from hoststate.collectors import packages as packages_collector
+from hoststate.collectors.vllm.args import Command, declare, locate, normalise, rules_for, split_command
+from hoststate.collectors.vllm.log import LogFacts, parse_log
 from hoststate.io import reason_of
 from hoststate.redact import redact_argv, redact_env, redact_mentions, redact_text, redact_url, redact_value
-from hoststate.vllm_args import Command, declare, locate, normalise, rules_for, split_command
-from hoststate.vllm_log import LogFacts, parse_log
 
 #: Seconds one HTTP request to ``--vllm-url`` may take.
 HTTP_TIMEOUT = 3.0
