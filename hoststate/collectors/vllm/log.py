@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from hoststate.collectors.vllm.args import COMP_NAMES, parse_cg_mode, parse_comp_mode
+from hoststate.collectors.vllm.modes import COMP_NAMES, parse_cg_mode, parse_comp_mode
 
 _VERSION_LINES = (
     re.compile(r"vLLM API server version (\S+)"),
