@@ -8,6 +8,7 @@ missing on the side whose collector was not ``ok`` is *unreadable*, not removed.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
 from collections.abc import Iterator, Mapping
@@ -64,15 +65,34 @@ class DiffResult:
         }
 
 
-def _canon(value: Any) -> str:
-    """Canonical text of a value: tells 1 from 1.0 and True from 1, which Python's == does not."""
-    return json.dumps(jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+def _typed(value: Any) -> Any:
+    """A value as JSON with its TOML type spelled out: 1, 1.0, true, "1", a datetime and its text all differ."""
+    if isinstance(value, bool):
+        return ["bool", value]
+    if isinstance(value, int):
+        return ["int", value]
+    if isinstance(value, float):
+        return ["float", repr(value)]  # tells -0.0 from 0.0; NaN equals NaN, as in the digest
+    if isinstance(value, str):
+        return ["str", value]
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return [type(value).__name__, value.isoformat()]
+    if isinstance(value, list | tuple):
+        return ["array", [_typed(v) for v in value]]
+    if isinstance(value, Mapping):
+        return ["table", {str(k): _typed(v) for k, v in value.items()}]
+    return [type(value).__name__, repr(value)]
+
+
+def leaf_key(value: Any) -> str:
+    """Canonical typed text of a leaf: two leaves are the same value exactly when their keys are equal."""
+    return json.dumps(_typed(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _same(old: Any, new: Any, rule: Rule | None) -> bool:
     if isinstance(old, list) and isinstance(new, list) and rule is not None and rule.compare == "set":
-        return sorted(map(_canon, old)) == sorted(map(_canon, new))
-    return _canon(old) == _canon(new)
+        return sorted(map(leaf_key, old)) == sorted(map(leaf_key, new))
+    return _equal_leaf(old, new)
 
 
 def _is_number(value: Any) -> bool:
@@ -118,36 +138,50 @@ def _deepdiff_class() -> Any:
     return DeepDiff
 
 
-def _strict_equal(a: Any, b: Any) -> bool:
-    """Equality that tells 1 from 1.0 and True from 1 (TOML types are part of the value)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_strict_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_strict_equal(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b) or (a != a and b != b)  # NaN equals NaN here, as in the digest
+def _equal_leaf(a: Any, b: Any) -> bool:
+    """Whether two leaves are the same typed value (see leaf_key); plain == for the common exact types."""
+    if type(a) is type(b) and type(a) in (str, int, bool):
+        return bool(a == b)
+    return leaf_key(a) == leaf_key(b)
+
+
+def _token(value: Any) -> str:
+    """What DeepDiff is shown for a leaf: a fixed-size fingerprint, never the value itself.
+
+    A list is one leaf, so DeepDiff never descends into it (its sequence diff is quadratic in the list lengths);
+    and the fingerprint follows leaf_key, so DeepDiff's own notion of equality (1 == 1.0 == True, -0.0 == 0.0)
+    can never hide a difference.
+    """
+    import hashlib
+
+    return hashlib.sha256(leaf_key(value).encode("utf-8")).hexdigest()
 
 
 def _prune(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Both tables without the keys whose values are strictly equal.
+    """Both tables without the keys whose values are equal, every remaining leaf replaced by its _token.
 
     DeepDiff spends about 0.1 ms of bookkeeping per table it walks; two snapshots of one host are equal almost
     everywhere, so dropping equal subtrees first keeps a diff of 8-GPU snapshots in milliseconds.
     """
+
+    def shadow(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: shadow(v) for k, v in value.items()}
+        return _token(value)
+
     out_a: dict[str, Any] = {}
     out_b: dict[str, Any] = {}
     for key in a.keys() | b.keys():
         if key not in b:
-            out_a[key] = a[key]
+            out_a[key] = shadow(a[key])
         elif key not in a:
-            out_b[key] = b[key]
-        elif isinstance(a[key], dict) and isinstance(b[key], dict):
+            out_b[key] = shadow(b[key])
+        elif isinstance(a[key], Mapping) and isinstance(b[key], Mapping):
             sub_a, sub_b = _prune(a[key], b[key])
             if sub_a or sub_b:
                 out_a[key], out_b[key] = sub_a, sub_b
-        elif not _strict_equal(a[key], b[key]):
-            out_a[key], out_b[key] = a[key], b[key]
+        elif isinstance(a[key], Mapping) or isinstance(b[key], Mapping) or not _equal_leaf(a[key], b[key]):
+            out_a[key], out_b[key] = shadow(a[key]), shadow(b[key])
     return out_a, out_b
 
 
@@ -166,25 +200,26 @@ def _walk_paths(base: Mapping[str, Any], cur: Mapping[str, Any], prefix: Path = 
 
 
 def _touched(baseline: Mapping[str, Any], current: Mapping[str, Any], engine: str | None = None) -> set[Path]:
-    """Paths where the trees differ, cut at the first list (a list is one leaf)."""
+    """Paths where the trees differ (a list is one leaf: DeepDiff only sees fingerprints of leaves)."""
     base, cur = _prune(baseline, current)
     if not base and not cur:
         return set()  # equal: DeepDiff is not even imported
     if (engine or ENGINE) == "walk":
         return set(_walk_paths(base, cur))
     deep_diff = _deepdiff_class()
+    # threshold_to_diff_deeper=0: never report a whole table as changed because its two sides share few keys
+    # (DeepDiff >= 8 does that below 33 % shared keys, which would hide every leaf of it).
     tree = deep_diff(base, cur, view="tree", ignore_order=False, cache_size=0, get_deep_distance=False,
-                     verbose_level=2)
+                     verbose_level=2, threshold_to_diff_deeper=0)
     paths: set[Path] = set()
     for report in tree.values():
         for level in report:
-            parts: list[str] = []
-            for key in level.path(output_format="list"):
-                if not isinstance(key, str):
-                    break  # an index into a list: the list is the leaf
-                parts.append(key)
-            if parts:
-                paths.add(tuple(parts))
+            parts = level.path(output_format="list")
+            cut = next((i for i, key in enumerate(parts) if not isinstance(key, str)), len(parts))
+            if cut:
+                paths.add(tuple(parts[:cut]))
+            else:  # the root itself: every top-level key, so that no leaf is lost
+                paths.update((key,) for key in base.keys() | cur.keys())
     return paths
 
 
