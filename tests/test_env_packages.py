@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 from hoststate import snapshot
@@ -37,21 +36,19 @@ def test_packages_reads_metadata_of_this_interpreter():
     assert "torch" not in sys.modules  # never imported to learn its version
 
 
-def test_packages_of_another_interpreter_and_a_broken_one(tmp_path):
-    report, err = packages.of_interpreter(sys.executable)
-    assert err is None and report["executable"] and isinstance(report["packages"], dict)
-    bad = tmp_path / "python"
-    bad.write_text("#!/bin/sh\nexit 3\n")
-    bad.chmod(0o755)
-    report, err = packages.of_interpreter(str(bad))
-    assert report == {} and err.startswith("exit 3")
-    report, err = packages.of_interpreter(str(tmp_path / "missing"))
-    assert err == "ENOENT"
-
-
-def test_packages_script_runs_standalone():
-    done = subprocess.run([sys.executable, "-I", "-c", packages.SCRIPT], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0 and '"packages"' in done.stdout
+def test_scan_reads_names_versions_and_legacy_metadata(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    legacy = "Name: x\nVersion: 2.8.3\n\nV: 9"
+    for d, entries in ((first, {"vllm-0.12.0.dist-info": "", "Flash_Attn.dist-info": legacy}),
+                       (second, {"vllm-0.11.0.dist-info": "", "requests-2.0.dist-info": ""})):
+        for name, meta in entries.items():
+            (d / name).mkdir(parents=True)
+            (d / name / "METADATA").write_text(meta)
+    (second / "xformers.egg-info").write_text("Metadata-Version: 1.0\nVersion: 0.0.32\n")
+    found = packages.scan([str(first), str(tmp_path / "missing"), str(second)],
+                          packages._local_listdir, packages._local_read)
+    # the first of a name on the path wins, as import would; unrelated distributions are left out
+    assert found == {"flash-attn": "2.8.3", "vllm": "0.12.0", "xformers": "0.0.32"}
 
 
 def test_packages_skipped_under_root():

@@ -2,7 +2,7 @@
 
 For each fault the real ``hoststate snap`` runs (a subprocess with ``-o FILE`` and a small
 ``--timeout``; the subprocess's own ``timeout=`` only detects a hang, nothing asserts wall-clock
-time), or, where a fault needs the live code path of a collector (accel-config, psutil), the library
+time), or, where a fault needs the live code path of a collector (accel-config, /proc), the library
 runs ``collect`` -> ``to_toml`` -> ``loads`` in-process. Then the file is loaded and the collector's
 status and recorded reason are checked.
 
@@ -24,10 +24,9 @@ import textwrap
 import threading
 from typing import Any
 
-import psutil
 import pytest
 
-from hoststate import snapshot
+from hoststate import procfiles, snapshot
 from hoststate.collectors import Context, dsa
 from hoststate.io import MAX_BYTES
 from hoststate.nvml_replay import import_pynvml, load_data
@@ -396,14 +395,14 @@ def _kill(child: subprocess.Popen) -> None:
 
 def test_discovered_process_exits_before_its_environ_is_read(fake_vllm, monkeypatch):
     child = fake_vllm("--model", "m", "--port", "18123")
-    real = psutil.Process.environ
+    real = procfiles.environ
 
-    def environ(self):
-        if self.pid == child.pid:
+    def environ(pid, unreadable):
+        if pid == child.pid:
             _kill(child)
-        return real(self)
+        return real(pid, unreadable)
 
-    monkeypatch.setattr(psutil.Process, "environ", environ)
+    monkeypatch.setattr(procfiles, "environ", environ)
     snap = snapshot.loads(snapshot.to_toml(snapshot.collect(Context(), names=("vllm",))))
     st = status(snap, "vllm")
     assert st["unreadable"][f"proc/{child.pid}/environ"] == "ESRCH"
@@ -416,14 +415,14 @@ def test_discovered_process_exits_before_its_environ_is_read(fake_vllm, monkeypa
 
 def test_named_process_exits_before_its_command_line_is_read(fake_vllm, monkeypatch):
     child = fake_vllm("--model", "m")
-    real = psutil.Process.cmdline
+    real = procfiles.cmdline
 
-    def cmdline(self):
-        if self.pid == child.pid:
+    def cmdline(pid, unreadable):
+        if pid == child.pid:
             _kill(child)
-        return real(self)
+        return real(pid, unreadable)
 
-    monkeypatch.setattr(psutil.Process, "cmdline", cmdline)
+    monkeypatch.setattr(procfiles, "cmdline", cmdline)
     snap = snapshot.loads(snapshot.to_toml(snapshot.collect(Context(vllm_pid=child.pid), names=("vllm",))))
     st = status(snap, "vllm")
     assert st["status"] == "error" and st["reason"] == f"process {child.pid} could not be read"

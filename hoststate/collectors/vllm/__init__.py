@@ -1,7 +1,7 @@
 """``[vllm]``: one vLLM server's arguments, environment, versions and CUDA graph mode.
 
 Sources (design.md "vLLM source options"): ``--vllm-pid``, ``--vllm-cmd``, ``--vllm-log``,
-``--vllm-url``, ``--vllm-version``; with none, running servers are discovered with psutil. The
+``--vllm-url``, ``--vllm-version``; with none, running servers are discovered from /proc. The
 arguments are read by hoststate.collectors.vllm.args (vLLM's own rules, by version), the log by
 hoststate.collectors.vllm.log; secrets are removed by hoststate.redact before anything is stored.
 Nothing here raises: what cannot be read is recorded (``unreadable``, ``*_error`` keys).
@@ -10,18 +10,30 @@ Nothing here raises: what cannot be read is recorded (``unreadable``, ``*_error`
 from __future__ import annotations
 
 import os
+import stat
 import sys
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from hoststate import procfiles
 from hoststate.collectors import Context, Section
 from hoststate.collectors import env as env_collector
 from hoststate.collectors import packages as packages_collector
-from hoststate.collectors.vllm.args import Command, declare, locate, normalise, rules_for, split_command
+from hoststate.collectors.vllm.args import (
+    Command,
+    ConfigLoader,
+    declare,
+    locate,
+    normalise,
+    parse_config_text,
+    rules_for,
+    split_command,
+)
 from hoststate.collectors.vllm.discovery import Proc, discover, inspect
 from hoststate.collectors.vllm.http import query_url
 from hoststate.collectors.vllm.log import LogFacts, parse_log
-from hoststate.io import reason_of
+from hoststate.io import decode, reason_of
 from hoststate.redact import redact_argv, redact_text, redact_url, redact_value
 
 DEFAULT_PORT = 8000
@@ -33,24 +45,55 @@ __all__ = ["Proc", "build", "clean", "collect", "discover", "inspect", "query_ur
 # Assembling one server
 
 
-def _read_user_file(path: str) -> tuple[str | None, str | None]:
-    """A user-given input file (log): read from the real filesystem, never under --root."""
+def read_input_file(path: str, max_bytes: int = procfiles.MAX_FILE_BYTES) -> tuple[bytes | None, str | None]:
+    """A file the user named (``--vllm-cmd``'s ``--config``): a regular file only, at most ``max_bytes``,
+    read from the real filesystem (never under --root). A FIFO, device or directory is refused at once."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read().decode("utf-8", "replace"), None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as err:
         return None, reason_of(err)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, "not a regular file"
+        data = os.read(fd, max_bytes + 1) if st.st_size <= max_bytes else b"x" * (max_bytes + 1)
+        if len(data) > max_bytes:
+            return None, f"larger than {max_bytes} bytes"
+        return data, None
+    except OSError as err:
+        return None, reason_of(err)
+    finally:
+        os.close(fd)
 
 
-def _packages(proc: Proc | None, timeout: float) -> tuple[dict[str, str], str]:
-    if proc is not None and proc.interpreter:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **proc.interpreter_env}
-        report, err = packages_collector.of_interpreter(proc.interpreter, env=env, timeout=timeout)
-        if err is None:
-            return dict(sorted(report["packages"].items())), f"server interpreter {proc.interpreter} (pid {proc.pid})"
-        current = packages_collector.installed()
-        return current, f"current interpreter {sys.executable} (server interpreter {proc.interpreter}: {err})"
-    return packages_collector.installed(), f"current interpreter {sys.executable}"
+def _config_loader(proc: Proc | None, unreadable: dict[str, str]) -> ConfigLoader:
+    """How ``--config FILE`` is read: a discovered or named process's file through its own view (its
+    cwd, its root, its user's rights); the user's own ``--vllm-cmd`` file from here, regular files only."""
+
+    def load(path: str) -> Mapping[str, Any]:
+        if proc is not None:
+            with procfiles.ProcView(proc.pid) as view:
+                data, err = view.read(path)
+            where = f"proc/{proc.pid} --config {redact_text(path)}"
+        else:
+            data, err = read_input_file(path)
+            where = f"--config {redact_text(path)}"
+        if data is None:
+            unreadable[where] = err or "unreadable"
+            raise ValueError(f"not read ({err})")
+        return parse_config_text(decode(data), path)
+
+    return load
+
+
+def _packages(proc: Proc | None, unreadable: dict[str, str]) -> tuple[dict[str, str], str, str | None]:
+    """(packages, where from, error): a process's own, read from its files; else this interpreter's."""
+    if proc is not None:
+        packages, where, err = packages_collector.of_process(proc.pid, proc.argv, proc.env)
+        if err is not None:
+            unreadable[f"proc/{proc.pid} packages"] = err
+        return packages, where, err
+    return packages_collector.installed(), f"current interpreter {sys.executable}", None
 
 
 def build(
@@ -63,13 +106,15 @@ def build(
     proc: Proc | None,
     log: LogFacts | None,
     url: dict[str, Any] | None,
+    unreadable: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """The ``[vllm]`` table of one server and whether anything in it failed to parse."""
     data: dict[str, Any] = {"source": source}
     problem = False
     if proc is not None:
         data["pid"] = proc.pid
-    packages, packages_from = _packages(proc, ctx.command_timeout)
+    unreadable = {} if unreadable is None else unreadable
+    packages, packages_from, packages_error = _packages(proc, unreadable)
 
     # Version: option, log, /version, server interpreter, current interpreter.
     version, version_from = None, None
@@ -95,7 +140,8 @@ def build(
             problem = True
         else:
             data["program"] = command.program
-            parsed = normalise(command.args, version, program=command.program)
+            parsed = normalise(command.args, version, program=command.program,
+                               config_loader=_config_loader(proc, unreadable))
             args = parsed.args
             if parsed.errors:  # messages may quote argument values
                 data["args_error"] = redact_text("; ".join(parsed.errors))
@@ -183,6 +229,10 @@ def build(
         data["env_error"] = proc.env_error
     data["packages"] = packages
     data["packages_from"] = packages_from
+    if packages_error:
+        data["packages_error"] = packages_error
+    if proc is not None and proc.decode_notes:
+        data["decode_notes"] = proc.decode_notes
     return data, problem
 
 
@@ -207,11 +257,11 @@ def collect(ctx: Context) -> Section:
 
     log: LogFacts | None = None
     if ctx.vllm_log is not None:
-        text, err = _read_user_file(ctx.vllm_log)
-        if text is None:
+        raw, err = read_input_file(ctx.vllm_log, 64 << 20)
+        if raw is None:
             sec.unreadable[ctx.vllm_log] = err or "unreadable"
         else:
-            log = parse_log(text)
+            log = parse_log(decode(raw))
     url = query_url(ctx.vllm_url) if ctx.vllm_url else None
 
     proc: Proc | None = None
@@ -261,7 +311,8 @@ def collect(ctx: Context) -> Section:
 
     if proc is not None:
         argv, env, env_from = proc.argv, proc.env, None
-    data, problem = build(ctx, source=source, argv=argv, env=env, env_from=env_from, proc=proc, log=log, url=url)
+    data, problem = build(ctx, source=source, argv=argv, env=env, env_from=env_from, proc=proc, log=log, url=url,
+                          unreadable=sec.unreadable)
     sec.data = clean(data)
     if url is not None and not url.get("reachable"):
         sec.unreadable[redact_url(ctx.vllm_url or "")] = url.get("error", "unreachable")
@@ -283,7 +334,7 @@ def _several(ctx: Context, found: list[Proc], sec: Section) -> Section:
     problem = False
     for proc in found:
         data, bad = build(ctx, source="discovered", argv=proc.argv, env=proc.env, env_from=None, proc=proc,
-                          log=None, url=None)
+                          log=None, url=None, unreadable=sec.unreadable)
         problem = problem or bad
         key = str(data.get("port", proc.pid))
         if key in servers:

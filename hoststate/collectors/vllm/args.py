@@ -305,7 +305,11 @@ ConfigLoader = Callable[[str], Mapping[str, Any]]
 def load_yaml_config(path: str) -> Mapping[str, Any]:
     """A ``--config`` YAML file as a mapping: PyYAML when installed, else flat ``key: value`` lines."""
     with open(path, encoding="utf-8") as fh:
-        text = fh.read()
+        return parse_config_text(fh.read(), path)
+
+
+def parse_config_text(text: str, path: str) -> Mapping[str, Any]:
+    """The text of a ``--config`` YAML file as a mapping (``path`` names it in errors)."""
     try:
         import yaml  # optional: not a runtime dependency
     except ImportError:

@@ -1,7 +1,8 @@
-"""Running vLLM servers, found and read with psutil: command line, environment, interpreter.
+"""Running vLLM servers, found and read from /proc: command line and environment, never executed.
 
-Parents only: forked workers repeat their parent's command line. Nothing here raises; what cannot be
-read is recorded in the caller's ``unreadable`` map with its reason.
+Parents only: forked workers repeat their parent's command line. argv and environ are read as bytes
+through the read layer and decoded with visible ``\\xNN`` escapes (hoststate.procfiles). Nothing here
+raises; what cannot be read is recorded in the caller's ``unreadable`` map with its reason.
 """
 
 from __future__ import annotations
@@ -10,123 +11,96 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoststate import procfiles
 from hoststate.collectors.vllm.args import locate
-from hoststate.io import reason_of
+from hoststate.io import Reader, reason_of
 
 
 @dataclass
 class Proc:
-    """A running server process as psutil showed it."""
+    """A running server process as /proc showed it (argv and environment decoded, never executed)."""
 
     pid: int
     argv: list[str]
     env: dict[str, str] | None = None
     env_error: str | None = None
-    interpreter: str | None = None
-    interpreter_env: dict[str, str] = field(default_factory=dict)
+    #: What was not UTF-8 in argv or environ (kept as ``\\xNN`` escapes).
+    decode_notes: list[str] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------
 # Processes
 
 
-def _psutil_reason(err: Exception) -> str:
-    import psutil
-
-    if isinstance(err, psutil.AccessDenied):
-        return "EACCES"
-    if isinstance(err, psutil.NoSuchProcess):
-        return "ESRCH"
-    if isinstance(err, OSError):
-        return reason_of(err)
-    return type(err).__name__
+def _gone(pid: int, reason: str) -> str:
+    """ENOENT on /proc/PID/... of a process that exited reads as ESRCH (no such process)."""
+    return "ESRCH" if reason == "ENOENT" and not os.path.exists(f"/proc/{pid}") else reason
 
 
-def _interpreter(proc: Any, argv: list[str], env: dict[str, str] | None) -> str | None:
-    """The server's sys.executable: argv[0] when it is a python (a venv's bin/python keeps its venv;
-    /proc/PID/exe would name the base interpreter), else /proc/PID/exe."""
-    first = argv[0] if argv else ""
-    if os.path.basename(first).startswith("python"):
-        if os.path.isabs(first) and os.path.exists(first):
-            return first
-        if "/" in first:
-            try:
-                path = os.path.join(proc.cwd(), first)
-                if os.path.exists(path):
-                    return path
-            except Exception:
-                pass
-        for d in ((env or {}).get("PATH") or "").split(os.pathsep):
-            if d and os.path.exists(os.path.join(d, first)):
-                return os.path.join(d, first)
-    try:
-        return proc.exe() or None
-    except Exception:
-        return None
+def _read_block(pid: int, what: str, unreadable: dict[str, str]) -> tuple[Any, bool]:
+    local: dict[str, str] = {}
+    value, lossy = (procfiles.cmdline if what == "cmdline" else procfiles.environ)(pid, local)
+    for key, reason in local.items():
+        unreadable[key] = _gone(pid, reason)
+    return value, lossy
 
 
 def inspect(pid: int, unreadable: dict[str, str]) -> Proc | None:
-    """One process's argv, environment and interpreter; None (reason recorded) when it cannot be read."""
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        argv = proc.cmdline()
-    except Exception as err:
-        unreadable[f"proc/{pid}/cmdline"] = _psutil_reason(err)
+    """One process's argv and environment; None (reason recorded) when its command line cannot be read."""
+    argv, lossy = _read_block(pid, "cmdline", unreadable)
+    if not argv:
+        unreadable.setdefault(f"proc/{pid}/cmdline", "empty (a kernel thread or an exited process)")
         return None
-    return _describe_proc(proc, argv, unreadable)
+    return _describe_proc(pid, argv, lossy, unreadable)
 
 
-def _describe_proc(proc: Any, argv: list[str], unreadable: dict[str, str]) -> Proc:
-    found = Proc(pid=proc.pid, argv=list(argv))
-    try:
-        found.env = dict(proc.environ())
-    except Exception as err:
-        found.env_error = _psutil_reason(err)
-        unreadable[f"proc/{proc.pid}/environ"] = found.env_error
-    found.interpreter = _interpreter(proc, found.argv, found.env)
-    env = found.env or {}
-    found.interpreter_env = {k: env[k] for k in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") if k in env}
+def _describe_proc(pid: int, argv: list[str], argv_lossy: bool, unreadable: dict[str, str]) -> Proc:
+    found = Proc(pid=pid, argv=list(argv))
+    if argv_lossy:
+        found.decode_notes.append("argv holds bytes that are not UTF-8 (kept as \\xNN escapes)")
+    env, env_lossy = _read_block(pid, "environ", unreadable)
+    if env is None:
+        found.env_error = unreadable.get(f"proc/{pid}/environ", "unreadable")
+    else:
+        found.env = env
+    if env_lossy:
+        found.decode_notes.append("the environment holds bytes that are not UTF-8 (kept as \\xNN escapes)")
     return found
 
 
-def _no_vllm_in_proc() -> bool:
-    """True when no command line under /proc mentions vllm: then psutil (about 20 ms of import and a
-    full process walk) is not needed. False whenever /proc cannot answer, so psutil decides."""
+def _ppid(pid: str) -> int:
+    """The parent pid from /proc/PID/stat (after the command name, which may hold spaces and parens)."""
     try:
-        pids = [name for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        return False
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if b"vllm" in fh.read():
-                    return False
-        except OSError:
-            continue  # exited, or not ours to read: psutil would skip it too
-    return True
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read(4096).rsplit(b")", 1)[1].split()
+        return int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def discover(unreadable: dict[str, str]) -> list[Proc]:
     """Running vLLM servers (``vllm serve``, ``python -m vllm.entrypoints.openai.api_server``, the
-    CLI module), parents only: forked workers repeat their parent's command line."""
-    if _no_vllm_in_proc():
+    CLI module), parents only: forked workers repeat their parent's command line. One pass over
+    /proc; a command line that does not mention vllm is never decoded."""
+    try:
+        pids = sorted((name for name in os.listdir("/proc") if name.isdigit()), key=int)
+    except OSError as err:
+        unreadable["proc"] = reason_of(err)
         return []
-    import psutil
-
-    matches: dict[int, tuple[Any, list[str], int]] = {}
     me = os.getpid()
-    for proc in psutil.process_iter(["pid", "ppid", "cmdline"]):
-        info = proc.info
-        argv = info.get("cmdline") or []
-        if info["pid"] == me or not argv:
+    matches: dict[int, tuple[list[str], bool, int]] = {}
+    for pid in pids:
+        if int(pid) == me:
             continue
+        data = Reader("/", {}).read_bytes(f"proc/{pid}/cmdline", record=False, max_bytes=procfiles.MAX_BLOCK_BYTES)
+        if not data or b"vllm" not in data:
+            continue  # exited, not ours to read, or not vLLM
+        argv, lossy = procfiles.decode_block(data)
         if locate(argv).program is not None:
-            matches[info["pid"]] = (proc, argv, info.get("ppid") or 0)
+            matches[int(pid)] = (argv, lossy, _ppid(pid))
     found = []
-    for _pid, (proc, argv, ppid) in sorted(matches.items()):
-        if ppid in matches and matches[ppid][1] == argv:
+    for pid, (argv, lossy, ppid) in sorted(matches.items()):
+        if ppid in matches and matches[ppid][0] == argv:
             continue
-        found.append(_describe_proc(proc, argv, unreadable))
+        found.append(_describe_proc(pid, argv, lossy, unreadable))
     return found
