@@ -79,6 +79,16 @@ def environ(pid: int, unreadable: dict[str, str]) -> tuple[dict[str, str] | None
     return env, lossy
 
 
+def gone(pid: int, proc: str = "/proc") -> bool:
+    """True when the process has exited (no /proc entry, or a zombie that is not yet reaped)."""
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as fh:
+            state = fh.read(4096).rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in (b"Z", b"X")
+
+
 # --------------------------------------------------------------------------------------------
 # Credentials
 

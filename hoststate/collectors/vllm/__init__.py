@@ -79,6 +79,8 @@ def _config_loader(proc: Proc | None, unreadable: dict[str, str]) -> ConfigLoade
             data, err = read_input_file(path)
             where = f"--config {redact_text(path)}"
         if data is None:
+            if proc is not None and procfiles.gone(proc.pid):
+                err = "ESRCH"  # it exited meanwhile
             unreadable[where] = err or "unreadable"
             raise ValueError(f"not read ({err})")
         return parse_config_text(decode(data), path)
@@ -91,6 +93,7 @@ def _packages(proc: Proc | None, unreadable: dict[str, str]) -> tuple[dict[str, 
     if proc is not None:
         packages, where, err = packages_collector.of_process(proc.pid, proc.argv, proc.env)
         if err is not None:
+            err = "ESRCH" if procfiles.gone(proc.pid) else err  # it exited meanwhile
             unreadable[f"proc/{proc.pid} packages"] = err
         return packages, where, err
     return packages_collector.installed(), f"current interpreter {sys.executable}", None

@@ -34,7 +34,7 @@ class Proc:
 
 def _gone(pid: int, reason: str) -> str:
     """ENOENT on /proc/PID/... of a process that exited reads as ESRCH (no such process)."""
-    return "ESRCH" if reason == "ENOENT" and not os.path.exists(f"/proc/{pid}") else reason
+    return "ESRCH" if reason == "ENOENT" and procfiles.gone(pid) else reason
 
 
 def _read_block(pid: int, what: str, unreadable: dict[str, str]) -> tuple[Any, bool]:
