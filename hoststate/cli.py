@@ -32,6 +32,15 @@ def _csv(_ctx: click.Context, _param: click.Parameter, value: str | None) -> lis
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _timeout(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
+    from hoststate.guard import check_timeout
+
+    try:
+        return check_timeout(value)
+    except InputError as err:
+        raise click.BadParameter(f"{value!r} is not a finite number of seconds greater than 0") from err
+
+
 def collector_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Options shared by every command that snaps a host (snap, guard, check, export)."""
     opts = [
@@ -40,8 +49,8 @@ def collector_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      "skipped under a prefix."),
         click.option("--only", callback=_csv, metavar="C,..", help="Run only these collectors."),
         click.option("--skip", callback=_csv, metavar="C,..", help="Skip these collectors."),
-        click.option("--timeout", default=20.0, show_default=True, type=click.FloatRange(min=0.1),
-                     help="Seconds one collector may take before it is recorded as 'timeout'."),
+        click.option("--timeout", default=20.0, show_default=True, type=float, callback=_timeout,
+                     help="Seconds one collector may take before it is recorded as 'timeout' (finite, above 0)."),
         click.option("--vllm-pid", type=int, metavar="PID", help="Describe the vLLM server with this pid."),
         click.option("--vllm-cmd", metavar="CMD",
                      help="The exact command a benchmark will start, e.g. \"vllm serve MODEL -tp 8\"."),
@@ -239,6 +248,9 @@ def check(ctx: click.Context, file: str | None, fmt: str, **opts: Any) -> None:
 @click.option("--accept", "accept", multiple=True, metavar="PATTERN",
               help="Proceed past invalidating findings whose path matches (policy syntax: * one key, ** any); "
               "the run is then labelled non-comparable (repeatable).")
+@click.option("--allow-unreadable", "allow_unreadable", is_flag=True,
+              help="Proceed past invalidating values that could not be read now (or in the baseline): collector "
+              "error, timeout, skipped, denied, an unreadable file; the run is then labelled non-comparable.")
 @click.option("--save-current", "save_current", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write the current snapshot here with a [guard] table (baseline, verdict, accepted findings).")
 @click.option("--force", is_flag=True, help="Let --save-current replace an existing FILE.")
@@ -248,8 +260,8 @@ def check(ctx: click.Context, file: str | None, fmt: str, **opts: Any) -> None:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD ARGS...]")
 @click.pass_context
 def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], accept: tuple[str, ...],
-          save_current: str | None, force: bool, label: str | None, verbose: bool, command: tuple[str, ...],
-          **opts: Any) -> None:
+          allow_unreadable: bool, save_current: str | None, force: bool, label: str | None, verbose: bool,
+          command: tuple[str, ...], **opts: Any) -> None:
     """Snap this host, diff it against a baseline, and run CMD only when they are comparable.
 
     Refuses (exit 3, the findings on stderr, CMD not started) when any finding is invalidating and not
@@ -269,7 +281,8 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
         if not force and os.path.lexists(save_current):
             raise WriteError(f"{save_current}: exists; use --force to replace it")
     acceptance = Acceptance(accept)
-    result = evaluate(baseline, policy_files=policy_files, accept=acceptance, label=label, **opts)
+    result = evaluate(baseline, policy_files=policy_files, accept=acceptance, allow_unreadable=allow_unreadable,
+                      label=label, **opts)
     if verbose:
         for line in summary_lines(result.current):
             click.echo(line, err=True)

@@ -3,7 +3,8 @@
 DeepDiff finds where the two trees differ; this module turns its report into leaf findings (a list is one leaf,
 a table added or removed is each of its leaves), applies the policy (severity, tolerance, set-vs-sequence lists),
 and treats the bookkeeping tables specially: ``collectors.<name>.status`` gives *coverage* findings, and a value
-missing on the side whose collector was not ``ok`` is *unreadable*, not removed. Pure: no I/O, no click.
+missing on the side whose collector could not read it is *unreadable*, not removed, and rated by its rule as if it
+had changed (fail closed). Pure: no I/O, no click.
 """
 
 from __future__ import annotations
@@ -272,8 +273,12 @@ def _covers(unreadable_key: str, rel: Path) -> bool:
     if not parts:
         return False
     components = set(parts)
+    # A file names a key as it is (wq0.1/priority), or two keys joined (numa_balancing for numa.balancing), or a
+    # key is the file's last two components joined (intel_pstate/max_perf_pct for intel_pstate_max_perf_pct).
+    names = {parts[-1]} | ({f"{parts[-2]}_{parts[-1]}"} if len(parts) > 1 else set())
     for i, key in enumerate(rel):
-        if key == parts[-1] and all(k in components for k in rel[:i] if _is_instance_key(k)):
+        joined = {key} | ({f"{rel[i - 1]}_{key}"} if i else set())
+        if names & joined and all(k in components for k in rel[:i] if _is_instance_key(k)):
             return True
     return False
 
@@ -346,21 +351,18 @@ def _finding(policy: Policy, path: Path, old: Any, new: Any, baseline: Mapping[s
         why = _unreadable_why(current, path)
         if why is not None:
             return Finding(format_path(path), "unreadable", old, f"<unreadable: {why}>",
-                           _cap_warning(severity), pattern, _UNREADABLE.format(side="current snapshot", reason=reason))
+                           severity, pattern, _UNREADABLE.format(side="current snapshot", reason=reason))
         return Finding(format_path(path), "removed", old, None, severity, pattern, reason)
     why = _unreadable_why(baseline, path)
     if why is not None:
-        return Finding(format_path(path), "unreadable", f"<unreadable: {why}>", new, _cap_warning(severity),
+        return Finding(format_path(path), "unreadable", f"<unreadable: {why}>", new, severity,
                        pattern, _UNREADABLE.format(side="baseline", reason=reason))
     return Finding(format_path(path), "added", None, new, severity, pattern, reason)
 
 
-_UNREADABLE = "Not readable in the {side}, so not known to have changed; if it did: {reason}"
-
-
-def _cap_warning(severity: str) -> str:
-    """An unreadable value is not known to have drifted: at most a warning, like a coverage gap."""
-    return severity if RANK[severity] >= RANK["warning"] else "warning"
+#: An unreadable value is rated by its rule as if it had changed: what could not be read is not known to match,
+#: so an invalidating one makes `diff` exit 1 and `guard` refuse (fail closed) unless it is accepted.
+_UNREADABLE = "Not readable in the {side}, so not known to be unchanged; rated as a change: {reason}"
 
 
 def compare(baseline: dict, current: dict, policy: Policy | None = None, *,

@@ -49,6 +49,8 @@ __all__ = [
 ]
 
 VERDICTS = ("comparable", "non-comparable", "refused")
+#: ``accepted_by`` of an unreadable finding accepted by ``allow_unreadable`` rather than by a pattern.
+ALLOW_UNREADABLE = "--allow-unreadable"
 #: The table a guarded run's saved snapshot carries; never part of what is compared.
 GUARD_TABLE = "guard"
 
@@ -103,6 +105,8 @@ class GuardResult:
     #: Accept patterns that matched no invalidating finding.
     unused_accept: list[str] = field(default_factory=list)
     policy_files: tuple[str, ...] = ()
+    #: Every unreadable invalidating finding was accepted (``--allow-unreadable``).
+    allow_unreadable: bool = False
 
     @property
     def findings(self) -> list[Finding]:
@@ -126,6 +130,7 @@ class GuardResult:
             "baseline": self.baseline,
             "baseline_digest": self.baseline_digest,
             "current_digest": current.get("digest", ""),
+            "allow_unreadable": self.allow_unreadable,
             "accepted": [f.to_dict() for f in self.accepted],
             "refused": [f.to_dict() for f in self.refused],
             "diff": self.diff.to_dict(self.baseline, "<this host>"),
@@ -160,6 +165,16 @@ def _host_state(snap: Mapping[str, Any]) -> dict[str, Any]:
 # -- snapping ----------------------------------------------------------------------------------------------------
 
 
+def check_timeout(seconds: Any) -> float:
+    """``seconds`` when it is a finite number above 0; InputError otherwise (nan or inf would never time out)."""
+    import math
+
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) \
+            or seconds <= 0:
+        raise InputError(f"--timeout {seconds!r}: must be a finite number of seconds greater than 0")
+    return float(seconds)
+
+
 def snap_host(*, root: str = "/", only: Sequence[str] | None = None, skip: Sequence[str] | None = None,
               timeout: float = 20.0, vllm_pid: int | None = None, vllm_cmd: str | None = None,
               vllm_log: str | None = None, vllm_url: str | None = None, vllm_version: str | None = None,
@@ -169,6 +184,7 @@ def snap_host(*, root: str = "/", only: Sequence[str] | None = None, skip: Seque
     from hoststate.snapshot import collect
 
     root = os.fspath(root) or "/"
+    timeout = check_timeout(20.0 if timeout is None else timeout)
     if not os.path.isdir(root):
         raise InputError(f"--root {root}: not a directory")
     try:
@@ -176,7 +192,7 @@ def snap_host(*, root: str = "/", only: Sequence[str] | None = None, skip: Seque
     except ValueError as err:
         raise InputError(str(err)) from err
     ctx = Context(root=root, vllm_pid=vllm_pid, vllm_cmd=vllm_cmd, vllm_log=vllm_log, vllm_url=vllm_url,
-                  vllm_version=vllm_version, timeout=timeout or 20.0)
+                  vllm_version=vllm_version, timeout=timeout)
     return collect(ctx, names, label=label)
 
 
@@ -188,7 +204,8 @@ def evaluate(baseline: str | os.PathLike[str] | Mapping[str, Any], *, root: str 
              vllm_pid: int | None = None, vllm_cmd: str | None = None, vllm_log: str | None = None,
              vllm_url: str | None = None, vllm_version: str | None = None, label: str | None = None,
              policy_files: Sequence[str] = (), policy: Policy | None = None,
-             accept: Iterable[str] | Acceptance = (), current: Mapping[str, Any] | None = None) -> GuardResult:
+             accept: Iterable[str] | Acceptance = (), allow_unreadable: bool = False,
+             current: Mapping[str, Any] | None = None) -> GuardResult:
     """Snap this host (or use ``current``), diff it against ``baseline`` and rate the outcome; never raises a refusal.
 
     :param baseline: a snapshot file path (read-only) or an already loaded snapshot mapping.
@@ -196,6 +213,8 @@ def evaluate(baseline: str | os.PathLike[str] | Mapping[str, Any], *, root: str 
         ``vllm_cmd`` is the exact command of the server the benchmark is about to start.
     :param policy_files: user policy files, tried before the shipped default (ignored when ``policy`` is given).
     :param accept: path patterns whose invalidating findings are accepted (the run is then ``non-comparable``).
+    :param allow_unreadable: accept every invalidating finding whose value could not be read on one side
+        (change ``unreadable``); without it such a finding refuses like any other (guard fails closed).
     :param current: a snapshot to use instead of snapping the host.
     :returns: a GuardResult; ``result.ok`` is False (verdict ``refused``) when an invalidating finding was not
         accepted. :func:`check_baseline` raises GuardRefused instead.
@@ -221,7 +240,10 @@ def evaluate(baseline: str | os.PathLike[str] | Mapping[str, Any], *, root: str 
     for finding in diff.findings:
         if finding.severity != "invalidating":
             continue
-        (accepted if acceptance.match(finding.path) else refused).append(finding)
+        by = acceptance.match(finding.path)
+        if by is None and allow_unreadable and finding.change == "unreadable":
+            by = ALLOW_UNREADABLE
+        (accepted if by else refused).append(finding)
     verdict = "refused" if refused else "non-comparable" if accepted else "comparable"
     return GuardResult(
         verdict=verdict,
@@ -235,6 +257,7 @@ def evaluate(baseline: str | os.PathLike[str] | Mapping[str, Any], *, root: str 
         accept=acceptance.patterns,
         unused_accept=acceptance.unused,
         policy_files=tuple(policy_files),
+        allow_unreadable=allow_unreadable,
     )
 
 
@@ -243,8 +266,10 @@ def refusal_message(result: GuardResult) -> str:
     n = len(result.refused)
     first = result.refused[0].path if result.refused else ""
     more = f" and {n - 1} more" if n > 1 else ""
+    unread = sum(1 for f in result.refused if f.change == "unreadable")
+    unread_note = f", {unread} of them unreadable (--allow-unreadable accepts those)" if unread else ""
     return (f"refused: {n} invalidating finding{'s' if n != 1 else ''} against baseline {result.baseline} "
-            f"({first}{more}); re-measure the baseline on this host state, or --accept PATTERN to run "
+            f"({first}{more}{unread_note}); re-measure the baseline on this host state, or --accept PATTERN to run "
             "knowingly as non-comparable")
 
 
@@ -303,12 +328,14 @@ def guard_table(result: GuardResult, *, command: Sequence[str] | None = None) ->
         table["policy"] = [os.path.abspath(p) for p in result.policy_files]
     if result.accept:
         table["accept"] = list(result.accept)
+    if result.allow_unreadable:
+        table["allow_unreadable"] = True
     if command:
         from hoststate.redact import redact_argv
 
         table["command"] = redact_argv(list(command))
     matcher = Acceptance(result.accept)
-    table["accepted"] = [_finding_record(f, matcher.match(f.path)) for f in result.accepted]
+    table["accepted"] = [_finding_record(f, matcher.match(f.path) or ALLOW_UNREADABLE) for f in result.accepted]
     if result.refused:
         table["refused"] = [_finding_record(f) for f in result.refused]
     return table

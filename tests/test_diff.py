@@ -96,10 +96,11 @@ def test_coverage_finding_when_a_collector_stops_being_ok():
     cov = found["collectors.gpu.status"]
     assert (cov.change, cov.old, cov.new, cov.severity, cov.rule) == ("coverage", "ok", "timeout", "warning",
                                                                       "coverage")
-    # values the current side could not read are "unreadable", never "removed", and not invalidating
+    # values the current side could not read are "unreadable", never "removed", and rated by their rule as if they
+    # had changed: not known to match (fail closed)
     assert found["gpu.count"].change == "unreadable"
     assert found["gpu.count"].new.startswith("<unreadable: collector gpu timeout")
-    assert found["gpu.count"].severity == "warning"
+    assert found["gpu.count"].severity == "invalidating"
     # and the other way round
     back = by_path(compare(cur, base))
     assert back["collectors.gpu.status"].change == "coverage"
@@ -309,9 +310,9 @@ def test_a_file_the_collector_could_not_read_is_unreadable_not_removed() -> None
     assert cur["collectors"]["dsa"]["unreadable"] == {"sys/bus/dsa/devices/dsa2/wq2.1/priority": "EACCES"}
     found = by_path(compare(base, cur))
     f = found['dsa.devices.dsa2.wqs."wq2.1".priority']
-    assert (f.change, f.old, f.severity) == ("unreadable", 10, "warning")
+    assert (f.change, f.old, f.severity) == ("unreadable", 10, "invalidating")
     assert "EACCES" in f.new
-    assert compare(base, cur).verdict == "warning"
+    assert compare(base, cur).verdict == "invalidating"
 
 
 def test_devices_gone_with_collector_absent_are_removed_and_invalidating() -> None:
