@@ -367,8 +367,10 @@ def check_collectors(snap: Mapping[str, Any]) -> Iterator[Advisory]:
 
 def check_unreadable(snap: Mapping[str, Any]) -> Iterator[Advisory]:
     for name, entry in _collectors(snap):
-        if entry.get("status") == "partial":
-            n = len(entry.get("unreadable") or {})
+        unreadable = entry.get("unreadable") if isinstance(entry.get("unreadable"), Mapping) else {}
+        # ENOENT and NotSupported say a thing does not exist (a VM without cpufreq): knowledge, not a failed read.
+        n = sum(1 for why in unreadable.values() if why not in ("ENOENT", "ENOTDIR", "NotSupported"))
+        if entry.get("status") == "partial" and n:
             yield _adv("HS902", "info", f"collector {name} could not read {n} value(s); see "
                        f"collectors.{name}.unreadable", ("collectors", name, "unreadable"))
 

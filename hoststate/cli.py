@@ -1,12 +1,14 @@
-"""The command line: parse, call one library function, render, exit with design.md's codes.
+"""The command line: parse, call one library function, render, exit with the documented codes (README.md).
 
 Every error is one line on stderr (``hoststate: ...``); ``--debug`` shows the traceback instead.
 Imports of heavy modules (deepdiff, pynvml) happen inside the commands that need them.
+A file argument ``-`` is stdin (an input) or stdout (an output); colour only on a terminal and never with NO_COLOR.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +26,52 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (WriteError, 2),
     (HoststateError, 2),
 )
+
+
+#: The file name that means stdin (an input) or stdout (an output).
+STDIO = "-"
+#: Largest snapshot read from stdin, as for a file (a host's snapshot is tens of KiB).
+STDIN_MAX_BYTES = 8 << 20
+
+
+def use_color(fmt: str = "text") -> bool:
+    """Colour for a text report on a terminal, unless NO_COLOR is set to anything non-empty (no-color.org)."""
+    return fmt == "text" and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def read_stdin(what: str = "snapshot") -> bytes:
+    """Stdin's bytes for ``-``, under the same size cap as a snapshot file."""
+    data = sys.stdin.buffer.read(STDIN_MAX_BYTES + 1)
+    if len(data) > STDIN_MAX_BYTES:
+        raise InputError(f"{what} on stdin is larger than {STDIN_MAX_BYTES} bytes", "-")
+    return data
+
+
+def load_snapshot(name: str) -> dict[str, Any]:
+    """A snapshot from the file ``name``, or from stdin when it is ``-``."""
+    from hoststate.snapshot import load, loads
+
+    if name == STDIO:
+        return loads(read_stdin(), "<stdin>")
+    return load(name)
+
+
+def prepare_output(path: str | None, force: bool, option: str = "-o") -> None:
+    """Before any collecting: create a missing parent directory and refuse an existing file without --force,
+    so a write never fails after minutes of work. ``-`` and no path mean stdout."""
+    if not path or path == STDIO:
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as err:
+        raise WriteError(f"{option} {path}: cannot create directory {parent}: {err.strerror}") from err
+    if not os.path.isdir(parent):
+        raise WriteError(f"{option} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK):
+        raise WriteError(f"{option} {path}: directory {parent} is not writable")
+    if not force and os.path.lexists(path):
+        raise WriteError(f"{path}: exists; use --force to replace it")
 
 
 def _csv(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[str] | None:
@@ -66,13 +114,13 @@ def collector_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def make_context(opts: dict[str, Any]) -> tuple[Any, tuple[str, ...]]:
     """A collector Context and the selected collector names from the shared options."""
-    import os
-
     from hoststate.collectors import Context, select
 
     root = opts.get("root") or "/"
     if not os.path.isdir(root):
-        raise InputError(f"--root {root}: not a directory")
+        raise click.UsageError(f"--root {root}: not a directory")
+    if not any(os.path.isdir(os.path.join(root, sub)) for sub in ("sys", "proc")):
+        raise click.UsageError(f"--root {root}: holds neither sys nor proc; give the top of a captured host tree")
     try:
         names = select(opts.get("only"), opts.get("skip"))
     except ValueError as err:
@@ -132,82 +180,88 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 @cli.command()
-@click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Write the snapshot here (atomically) instead of stdout.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), metavar="FILE",
+              help="Write the snapshot here (atomically; missing directories are created) instead of stdout; "
+              "'-' is stdout.")
 @click.option("--force", is_flag=True, help="Replace FILE if it exists (never done silently).")
 @click.option("--label", metavar="TEXT", help="A free-form label stored in [hoststate].label.")
+@click.option("-q", "--quiet", is_flag=True, help="No digest and per-collector lines on stderr.")
 @collector_options
-def snap(output: str | None, force: bool, label: str | None, **opts: Any) -> None:
+def snap(output: str | None, force: bool, label: str | None, quiet: bool, **opts: Any) -> None:
     """Snapshot this host into a TOML fingerprint (stdout, or -o FILE).
 
-    Prints the digest and one summary line per collector on stderr. Exit 0 when written (also when
-    some collectors are absent or partial), 2 on a usage error or when the file could not be written.
+    Prints the digest and one summary line per collector on stderr (not with --quiet). Exit 0 when written
+    (also when some collectors are absent or partial), 2 on a usage error or when the file could not be written.
     """
     from hoststate.snapshot import to_toml, write
 
-    if output and not force:
-        import os
-
-        if os.path.lexists(output):
-            raise WriteError(f"{output}: exists; use --force to replace it")
-    snapshot = take_snapshot(opts, label)
+    prepare_output(output, force)
+    snapshot = take_snapshot(opts, label, quiet=quiet)
     text = to_toml(snapshot)
-    if output:
+    if output and output != STDIO:
         write(output, text, force=force)
-        click.echo(f"wrote {output}", err=True)
+        if not quiet:
+            click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)
 
 
 @cli.command()
-@click.argument("file", type=click.Path(dir_okay=False, allow_dash=False))
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def show(file: str, fmt: str) -> None:
-    """Summarise a snapshot FILE for a person (or dump it as JSON). Exit 0; 2 on bad input."""
+    """Summarise a snapshot FILE ('-': stdin) for a person (or dump it as JSON). Exit 0; 2 on bad input."""
     from hoststate.show import render_summary
-    from hoststate.snapshot import jsonable, load
+    from hoststate.snapshot import jsonable
 
-    snapshot = load(file)
+    snapshot = load_snapshot(file)
     if fmt == "json":
         click.echo(json.dumps(jsonable(snapshot), indent=2, sort_keys=True))
     else:
-        click.echo(render_summary(snapshot, file))
+        click.echo(render_summary(snapshot, "<stdin>" if file == STDIO else file))
 
 
 @cli.command()
-@click.argument("baseline", type=click.Path(dir_okay=False))
-@click.argument("current", type=click.Path(dir_okay=False))
+@click.argument("baseline", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("current", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--policy", "policies", multiple=True, type=click.Path(dir_okay=False), metavar="P",
               help="A policy file tried before the shipped rules (repeatable; first match wins).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
-@click.option("--all", "include_ignored", is_flag=True, help="Also list findings the policy rates 'ignore'.")
+@click.option("-v", "--verbose", is_flag=True, help="List every finding, not only one line per rule.")
+@click.option("--all", "include_ignored", is_flag=True,
+              help="List every finding, also those the policy rates 'ignore' (implies -v).")
 @click.pass_context
 def diff(ctx: click.Context, baseline: str, current: str, policies: tuple[str, ...], fmt: str,
-         include_ignored: bool) -> None:
-    """Compare two snapshots under a policy, findings grouped by severity.
+         verbose: bool, include_ignored: bool) -> None:
+    """Compare two snapshots under a policy: a summary line per subsystem, then the findings by rule.
+
+    Either snapshot may be '-' (stdin), not both.
 
     Exit 0 when nothing is invalidating, 1 when something is, 2 on bad input (snapshot or policy).
     """
     from hoststate.diff import compare
     from hoststate.policy import load_policy
     from hoststate.report import render_diff
-    from hoststate.snapshot import load
 
+    if baseline == current == STDIO:
+        raise click.UsageError("only one of BASELINE and CURRENT can be '-' (stdin)")
     policy = load_policy(list(policies))
-    result = compare(load(baseline), load(current), policy, include_ignored=include_ignored)
-    color = fmt == "text" and sys.stdout.isatty()
-    click.echo(render_diff(result, fmt, baseline=baseline, current=current, color=color), nl=False)
+    result = compare(load_snapshot(baseline), load_snapshot(current), policy, include_ignored=include_ignored)
+    color = use_color(fmt)
+    click.echo(render_diff(result, fmt, baseline=baseline, current=current, color=color,
+                           verbose=verbose or include_ignored), nl=False)
     ctx.exit(1 if result.verdict == "invalidating" else 0)
 
 
 @cli.command()
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 def digest(file: str) -> None:
-    """Print the snapshot's digest (sha256 over the values the default policy rates invalidating). Exit 0; 2."""
-    from hoststate.snapshot import digest as compute
-    from hoststate.snapshot import load
+    """Print the snapshot's digest (sha256 over the values the default policy rates invalidating). Exit 0; 2.
 
-    snapshot = load(file)
+    FILE '-' is stdin."""
+    from hoststate.snapshot import digest as compute
+
+    snapshot = load_snapshot(file)
     stored = snapshot["hoststate"]["digest"]
     fresh = compute(snapshot)
     if stored != fresh:
@@ -217,7 +271,7 @@ def digest(file: str) -> None:
 
 
 @cli.command()
-@click.argument("file", required=False, type=click.Path(dir_okay=False))
+@click.argument("file", required=False, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
 @collector_options
 @click.pass_context
@@ -228,14 +282,9 @@ def check(ctx: click.Context, file: str | None, fmt: str, **opts: Any) -> None:
     """
     from hoststate.check import render_checks, run_checks
 
-    if file:
-        from hoststate.snapshot import load
-
-        snapshot = load(file)
-    else:
-        snapshot = take_snapshot(opts, quiet=True)
+    snapshot = load_snapshot(file) if file else take_snapshot(opts, quiet=True)
     advisories = run_checks(snapshot)
-    color = fmt == "text" and sys.stdout.isatty()
+    color = use_color(fmt)
     click.echo(render_checks(advisories, fmt, color=color), nl=False)
     ctx.exit(1 if any(a.severity == "warning" for a in advisories) else 0)
 
@@ -267,19 +316,20 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     Refuses (exit 3, the findings on stderr, CMD not started) when any finding is invalidating and not
     accepted with --accept. Otherwise runs CMD with the terminal, stdin and signals, and exits with its
     status (128+N when a signal N killed it); 0 when no CMD is given. Exit 2 on bad input (a missing or bad
-    baseline, policy or pattern), CMD not started. The baseline file is never written.
+    baseline, policy or pattern), CMD not started. The baseline file is never written. Neither --baseline nor
+    --save-current may be '-': stdin and stdout belong to CMD.
     """
-    import os
-
     from hoststate.guard import Acceptance, command_env, evaluate, refusal_message, run_command, with_guard_table
-    from hoststate.report import finding_line
+    from hoststate.report import finding_line, importance, summarize
     from hoststate.snapshot import to_toml, write
 
+    for option, value in (("--baseline", baseline), ("--save-current", save_current)):
+        if value == STDIO:
+            raise click.UsageError(f"{option} -: stdin and stdout belong to the guarded command; name a file")
     if save_current:
         if os.path.lexists(baseline) and os.path.realpath(save_current) == os.path.realpath(baseline):
             raise InputError(f"--save-current {save_current}: is the baseline; the baseline is never written")
-        if not force and os.path.lexists(save_current):
-            raise WriteError(f"{save_current}: exists; use --force to replace it")
+        prepare_output(save_current, force, "--save-current")
     acceptance = Acceptance(accept)
     result = evaluate(baseline, policy_files=policy_files, accept=acceptance, allow_unreadable=allow_unreadable,
                       label=label, **opts)
@@ -289,7 +339,9 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     counts = ", ".join(f"{result.diff.counts.get(s, 0)} {s}" for s in ("invalidating", "warning", "info"))
     click.echo(f"hoststate guard: baseline {baseline} ({result.baseline_digest or 'no digest'}): "
                f"{result.verdict} ({counts})", err=True)
-    for finding in result.refused:
+    for line in summarize(result.refused):
+        click.echo(f"  {line.severity.upper():<12}  {line.text}", err=True)
+    for finding in sorted(result.refused, key=importance):
         click.echo(f"  REFUSED   {finding_line(finding)}", err=True)
     for finding in result.accepted:
         click.echo(f"  ACCEPTED  {finding_line(finding)}", err=True)
@@ -334,16 +386,16 @@ def fleet(ctx: click.Context, paths: tuple[str, ...], reference: str | None, fmt
     from hoststate.fleet import render, run_fleet
 
     report = run_fleet(paths, reference=reference, jobs=jobs or None)
-    click.echo(render(report, fmt, color=fmt == "text" and sys.stdout.isatty()), nl=False)
+    click.echo(render(report, fmt, color=use_color(fmt)), nl=False)
     ctx.exit(report.exit_code)
 
 
 @cli.command()
 @click.argument("kind", type=click.Choice(["prometheus", "nfd"]))
-@click.argument("file", required=False, type=click.Path(dir_okay=False))
-@click.option("--baseline", type=click.Path(dir_okay=False), metavar="B",
-              help="Add drift against this baseline snapshot (default policy).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="FILE",
+@click.argument("file", required=False, type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--baseline", type=click.Path(dir_okay=False, allow_dash=True), metavar="B",
+              help="Add drift against this baseline snapshot (default policy); '-' is stdin.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), metavar="FILE",
               help="Write here atomically (replacing it) instead of stdout: a node_exporter textfile *.prom, "
               "or a file in /etc/kubernetes/node-feature-discovery/features.d/.")
 @click.option("--expires-in", type=click.IntRange(min=1), metavar="SECONDS",
@@ -359,7 +411,10 @@ def export(kind: str, file: str | None, baseline: str | None, output: str | None
     import datetime as dt
 
     from hoststate.export import to_nfd, to_prometheus
-    from hoststate.snapshot import load, write
+    from hoststate.snapshot import write
+
+    if file == STDIO and baseline == STDIO:
+        raise click.UsageError("only one of FILE and --baseline can be '-' (stdin)")
 
     if file is not None:
         used = [name for name in ("only", "skip", "vllm_pid", "vllm_cmd", "vllm_log", "vllm_url", "vllm_version")
@@ -367,23 +422,25 @@ def export(kind: str, file: str | None, baseline: str | None, output: str | None
         if used or label:
             names = ", ".join("--" + n.replace("_", "-") for n in used + (["label"] if label else []))
             raise click.UsageError(f"{names}: only for a live snapshot (without FILE)")
-        snapshot = load(file)
+        snapshot = load_snapshot(file)
     else:
+        prepare_output(output, force=True)
         snapshot = take_snapshot(opts, label, quiet=True)
-    base = load(baseline) if baseline else None
+    base = load_snapshot(baseline) if baseline else None
     if kind == "prometheus":
         text = to_prometheus(snapshot, base)
     else:
         expires = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=expires_in) if expires_in else None
         text = to_nfd(snapshot, base, expires=expires)
-    if output:
+    if output and output != STDIO:
+        prepare_output(output, force=True)
         write(output, text, force=True)
     else:
         click.echo(text, nl=False)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the CLI, turning every error into one line and design.md's exit code."""
+    """Entry point: run the CLI, turning every error into one line and its documented exit code."""
     import hoststate
 
     hoststate.IN_CLI = True

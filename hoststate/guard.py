@@ -262,15 +262,16 @@ def evaluate(baseline: str | os.PathLike[str] | Mapping[str, Any], *, root: str 
 
 
 def refusal_message(result: GuardResult) -> str:
-    """One line saying why the baseline is refused."""
+    """One line saying why the baseline is refused, naming the most important finding (report.headline)."""
+    from hoststate.report import headline, importance, safe
+
     n = len(result.refused)
-    first = result.refused[0].path if result.refused else ""
-    more = f" and {n - 1} more" if n > 1 else ""
+    top = min(result.refused, key=importance).path if result.refused else ""
     unread = sum(1 for f in result.refused if f.change == "unreadable")
     unread_note = f", {unread} of them unreadable (--allow-unreadable accepts those)" if unread else ""
-    return (f"refused: {n} invalidating finding{'s' if n != 1 else ''} against baseline {result.baseline} "
-            f"({first}{more}{unread_note}); re-measure the baseline on this host state, or --accept PATTERN to run "
-            "knowingly as non-comparable")
+    return (f"refused: {n} invalidating finding{'s' if n != 1 else ''} against baseline {safe(str(result.baseline))}, "
+            f"most important: {headline(result.refused)} ({safe(top)}){unread_note}; re-measure the baseline on this "
+            "host state, or --accept PATTERN to run knowingly as non-comparable")
 
 
 def check_baseline(baseline: str | os.PathLike[str] | Mapping[str, Any], **options: Any) -> GuardResult:

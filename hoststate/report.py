@@ -1,130 +1,529 @@
-"""Render a DiffResult as text (grouped by severity), JSON (design.md's shape) or Markdown (a review table).
+"""Render a DiffResult as text, JSON (design.md's shape plus a ``summary`` list) or Markdown (a review comment).
 
-Pure functions returning strings; the CLI decides where they go and whether colour is on (only on a TTY).
+A reader gets the verdict in ten seconds: first one line per subsystem saying what happened in words, ordered by
+importance ("dsa0, dsa2: 8 WQs disabled -> enabled (+68 derived settings)"); then the findings grouped by rule,
+each rule's reason once; every finding only with ``verbose``. Text lines fit WIDTH columns: long values are cut
+in the middle, and a changed list is shown as the items removed and added, never as two truncated lists.
+
+Values come from other people's processes and files: every control character (newline, ESC, CSI, OSC, C1, bidi
+overrides) is shown as an escape, so a value can neither start a line of its own ("verdict: clean") nor drive the
+terminal. Pure functions returning strings; the CLI decides where they go and whether colour is on.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import re
+import textwrap
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from hoststate.diff import DiffResult, Finding
-from hoststate.policy import SEVERITIES
+from hoststate.paths import split_path
+from hoststate.policy import RANK, SEVERITIES
 from hoststate.snapshot import jsonable
 
 FORMATS = ("text", "json", "markdown")
+WIDTH = 120
 _COLOURS = {"invalidating": "\x1b[1;31m", "warning": "\x1b[33m", "info": "\x1b[36m", "ignore": "\x1b[2m"}
 _RESET = "\x1b[0m"
 _TITLES = {"invalidating": "INVALIDATING", "warning": "WARNING", "info": "INFO", "ignore": "IGNORED"}
-_MAX_VALUE = 120
+_ELLIPSIS = "..."
+
+# -- escaping ----------------------------------------------------------------------------------------------------
+
+#: C0 and C1 controls, DEL, line/paragraph separators and bidirectional overrides: none may reach a terminal.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
 
 
-def show_value(value: Any) -> str:
-    """A value as a reader expects it in TOML: strings quoted, lists bracketed, absent as a dash."""
+def _escape_char(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
+def safe(text: str) -> str:
+    """``text`` with every control character written as a visible escape (``\\n``, ``\\e``, ``\\x9b``)."""
+    return _CONTROL.sub(_escape_char, text)
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` cut in the middle to ``width`` characters (both ends stay: a path's leaf, a version's tail)."""
+    if len(text) <= width:
+        return text
+    if width <= len(_ELLIPSIS) + 2:
+        return text[:width]
+    keep = width - len(_ELLIPSIS)
+    head = (keep + 1) // 2
+    return text[:head] + _ELLIPSIS + text[len(text) - (keep - head):]
+
+
+# -- values and changes ------------------------------------------------------------------------------------------
+
+
+def show_value(value: Any, width: int | None = WIDTH) -> str:
+    """A value as a reader expects it in TOML: strings quoted, lists bracketed, absent as ``(absent)``; escaped."""
     if value is None:
-        return "(absent)"
-    if isinstance(value, str) and value.startswith("<unreadable"):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, (list, dict)):
+        text = "(absent)"
+    elif isinstance(value, str) and value.startswith("<unreadable"):
+        text = value
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, (dt.datetime, dt.date, dt.time)):
+        text = value.isoformat()
+    elif isinstance(value, (list, dict)):
         text = json.dumps(jsonable(value), ensure_ascii=False, separators=(", ", ": "))
+    elif isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
     else:
-        text = json.dumps(value, ensure_ascii=False) if isinstance(value, str) else str(value)
-    return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 3] + "..."
+        text = str(value)
+    text = safe(text)
+    return text if width is None else clip(text, width)
 
 
-def _list_change(old: Any, new: Any) -> str | None:
-    """For two long lists, what was taken out and put in (argv): easier to read than two truncated lists."""
+def _key(value: Any) -> str:
+    return json.dumps(jsonable(value), sort_keys=True, ensure_ascii=False, default=str)
+
+
+def list_delta(old: Any, new: Any) -> tuple[list[Any], list[Any]] | None:
+    """(removed, added) items of two lists, counting repeats; None when either side is not a list."""
     if not (isinstance(old, list) and isinstance(new, list)):
         return None
-    if len(show_value(old)) <= _MAX_VALUE // 2 and len(show_value(new)) <= _MAX_VALUE // 2:
-        return None
-    keys_new = [json.dumps(jsonable(v)) for v in new]
-    keys_old = [json.dumps(jsonable(v)) for v in old]
-    gone = [v for v, k in zip(old, keys_old, strict=True) if k not in keys_new]
-    came = [v for v, k in zip(new, keys_new, strict=True) if k not in keys_old]
-    if not gone and not came:
-        return "same items, other order"
-    return f"-{show_value(gone)} +{show_value(came)}"
+    before, after = Counter(_key(v) for v in old), Counter(_key(v) for v in new)
+    gone_keys, came_keys = before - after, after - before
+    gone, came = [], []
+    for v in old:
+        k = _key(v)
+        if gone_keys[k] > 0:
+            gone_keys[k] -= 1
+            gone.append(v)
+    for v in new:
+        k = _key(v)
+        if came_keys[k] > 0:
+            came_keys[k] -= 1
+            came.append(v)
+    return gone, came
 
 
-def finding_line(f: Finding) -> str:
-    """One finding as `path: old -> new  (reason)`, the form of every text report and of guard's stderr."""
-    if f.change == "changed" and (short := _list_change(f.old, f.new)):
-        return f"{f.path}: {short}  ({f.reason})"
+def _items(values: Sequence[Any], width: int) -> str:
+    return "[" + ", ".join(show_value(v, width) for v in values) + "]"
+
+
+def change_text(f: Finding, width: int = WIDTH) -> str:
+    """What happened to one value, on one line: ``old -> new``, ``added X``, ``-[removed] +[added]``."""
+    delta = list_delta(f.old, f.new) if f.change == "changed" else None
+    if delta is not None:
+        gone, came = delta
+        if not gone and not came:
+            return "same items, other order"
+        return f"-{_items(gone, width)} +{_items(came, width)}"
     if f.change == "added":
-        what = f"added {show_value(f.new)}"
-    elif f.change == "removed":
-        what = f"removed (was {show_value(f.old)})"
-    else:
-        what = f"{show_value(f.old)} -> {show_value(f.new)}"
-    return f"{f.path}: {what}  ({f.reason})"
+        return f"added {show_value(f.new, width)}"
+    if f.change == "removed":
+        return f"removed (was {show_value(f.old, width)})"
+    return f"{show_value(f.old, width)} -> {show_value(f.new, width)}"
 
 
-def _summary(result: DiffResult) -> str:
-    counts = ", ".join(f"{result.counts.get(s, 0)} {s}" for s in SEVERITIES)
-    return f"verdict: {result.verdict} ({counts})"
+def finding_lines(f: Finding, width: int = WIDTH, *, reason: bool = True) -> list[str]:
+    """One finding in lines of at most ``width`` columns: ``path: change  (reason)``.
+
+    When the change does not fit, a changed list gives one line per removed (``-``) and added (``+``) item, so
+    the item that changed is always on screen; any other value is cut in the middle.
+    """
+    path = safe(f.path)
+    why = f"  ({safe(f.reason)})" if reason and f.reason else ""
+    one = f"{path}: {change_text(f, width)}"
+    if len(one) <= width:
+        if len(one) + len(why) > width:
+            why = clip(why[:-1], max(0, width - len(one) - 1)) + ")" if width - len(one) > 8 else ""
+        return [one + why]
+    delta = list_delta(f.old, f.new) if f.change == "changed" else None
+    if delta is None:
+        return [clip(one, width)]
+    gone, came = delta
+    lines = [clip(f"{path}: list changed, {len(gone)} removed, {len(came)} added", width)]
+    lines += [clip(f"    - {show_value(v, None)}", width) for v in gone]
+    lines += [clip(f"    + {show_value(v, None)}", width) for v in came]
+    return lines
 
 
-def render_text(result: DiffResult, *, baseline: str, current: str, color: bool = False) -> str:
-    lines = [f"baseline: {baseline}", f"current:  {current}"]
+def finding_line(f: Finding, width: int | None = None) -> str:
+    """One finding as one line with its whole reason (guard's stderr); ``width`` cuts it to that many columns.
+
+    A list change too long for one line is joined with `` | ``, every removed and added item still named."""
+    lines = finding_lines(f, width or 10**6)
+    return lines[0] if len(lines) == 1 else " | ".join(line.strip() for line in lines)
+
+
+# -- the summary: one line per subsystem ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SummaryLine:
+    severity: str
+    subsystem: str
+    text: str
+    findings: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"severity": self.severity, "subsystem": self.subsystem, "text": self.text, "findings": self.findings}
+
+
+#: Subsystems in the order a reader needs them when severities tie.
+_ORDER = ("dsa", "vllm", "gpu", "system", "env", "packages", "accel-config", "collectors", "host")
+
+
+def _parts(f: Finding) -> tuple[str, ...]:
+    try:
+        return split_path(f.path)
+    except ValueError:
+        return (f.path,)
+
+
+#: Within a subsystem, the findings a summary line leads with (the rest follow from them).
+_LEADS = (
+    ("dsa", "devices", "*", "wqs", "*", "state"),
+    ("dsa", "devices", "*", "state"),
+    ("vllm", "cudagraph", "declared"),
+    ("vllm", "cudagraph", "observed"),
+    ("vllm", "servers", "*", "cudagraph", "declared"),
+    ("vllm", "servers", "*", "cudagraph", "observed"),
+    ("vllm", "args", "*"),
+    ("vllm", "servers", "*", "args", "*"),
+    ("accel_config", "saved", "matches_live"),
+    ("accel_config", "saved", "present"),
+    ("hoststate", "hostname"),
+)
+
+
+def _lead_rank(parts: tuple[str, ...]) -> int:
+    for i, lead in enumerate(_LEADS):
+        if len(lead) == len(parts) and all(a in ("*", b) for a, b in zip(lead, parts, strict=True)):
+            return i
+    return len(_LEADS)
+
+
+def importance(f: Finding) -> tuple[int, int, int, str]:
+    """Sort key, most important first: severity, subsystem (_ORDER), the facts a summary leads with, path."""
+    parts = _parts(f)
+    name = _subsystem(parts)
+    where = _ORDER.index(name) if name in _ORDER else len(_ORDER)
+    return RANK[f.severity], where, _lead_rank(parts), f.path
+
+
+def _subsystem(parts: tuple[str, ...]) -> str:
+    first = parts[0] if parts else ""
+    return {"accel_config": "accel-config", "hoststate": "host"}.get(first, first)
+
+
+def _word(value: Any) -> str:
+    """A value as a bare word for a sentence: strings unquoted, absent as 'absent'."""
+    if value is None:
+        return "absent"
+    if isinstance(value, str):
+        return "unreadable" if value.startswith("<unreadable") else safe(value) or '""'
+    return show_value(value, 40)
+
+
+def _short(f: Finding, rel: str) -> str:
+    """``rel`` plus what happened, short: ``kernel.release 5.15 -> 6.8``, ``NCCL_DEBUG added "INFO"``."""
+    if f.change == "coverage":
+        return f"{rel} {_word(f.old)} -> {_word(f.new)}"
+    if f.change == "unreadable":
+        return f"{rel} unreadable"
+    delta = list_delta(f.old, f.new) if f.change == "changed" else None
+    if delta is not None:
+        gone, came = delta
+        bits = [f"-{show_value(v, 30)}" for v in gone[:2]] + [f"+{show_value(v, 30)}" for v in came[:2]]
+        more = len(gone) + len(came) - len(bits)
+        return f"{rel} {' '.join(bits)}" + (f" (+{more})" if more > 0 else "")
+    if f.change == "added":
+        return f"{rel} added {show_value(f.new, 40)}"
+    if f.change == "removed":
+        return f"{rel} removed (was {show_value(f.old, 40)})"
+    return f"{rel} {show_value(f.old, 40)} -> {show_value(f.new, 40)}"
+
+
+def _rel(parts: tuple[str, ...], skip: int) -> str:
+    """The path below the subsystem, with a GPU's UUID cut to its first group (``GPU-7de10c90``)."""
+    keys = list(parts[skip:])
+    if parts[:2] == ("gpu", "devices") and keys:
+        keys[0] = keys[0][:12]
+    return safe(".".join(keys))
+
+
+_SUMMARY_WIDTH = WIDTH - 14
+
+
+def _fit(head: str, items: list[str], total: int, more: str = "more") -> str:
+    """``head`` and as many items as fit the summary width, then ``(+N more)`` for the findings not named."""
+    shown: list[str] = []
+    for item in items:
+        rest = total - len(shown) - 1
+        candidate = head + ", ".join([*shown, item]) + (f" (+{rest} {more})" if rest > 0 else "")
+        if shown and len(candidate) > _SUMMARY_WIDTH:
+            break
+        shown.append(item)
+    rest = total - len(shown)
+    return clip(head + ", ".join(shown) + (f" (+{rest} {more})" if rest > 0 else ""), _SUMMARY_WIDTH)
+
+
+def _generic(label: str, findings: list[Finding], skip: int) -> str:
+    """``label: item, item (+N more)``: the most important findings first, one item each."""
+    ranked = sorted(findings, key=importance)
+    return _fit(f"{label}: ", [_short(f, _rel(_parts(f), skip)) for f in ranked[:6]], len(findings))
+
+
+def _dsa(findings: list[Finding]) -> str:
+    """WQ state transitions by device, everything else counted as derived from them."""
+    transitions: dict[tuple[str, str], list[str]] = {}
+    state = []
+    for f in findings:
+        p = _parts(f)
+        if len(p) == 6 and p[1] == "devices" and p[3] == "wqs" and p[5] == "state":
+            transitions.setdefault((_word(f.old), _word(f.new)), []).append(safe(p[2]))
+            state.append(f)
+    if not state:
+        return _generic("DSA", findings, 2)
+    devices = sorted({d for devs in transitions.values() for d in devs})
+    moves = ", ".join(f"{len(devs)} WQ{'s' if len(devs) != 1 else ''} {a} -> {b}"
+                      for (a, b), devs in transitions.items())
+    rest = len(findings) - len(state)
+    return f"{', '.join(devices)}: {moves}" + (f" (+{rest} derived settings)" if rest else "")
+
+
+def _vllm(findings: list[Finding]) -> str:
+    """The cudagraph modes first (declared, then what the log says ran), then arguments and the rest."""
+    items = []
+    for f in sorted(findings, key=importance)[:6]:
+        p = _parts(f)
+        body = p[3:] if len(p) > 2 and p[1] == "servers" else p[1:]
+        if body[:1] == ("cudagraph",) and len(body) == 2 and f.change == "changed":
+            kind = "" if body[1] == "declared" else f"{safe(body[1])} "
+            items.append(f"{kind}cudagraph {_word(f.old)} -> {_word(f.new)}")
+        else:
+            items.append(_short(f, safe(".".join(body))))
+    first = _parts(findings[0])
+    server = f" :{safe(first[2])}" if first[1:2] == ("servers",) and len(first) > 2 else ""
+    return _fit(f"vLLM{server} ", items, len(findings), "related")
+
+
+def _accel_config(findings: list[Finding]) -> str:
+    lead = []
+    for f in findings:
+        p = _parts(f)
+        if p[1:] == ("saved", "matches_live") and f.change == "changed":
+            lead.append("live configuration not saved" if f.new is False else "live configuration now saved")
+        elif p[1:] == ("saved", "present") and f.change == "changed":
+            lead.append("saved configuration " + ("appeared" if f.new else "removed"))
+    if not lead:
+        return _generic("accel-config", findings, 1)
+    rest = len(findings) - len(lead)
+    return f"accel-config: {', '.join(lead)}" + (f" (+{rest} related)" if rest else "")
+
+
+def _host(findings: list[Finding]) -> str:
+    for f in findings:
+        if _parts(f)[1:] == ("hostname",):
+            rest = len(findings) - 1
+            return f"different host ({_word(f.old)} -> {_word(f.new)})" + (f" (+{rest} more)" if rest else "")
+    return _generic("snapshot", findings, 1)
+
+
+_DESCRIBE: dict[str, Callable[[list[Finding]], str]] = {
+    "dsa": _dsa,
+    "vllm": _vllm,
+    "accel-config": _accel_config,
+    "host": _host,
+    "collectors": lambda fs: _generic("collectors", fs, 1),
+    "packages": lambda fs: _generic("packages", fs, 1),
+    "env": lambda fs: _generic("env", fs, 1),
+    "gpu": lambda fs: _generic("GPU", fs, 1),
+    "system": lambda fs: _generic("system", fs, 1),
+}
+
+
+def summarize(findings: Iterable[Finding]) -> list[SummaryLine]:
+    """One line per subsystem (vLLM: per server), most important first: severity, then _ORDER."""
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        parts = _parts(f)
+        name = _subsystem(parts)
+        key = name
+        if name == "vllm" and parts[1:2] == ("servers",) and len(parts) > 2:
+            key = f"vllm\x1f{parts[2]}"
+        groups.setdefault(key, []).append(f)
+    out = []
+    for key, group in groups.items():
+        name = key.split("\x1f")[0]
+        severity = min((f.severity for f in group), key=RANK.__getitem__)
+        describe = _DESCRIBE.get(name) or (lambda fs, n=name: _generic(safe(n), fs, 1))
+        out.append(SummaryLine(severity, name, describe(group), len(group)))
+    order = {name: i for i, name in enumerate(_ORDER)}
+    out.sort(key=lambda s: (RANK[s.severity], order.get(s.subsystem, len(order)), s.text))
+    return out
+
+
+def headline(findings: Iterable[Finding]) -> str:
+    """The most important thing that happened, in words (guard's refusal names it)."""
+    lines = summarize(findings)
+    return lines[0].text if lines else ""
+
+
+# -- details: grouped by rule -----------------------------------------------------------------------------------
+
+
+def _by_rule(findings: Iterable[Finding]) -> list[tuple[str, str, str, list[Finding]]]:
+    """(severity, rule, reason, findings) in report order: severity, then the rule's most important finding."""
+    groups: dict[tuple[str, str, str], list[Finding]] = {}
+    for f in sorted(findings, key=importance):
+        groups.setdefault((f.severity, f.rule or f.path, f.reason), []).append(f)
+    ordered = sorted(groups.items(), key=lambda kv: min(importance(f) for f in kv[1]))
+    return [(s, r, why, fs) for (s, r, why), fs in ordered]
+
+
+def _example(group: list[Finding], width: int) -> str:
+    """The change of a rule's findings: once when they all agree (``"disabled" -> "enabled"``), else the first."""
+    changes = {change_text(f, width) for f in group}
+    first = change_text(group[0], width)
+    return first if len(changes) == 1 else f"e.g. {first}"
+
+
+def _wrap(text: str, indent: int, width: int = WIDTH) -> list[str]:
+    return textwrap.wrap(text, width=width, initial_indent=" " * indent, subsequent_indent=" " * indent,
+                         break_long_words=True, break_on_hyphens=False) or [" " * indent]
+
+
+def _tag(severity: str, color: bool) -> str:
+    title = f"{_TITLES[severity]:<12}"
+    return f"{_COLOURS[severity]}{title}{_RESET}" if color else title
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _counts(result: DiffResult) -> str:
+    return ", ".join(f"{result.counts.get(s, 0)} {s}" for s in SEVERITIES)
+
+
+def render_text(result: DiffResult, *, baseline: str, current: str, color: bool = False,
+                verbose: bool = False) -> str:
+    """Summary lines, then the findings by rule (every finding with ``verbose``), then the verdict line."""
+    lines: list[str] = []
+    for s in summarize(result.findings):
+        lines.append(f"{_tag(s.severity, color)}  {clip(s.text, WIDTH - 14)}")
+    if lines:
+        lines.append("")
+    lines.append(clip(f"baseline: {safe(baseline)}", WIDTH))
+    lines.append(clip(f"current:  {safe(current)}", WIDTH))
+    groups = _by_rule(result.findings)
     for severity in SEVERITIES:
-        group = [f for f in result.findings if f.severity == severity]
-        if not group:
+        mine = [g for g in groups if g[0] == severity]
+        if not mine:
             continue
-        title = f"{_TITLES[severity]} ({len(group)})"
+        n = sum(len(g[3]) for g in mine)
+        title = f"{_TITLES[severity]} ({_plural(n, 'finding')}, {_plural(len(mine), 'rule')})"
         lines.append("")
         lines.append(f"{_COLOURS[severity]}{title}{_RESET}" if color else title)
-        lines.extend(f"  {finding_line(f)}" for f in group)
+        for _sev, rule, reason, group in mine:
+            if len(group) == 1:
+                lines.extend("  " + line for line in finding_lines(group[0], WIDTH - 2, reason=False))
+            else:
+                head = f"  {len(group)} x {safe(rule)}: "
+                lines.append(head + clip(_example(group, WIDTH), WIDTH - len(head)))
+                if verbose:
+                    for f in group:
+                        lines.extend("      " + line for line in finding_lines(f, WIDTH - 6, reason=False))
+            lines.extend(_wrap(safe(reason), 6))
     lines.append("")
-    summary = _summary(result)
+    summary = f"verdict: {result.verdict} ({_counts(result)})"
+    hidden = sum(1 for g in groups if len(g[3]) > 1) and not verbose
+    if hidden:
+        summary += "; -v lists every finding"
     if color and result.verdict != "clean":
         summary = f"{_COLOURS['invalidating' if result.verdict == 'invalidating' else 'warning']}{summary}{_RESET}"
     lines.append(summary)
     return "\n".join(lines) + "\n"
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+# -- Markdown ----------------------------------------------------------------------------------------------------
+
+_MD_PROSE = re.compile(r"([\\`*_\[\]<|])")
 
 
-def _md_code(text: str) -> str:
-    text = _md_cell(text)
-    return f"`` {text} ``" if "`" in text else f"`{text}`"
+def md_text(text: str) -> str:
+    """Prose for a Markdown cell or bullet: controls escaped, Markdown and HTML syntax inert, pipes escaped."""
+    return _MD_PROSE.sub(r"\\\1", safe(text))
 
 
-def render_markdown(result: DiffResult, *, baseline: str, current: str) -> str:
-    """A table to paste into a pull-request review: the verdict first, then one row per finding."""
+def md_code(text: str) -> str:
+    """A code span that holds any text: controls escaped, pipes escaped for tables, fence longer than any run."""
+    text = safe(text).replace("|", "\\|")
+    runs = [len(m) for m in re.findall(r"`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or runs else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _md_cells(f: Finding) -> tuple[str, str]:
+    """Baseline and current cells; a changed list shows the items removed and added, as the text report does."""
+    delta = list_delta(f.old, f.new) if f.change == "changed" else None
+    if delta is not None:
+        gone, came = delta
+        if not gone and not came:
+            return md_code(show_value(f.old)), "same items, other order"
+        return (("removed " + md_code(_items(gone, 80))) if gone else "",
+                ("added " + md_code(_items(came, 80))) if came else "")
+    return md_code(show_value(f.old)), md_code(show_value(f.new))
+
+
+def render_markdown(result: DiffResult, *, baseline: str, current: str, verbose: bool = False) -> str:
+    """A pull-request comment: verdict, summary bullets, a table by rule, and every finding with ``verbose``."""
     icon = {"invalidating": ":x:", "warning": ":warning:", "clean": ":white_check_mark:"}[result.verdict]
     out = [
         f"### hoststate diff: {icon} {result.verdict}",
         "",
-        f"Baseline `{_md_cell(baseline)}` vs current `{_md_cell(current)}`: "
-        + ", ".join(f"{result.counts.get(s, 0)} {s}" for s in SEVERITIES) + ".",
+        f"Baseline {md_code(baseline)} vs current {md_code(current)}: {_counts(result)}.",
         "",
     ]
     if not result.findings:
         out.append("No findings.")
         return "\n".join(out) + "\n"
-    out += ["| severity | path | change | baseline | current | why |", "|---|---|---|---|---|---|"]
-    for f in result.findings:
-        out.append(
-            f"| **{f.severity}** | {_md_code(f.path)} | {f.change} | {_md_code(show_value(f.old))} "
-            f"| {_md_code(show_value(f.new))} | {_md_cell(f.reason)} |"
-        )
+    out += [f"- **{s.severity}** {md_text(s.text)}" for s in summarize(result.findings)]
+    out += ["", "| severity | rule | findings | change | why |", "|---|---|---|---|---|"]
+    for severity, rule, reason, group in _by_rule(result.findings):
+        out.append(f"| **{severity}** | {md_code(rule)} | {len(group)} | {md_code(_example(group, 60))} "
+                   f"| {md_text(reason)} |")
+    if verbose:
+        out += ["", f"<details><summary>All {len(result.findings)} findings</summary>", "",
+                "| severity | path | change | baseline | current |", "|---|---|---|---|---|"]
+        for f in result.findings:
+            old, new = _md_cells(f)
+            out.append(f"| **{f.severity}** | {md_code(f.path)} | {f.change} | {old} | {new} |")
+        out += ["", "</details>"]
     return "\n".join(out) + "\n"
 
 
-def render_diff(result: DiffResult, fmt: str, *, baseline: str, current: str, color: bool = False) -> str:
+def to_json(result: DiffResult, *, baseline: str, current: str) -> dict[str, Any]:
+    """design.md's report object with a ``summary`` list in front of the findings."""
+    report = result.to_dict(baseline, current)
+    report["summary"] = [s.to_dict() for s in summarize(result.findings)]
+    return report
+
+
+def render_diff(result: DiffResult, fmt: str, *, baseline: str, current: str, color: bool = False,
+                verbose: bool = False) -> str:
     """The report in ``fmt`` (text, json or markdown); colour only applies to text."""
     if fmt == "json":
-        return json.dumps(result.to_dict(baseline, current), indent=2, ensure_ascii=False) + "\n"
+        return json.dumps(to_json(result, baseline=baseline, current=current), indent=2, ensure_ascii=False) + "\n"
     if fmt == "markdown":
-        return render_markdown(result, baseline=baseline, current=current)
+        return render_markdown(result, baseline=baseline, current=current, verbose=verbose)
     if fmt == "text":
-        return render_text(result, baseline=baseline, current=current, color=color)
+        return render_text(result, baseline=baseline, current=current, color=color, verbose=verbose)
     raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})")

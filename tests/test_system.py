@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 
 import pytest
 
@@ -107,11 +108,49 @@ def test_intel_host_reads_everything() -> None:
 
 def test_vm_without_cpufreq_records_the_absence_not_a_guess() -> None:
     section = collect(Context(root=str(HOSTS / "vm-nocpufreq")))
-    assert "cpufreq" not in section.data
-    assert section.unreadable == {"sys/devices/system/cpu/cpu0/cpufreq": "ENOENT"}
-    assert section.status == "partial"
+    assert section.data["cpufreq"] == {"absent": True}  # knowledge, recorded as a value
+    assert section.unreadable == {}
+    assert section.status == "ok"
     # no turbo or boost value is invented for a host that has no cpufreq
     assert "no_turbo" not in str(section.data) and "boost" not in str(section.data)
+
+
+def _copy_tree(tmp_path, host: str):
+    import shutil
+
+    root = tmp_path / host
+    shutil.copytree(HOSTS / host, root, symlinks=True)
+    return root
+
+
+def test_kernel_without_numa_thp_or_iommu_is_ok_with_the_absence_recorded(tmp_path) -> None:
+    import shutil
+
+    root = _copy_tree(tmp_path, "xeon-2s")
+    shutil.rmtree(root / "sys/devices/system/node")
+    (root / "proc/sys/kernel/numa_balancing").unlink()
+    shutil.rmtree(root / "sys/kernel/mm/transparent_hugepage")
+    shutil.rmtree(root / "sys/class/iommu")
+    section = collect(Context(root=str(root)))
+    assert section.status == "ok", section.unreadable
+    assert section.data["numa"] == {"absent": True}
+    assert section.data["thp"] == {"absent": True}
+    assert section.data["iommu"]["units"] == 0
+
+
+def test_an_unreadable_cpufreq_directory_is_not_taken_for_absent(tmp_path) -> None:
+    root = _copy_tree(tmp_path, "vm-nocpufreq")
+    (root / "sys/devices/system/cpu/cpu0/cpufreq").write_text("not a directory\n")  # exists, but is no directory
+    (root / "sys/devices/system/cpu/cpu0").chmod(0o000)
+    try:
+        section = collect(Context(root=str(root)))
+    finally:
+        (root / "sys/devices/system/cpu/cpu0").chmod(0o755)
+    if os.geteuid() == 0:  # root reads through mode 000: the path exists, so it is not absent either
+        assert section.data.get("cpufreq") != {"absent": True}
+    else:
+        assert section.unreadable.get("sys/devices/system/cpu/cpu0/cpufreq") == "EACCES"
+        assert "cpufreq" not in section.data
 
 
 def test_amd_host_has_no_intel_only_keys() -> None:

@@ -136,6 +136,23 @@ def bracketed(text: str) -> str:
     return m.group(1) if m else text.strip()
 
 
+#: How a subsystem absent by design is recorded: a value, so a VM without cpufreq is ``ok`` and still differs from a
+#: host that has it.
+ABSENT = {"absent": True}
+
+
+def missing(r: Reader, rel: str) -> bool | None:
+    """True when ``rel`` does not exist (ENOENT/ENOTDIR: knowledge, nothing recorded), False when it exists, None
+    when it could not be looked at (the reason is recorded as unreadable)."""
+    if r.stat(rel) is not None:
+        return False
+    key = rel.lstrip("/")
+    if r.unreadable.get(key) in ("ENOENT", "ENOTDIR"):
+        del r.unreadable[key]
+        return True
+    return None
+
+
 def _kernel(r: Reader) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, rel in (("release", "proc/sys/kernel/osrelease"), ("version", "proc/sys/kernel/version")):
@@ -195,9 +212,13 @@ def _cpu(r: Reader, cpus: list[int]) -> dict[str, Any]:
 
 
 def _cpufreq(r: Reader, cpus: list[int]) -> dict[str, Any]:
-    """Per-CPU frequency settings grouped into ranges; a VM without cpufreq records its absence once."""
-    if not cpus or not r.isdir(f"{CPU}/cpu{cpus[0]}/cpufreq"):
-        r.note(f"{CPU}/cpu{cpus[0] if cpus else 0}/cpufreq", "ENOENT")
+    """Per-CPU frequency settings grouped into ranges; a host without cpufreq (a VM) records ``absent = true``."""
+    if not cpus:
+        return {}
+    gone = missing(r, f"{CPU}/cpu{cpus[0]}/cpufreq")
+    if gone:
+        return dict(ABSENT)
+    if gone is None:
         return {}
     out: dict[str, Any] = {}
     for key, name in CPUFREQ_FILES.items():
@@ -255,8 +276,10 @@ def _numa(r: Reader) -> dict[str, Any]:
                 cpus[f"node{node}"] = text
         if cpus:
             out["cpus"] = cpus
-    else:
-        r.note("sys/devices/system/node/online", "ENOENT")
+    elif missing(r, "sys/devices/system/node/online"):
+        out.update(ABSENT)  # a kernel without NUMA support: one memory node
+    if missing(r, "proc/sys/kernel/numa_balancing"):
+        return out
     balancing = r.read_int("proc/sys/kernel/numa_balancing")
     if balancing is not None:
         out["balancing"] = balancing
@@ -272,6 +295,8 @@ def _memory(r: Reader) -> dict[str, Any]:
 
 
 def _thp(r: Reader) -> dict[str, Any]:
+    if missing(r, "sys/kernel/mm/transparent_hugepage"):
+        return dict(ABSENT)  # a kernel built without transparent huge pages
     out: dict[str, Any] = {}
     for key in ("enabled", "defrag"):
         value = r.read(f"sys/kernel/mm/transparent_hugepage/{key}")
@@ -292,6 +317,8 @@ def _hugepages(r: Reader) -> dict[str, Any]:
 def _iommu(r: Reader, params: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     units = r.listdir("sys/class/iommu", record=False)
+    if units is None and missing(r, "sys/class/iommu"):
+        units = []  # no IOMMU class: no IOMMU units (a VM without a virtual IOMMU)
     if units is not None:
         out["units"] = len([u for u in units if not u.startswith(".")])  # sysfs has no dotfiles; a tree may hold .keep
     for key in ("intel_iommu", "amd_iommu", "iommu", "iommu.passthrough", "iommu.strict"):
@@ -323,6 +350,7 @@ def collect(ctx: Context) -> Section:
         "iommu": _iommu(r, kernel.get("params", {})),
     }
     section.data = {k: v for k, v in data.items() if v}
-    if not section.data:
+    if not any(data[k] for k in ("kernel", "cpu", "memory")):  # absence markers alone do not make a host
+        section.data = {}
         section.status, section.reason = "absent", "no /proc or /sys under the root"
     return section.settle()
