@@ -417,17 +417,21 @@ def render_checks(advisories: list[Advisory], fmt: str, color: bool = False) -> 
     if fmt == "markdown":
         if not advisories:
             return "No advisories.\n"
+        from hoststate.report import md_code, md_text
+
         rows = ["| code | name | severity | path | message |", "|---|---|---|---|---|"]
-        rows += [f"| {a.code} | {a.name} | {a.severity} | `{a.path or ''}` | {a.message.replace('|', '/')} |"
+        rows += [f"| {a.code} | {a.name} | {a.severity} | {md_code(a.path or '')} | {md_text(a.message)} |"
                  for a in advisories]
         return "\n".join(rows) + "\n"
     if fmt != "text":
         raise ValueError(f"unknown format {fmt!r} (one of text, json, markdown)")
+    from hoststate.report import safe
+
     lines = []
     for a in advisories:
         head = f"{a.code} {a.name} [{a.severity}]"
         if color:
             head = f"{_COLOURS[a.severity]}{head}\x1b[0m"
-        lines.append(f"{head} {a.path + ': ' if a.path else ''}{a.message}")
+        lines.append(f"{head} {safe(a.path) + ': ' if a.path else ''}{safe(a.message)}")
     lines.append(f"{counts['warning']} warning(s), {counts['info']} info" if advisories else "no advisories")
     return "\n".join(lines) + "\n"

@@ -112,15 +112,21 @@ def collector_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def make_context(opts: dict[str, Any]) -> tuple[Any, tuple[str, ...]]:
-    """A collector Context and the selected collector names from the shared options."""
-    from hoststate.collectors import Context, select
-
-    root = opts.get("root") or "/"
+def check_root(root: str | None) -> str:
+    """``--root`` must be a host tree (holding sys or proc): a wrong directory would snap as an empty host."""
+    root = root or "/"
     if not os.path.isdir(root):
         raise click.UsageError(f"--root {root}: not a directory")
     if not any(os.path.isdir(os.path.join(root, sub)) for sub in ("sys", "proc")):
         raise click.UsageError(f"--root {root}: holds neither sys nor proc; give the top of a captured host tree")
+    return root
+
+
+def make_context(opts: dict[str, Any]) -> tuple[Any, tuple[str, ...]]:
+    """A collector Context and the selected collector names from the shared options."""
+    from hoststate.collectors import Context, select
+
+    root = check_root(opts.get("root"))
     try:
         names = select(opts.get("only"), opts.get("skip"))
     except ValueError as err:
@@ -323,6 +329,7 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     from hoststate.report import finding_line, importance, summarize
     from hoststate.snapshot import to_toml, write
 
+    check_root(opts.get("root"))
     for option, value in (("--baseline", baseline), ("--save-current", save_current)):
         if value == STDIO:
             raise click.UsageError(f"{option} -: stdin and stdout belong to the guarded command; name a file")

@@ -253,8 +253,12 @@ def to_nfd(snap: Mapping[str, Any], baseline: Mapping[str, Any] | None = None, *
            expires: dt.datetime | None = None, prefix: str = NFD_PREFIX) -> str:
     """The NFD local feature file: ``<prefix>/<name>=<value>`` lines, optionally under an expiry directive."""
     meta = _table(snap, "hoststate")
+    digest = meta.get("digest")
+    well_formed = isinstance(digest, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
+    shown = digest if well_formed else nfd_value(digest) if isinstance(digest, str) else ""
+    # Every value on the comment line goes through nfd_value: a newline in a snapshot cannot add a feature line.
     lines = [f"# hoststate {__version__}: host {nfd_value(meta.get('hostname', '')) or '?'}, snapshot digest "
-             f"{meta.get('digest', '?')}"]
+             f"{shown or '?'}"]
     if expires is not None:
         if expires.tzinfo is None:
             expires = expires.replace(tzinfo=dt.timezone.utc)

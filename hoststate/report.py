@@ -144,9 +144,12 @@ def finding_lines(f: Finding, width: int = WIDTH, *, reason: bool = True) -> lis
         return [one + why]
     delta = list_delta(f.old, f.new) if f.change == "changed" else None
     if delta is None:
+        if len(path) < width:  # the whole path on its line (a GPU's UUID stays readable), the change below it
+            return [f"{path}:", clip(f"    {change_text(f, width)}", width)]
         return [clip(one, width)]
     gone, came = delta
-    lines = [clip(f"{path}: list changed, {len(gone)} removed, {len(came)} added", width)]
+    what = f"list changed, {len(gone)} removed, {len(came)} added"
+    lines = [f"{path}: {what}"] if len(path) + len(what) + 2 <= width else [clip(f"{path}:", width), f"    {what}"]
     lines += [clip(f"    - {show_value(v, None)}", width) for v in gone]
     lines += [clip(f"    + {show_value(v, None)}", width) for v in came]
     return lines

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from hoststate.paths import get
+from hoststate.report import WIDTH, clip, safe
 
 
 def _fmt(value: Any) -> str:
@@ -104,6 +105,14 @@ def render_summary(snap: dict[str, Any], source: str = "") -> str:
                 out.extend(lines)
     packages = snap.get("packages", {})
     if packages:
-        out.append("packages:")
-        out.append("  " + ", ".join(f"{k} {v}" for k, v in sorted(packages.items()) if isinstance(v, str)))
-    return "\n".join(out)
+        out.append("packages (hoststate's own interpreter):")
+        items = [f"{k} {v}" for k, v in sorted(packages.items()) if isinstance(v, str)]
+        line = " "
+        for item in items:
+            if len(line) + len(item) + 2 > WIDTH and line.strip():
+                out.append(line.rstrip(","))
+                line = " "
+            line += f" {item},"
+        out.append(line.rstrip(","))
+    # Values come from the host and its users: escape controls so none can fake a line or drive the terminal.
+    return "\n".join(clip(safe(line), WIDTH) if len(line) > WIDTH or not line.isprintable() else line for line in out)
