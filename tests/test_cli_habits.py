@@ -194,3 +194,24 @@ def test_nfd_file_escapes_values():
     for line in text.splitlines():
         assert line.startswith("#") or re.fullmatch(re.escape(NFD_PREFIX) + r"/[a-z0-9-]+=[A-Za-z0-9_.-]*", line), line
     assert not _CONTROLS.search(text)
+
+
+def test_readme_seed_block_as_written_opens_with_the_three_facts(tmp_path):
+    """The README's seed commands, run as a user pastes them: own file names, and the diff's first three lines."""
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("## Try it on the bundled seed scenario", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    assert "baseline.toml" not in re.sub(r"seed-baseline\.toml", "", block)  # the set-up's file stays untouched
+    lines = block.splitlines()
+    upto = next(i for i, line in enumerate(lines) if line.startswith("hoststate diff"))
+    script = "\n".join(lines[: upto + 1]).replace("hoststate ", f"{sys.executable} -m hoststate ")
+    (tmp_path / "fixtures").symlink_to(FIXTURES)
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env=_env(REPO))
+    assert proc.returncode == 1, proc.stderr
+    first = proc.stdout.splitlines()[:3]
+    assert "dsa0, dsa2: 8 WQs disabled -> enabled" in first[0]
+    assert "vLLM cudagraph PIECEWISE -> FULL_AND_PIECEWISE" in first[1]
+    assert "accel-config: live configuration not saved" in first[2]
+    assert all(len(line) <= 120 for line in proc.stdout.splitlines())
+    readme_sample = readme.split("(`-v` lists\nevery finding):\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
+    assert readme_sample == first  # the README shows what the tool prints
