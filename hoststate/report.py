@@ -255,8 +255,8 @@ def _short(f: Finding, rel: str) -> str:
 def _rel(parts: tuple[str, ...], skip: int) -> str:
     """The path below the subsystem, with a GPU's UUID cut to its first group (``GPU-7de10c90``)."""
     keys = list(parts[skip:])
-    if parts[:2] == ("gpu", "devices") and keys:
-        keys[0] = keys[0][:12]
+    if parts[:2] == ("gpu", "devices") and len(parts) > 2:
+        keys = [parts[2][:12], *parts[3:]]
     return safe(".".join(keys))
 
 
@@ -316,6 +316,23 @@ def _vllm(findings: list[Finding]) -> str:
     return _fit(f"vLLM{server} ", items, len(findings), "related")
 
 
+def _gpu(findings: list[Finding]) -> str:
+    """GPUs that appear or vanish as a whole (by UUID) first, then the settings that changed on GPUs on both sides."""
+    per_uuid: dict[str, set[str]] = {}
+    for f in findings:
+        p = _parts(f)
+        if p[1:2] == ("devices",) and len(p) > 3:
+            per_uuid.setdefault(p[2], set()).add(f.change)
+    gone = sorted(u for u, changes in per_uuid.items() if changes == {"removed"})
+    came = sorted(u for u, changes in per_uuid.items() if changes == {"added"})
+    whole = set(gone) | set(came)
+    whole_items = [f"{len(ids)} GPU{'s' if len(ids) != 1 else ''} {word} ({', '.join(safe(u[:12]) for u in ids)})"
+                   for word, ids in (("removed", gone), ("added", came)) if ids]
+    rest = [f for f in findings if _parts(f)[1:2] != ("devices",) or len(_parts(f)) < 3 or _parts(f)[2] not in whole]
+    items = whole_items + [_short(f, _rel(_parts(f), 1)) for f in sorted(rest, key=importance)[:6]]
+    return _fit("GPU: ", items, len(whole_items) + len(rest))
+
+
 def _accel_config(findings: list[Finding]) -> str:
     lead = []
     for f in findings:
@@ -346,7 +363,7 @@ _DESCRIBE: dict[str, Callable[[list[Finding]], str]] = {
     "collectors": lambda fs: _generic("collectors", fs, 1),
     "packages": lambda fs: _generic("packages", fs, 1),
     "env": lambda fs: _generic("env", fs, 1),
-    "gpu": lambda fs: _generic("GPU", fs, 1),
+    "gpu": _gpu,
     "system": lambda fs: _generic("system", fs, 1),
 }
 

@@ -10,7 +10,8 @@ import jsonschema
 import pytest
 
 from hoststate.diff import DiffResult, Finding, compare
-from hoststate.report import WIDTH, clip, finding_line, finding_lines, headline, render_diff
+from hoststate.policy import RANK
+from hoststate.report import WIDTH, clip, finding_line, finding_lines, headline, render_diff, summarize
 from hoststate.snapshot import load
 from tests.conftest import FIXTURES, REPO
 
@@ -229,3 +230,22 @@ _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u206
 def test_unknown_format_is_an_error(seed):
     with pytest.raises(ValueError):
         render_diff(compare(*seed), "yaml", baseline="a", current="b")
+
+
+def test_gpu_summary_names_gpus_that_came_and_went():
+    a, b = load(H200), load(str(FIXTURES / "real" / "h200-host2-snapshot.toml"))
+    gone, came = next(iter(a["gpu"]["devices"]))[:12], next(iter(b["gpu"]["devices"]))[:12]
+    lines = [s for s in summarize(compare(a, b).findings) if s.subsystem == "gpu"]
+    assert len(lines) == 1 and lines[0].severity == "invalidating"
+    assert f"1 GPU removed ({gone})" in lines[0].text and f"1 GPU added ({came})" in lines[0].text
+
+
+def test_summary_accounts_for_every_finding(readme_seed):
+    """Oracle: the finding list; the summary lines cover each finding exactly once, each line its most severe."""
+    for a, b in (readme_seed, readme_seed[::-1], (load(H200), readme_seed[1])):
+        findings = compare(a, b, include_ignored=True).findings
+        lines = summarize(findings)
+        assert sum(s.findings for s in lines) == len(findings)
+        ranks = [RANK[s.severity] for s in lines]
+        assert ranks == sorted(ranks)
+        assert all(len(s.text) <= WIDTH - 14 for s in lines)
