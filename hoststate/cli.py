@@ -65,11 +65,11 @@ def prepare_output(path: str | None, force: bool, option: str = "-o") -> None:
     try:
         os.makedirs(parent, exist_ok=True)
     except OSError as err:
-        raise WriteError(f"{option} {path}: cannot create directory {parent}: {err.strerror}") from err
+        raise WriteError(f"{option} {path}: cannot write: cannot create directory {parent}: {err.strerror}") from err
     if not os.path.isdir(parent):
-        raise WriteError(f"{option} {path}: {parent} is not a directory")
+        raise WriteError(f"{option} {path}: cannot write: {parent} is not a directory")
     if not os.access(parent, os.W_OK):
-        raise WriteError(f"{option} {path}: directory {parent} is not writable")
+        raise WriteError(f"{option} {path}: cannot write in {parent}: not writable")
     if not force and os.path.lexists(path):
         raise WriteError(f"{path}: exists; use --force to replace it")
 
