@@ -326,7 +326,7 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     --save-current may be '-': stdin and stdout belong to CMD.
     """
     from hoststate.guard import Acceptance, command_env, evaluate, refusal_message, run_command, with_guard_table
-    from hoststate.report import finding_line, importance, summarize
+    from hoststate.report import clip, finding_line, importance, summarize
     from hoststate.snapshot import to_toml, write
 
     check_root(opts.get("root"))
@@ -347,7 +347,7 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     click.echo(f"hoststate guard: baseline {baseline} ({result.baseline_digest or 'no digest'}): "
                f"{result.verdict} ({counts})", err=True)
     for line in summarize(result.refused):
-        click.echo(f"  {line.severity.upper():<12}  {line.text}", err=True)
+        click.echo(f"  {line.severity.upper():<12}  {clip(line.text, 104)}", err=True)
     for finding in sorted(result.refused, key=importance):
         click.echo(f"  REFUSED   {finding_line(finding)}", err=True)
     for finding in result.accepted:
