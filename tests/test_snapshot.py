@@ -64,7 +64,7 @@ def test_meta_and_collector_tables() -> None:
     assert m["schema"] == 1 and m["label"] == "nightly" and m["hostname"] == "bench-vm-3"
     assert m["root"] == str(HOSTS / "vm-nocpufreq")
     assert m["digest"].startswith("sha256:") and len(m["digest"]) == 71
-    assert snap["collectors"]["system"]["status"] == "partial"
+    assert snap["collectors"]["system"]["status"] == "ok"  # no cpufreq on a VM is recorded as a value
     assert snap["collectors"]["gpu"] == {"status": "skipped", "took_ms": 0.0, "reason": "not selected"}
 
 
