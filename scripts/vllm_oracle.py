@@ -1,0 +1,427 @@
+"""Resolve vLLM command lines with vLLM's own code and record the outcome as test data.
+
+Run with a Python whose environment holds exactly one vLLM version (see
+fixtures/vllm/oracle/README.md).  Each command line in scripts/vllm_oracle_cases.json goes
+through vLLM's unmodified argument parser (the `vllm serve` subcommand, or the OpenAI
+api_server module's parser), `validate_parsed_serve_args`, `AsyncEngineArgs.from_cli_args`
+and `create_engine_config`, so VllmConfig.__post_init__ decides the final cudagraph mode.
+
+Nothing of vLLM is edited.  What a GPU host would answer is stubbed at run time:
+- the platform: a CUDA platform object answering as one node of 8x H100 80GB (capability
+  9.0), installed as `vllm.platforms.current_platform` before the rest of vLLM is imported;
+  `vllm._C` (compiled kernels, absent on a CPU-only install) is an empty module;
+- the model hub: an offline Hugging Face cache in a temporary directory holding canned
+  config.json files, with HF_HUB_OFFLINE=1, so vLLM's own config loading reads them.
+Every case runs in a forked child, so one case cannot leak state into the next.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import enum
+import io
+import json
+import os
+import re
+import shlex
+import sys
+import tempfile
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+CASES_FILE = HERE / "vllm_oracle_cases.json"
+SNAPSHOT = "0" * 40
+CASE_TIMEOUT_S = 300
+
+PLATFORM = {
+    "device_name": "NVIDIA H100 80GB HBM3",
+    "device_count": 8,
+    "capability": [9, 0],
+    "total_memory_bytes": 85520809984,
+    "fully_connected": True,
+    "host_memory_bytes": 2 * 1024**4,
+    "device_type": "cuda",
+    "stubbed": [
+        "vllm.platforms.current_platform (CudaPlatform subclass answering the values above)",
+        "vllm._C (empty module)",
+        "torch.cuda.device_count, torch.cuda.is_available",
+        "vllm cuda_device_count_stateless",
+        "Hugging Face hub: offline cache holding the canned config.json of each model",
+    ],
+}
+
+
+# Capability queries that vLLM's compiled kernels answer at import time (torch.ops._C.*),
+# answered as the CUDA build does on capability 9.0.
+KERNEL_QUERIES = {
+    "cutlass_scaled_mm_supports_fp8": lambda capability: capability >= 89,
+    "cutlass_scaled_mm_supports_block_fp8": lambda capability: capability >= 90,
+    "cutlass_group_gemm_supported": lambda capability: capability >= 90,
+    "cutlass_scaled_mm_supports_fp4": lambda capability: capability >= 100,
+}
+PLATFORM["stubbed"].append("torch.ops._C capability queries: " + ", ".join(KERNEL_QUERIES))
+
+
+def write_hub_cache(root: Path, models: dict[str, Any]) -> None:
+    """Lay out a Hugging Face hub cache holding each model's canned files."""
+    for name, model in models.items():
+        repo = root / "hub" / ("models--" + name.replace("/", "--"))
+        snap = repo / "snapshots" / SNAPSHOT
+        snap.mkdir(parents=True, exist_ok=True)
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(SNAPSHOT)
+        files = {"config.json": model["config"], **model.get("files", {})}
+        for rel, content in files.items():
+            path = snap / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content if isinstance(content, str) else json.dumps(content))
+
+
+def prepare_environment(models: dict[str, Any]) -> str:
+    """Environment every case starts from: offline hub, no usage stats, quiet logs."""
+    home = tempfile.mkdtemp(prefix="vllm-oracle-hf-")
+    write_hub_cache(Path(home), models)
+    os.environ.update(
+        {
+            "HF_HOME": home,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "VLLM_LOGGING_LEVEL": "ERROR",
+            "VLLM_CACHE_ROOT": tempfile.mkdtemp(prefix="vllm-oracle-cache-"),
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
+    for name in ("CUDA_VISIBLE_DEVICES", "VLLM_ALL2ALL_BACKEND", "VLLM_USE_V1", "TORCH_COMPILE_DISABLE"):
+        os.environ.pop(name, None)
+    return home
+
+
+def install_platform_stub() -> None:
+    """Make vLLM see a CUDA node of 8x H100 before any of its modules resolves the platform."""
+    sys.modules.setdefault("vllm._C", types.ModuleType("vllm._C"))
+    import torch
+
+    torch.cuda.device_count = lambda: PLATFORM["device_count"]
+    for name, answer in KERNEL_QUERIES.items():
+        setattr(torch.ops._C, name, answer)
+    torch.cuda.is_available = lambda: True
+    import vllm.platforms as platforms
+    from vllm.platforms import cuda
+    from vllm.platforms.interface import DeviceCapability
+
+    major, minor = PLATFORM["capability"]
+
+    class StubCudaPlatform(cuda.NonNvmlCudaPlatform):
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
+            return DeviceCapability(major=major, minor=minor)
+
+        @classmethod
+        def get_device_name(cls, device_id: int = 0) -> str:
+            return PLATFORM["device_name"]
+
+        @classmethod
+        def get_device_total_memory(cls, device_id: int = 0) -> int:
+            return PLATFORM["total_memory_bytes"]
+
+        @classmethod
+        def is_fully_connected(cls, physical_device_ids: list[int]) -> bool:
+            return PLATFORM["fully_connected"]
+
+        @classmethod
+        def device_count(cls) -> int:
+            return PLATFORM["device_count"]
+
+        @classmethod
+        def log_warnings(cls) -> None:
+            return None
+
+    platforms.current_platform = StubCudaPlatform()
+
+
+# Host queries vLLM makes through its own helpers, replaced wherever a module imported them.
+HOST_QUERIES = {
+    "cuda_device_count_stateless": lambda *a, **k: PLATFORM["device_count"],
+    "_cuda_device_count_stateless": lambda *a, **k: PLATFORM["device_count"],
+    "get_cpu_memory": lambda *a, **k: PLATFORM["host_memory_bytes"],
+}
+PLATFORM["stubbed"].append("host helpers in every vllm module: " + ", ".join(HOST_QUERIES))
+
+
+def patch_host_queries() -> None:
+    """Replace vLLM's host helpers in every loaded vllm module (they are imported by name)."""
+    for modname, module in list(sys.modules.items()):
+        if module is None or not (modname == "vllm" or modname.startswith("vllm.")):
+            continue
+        for name, answer in HOST_QUERIES.items():
+            if callable(getattr(module, name, None)):
+                setattr(module, name, answer)
+
+
+def _import_first(*names: str) -> Any:
+    """Return the first attribute found among 'module:attr' names (modules moved between versions)."""
+    for spec in names:
+        mod, attr = spec.split(":")
+        with contextlib.suppress(ImportError, AttributeError):
+            return getattr(__import__(mod, fromlist=[attr]), attr)
+    raise ImportError(f"none of {names}")
+
+
+def build_parser(argv: list[str]) -> tuple[Any, list[str], str]:
+    """The parser vLLM itself builds for this program, the arguments it parses, and its kind."""
+    flexible = _import_first("vllm.utils.argparse_utils:FlexibleArgumentParser", "vllm.utils:FlexibleArgumentParser")
+    make_arg_parser = _import_first("vllm.entrypoints.openai.cli_args:make_arg_parser")
+    if len(argv) >= 3 and argv[1] == "-m":
+        if argv[2] != "vllm.entrypoints.openai.api_server":
+            raise SystemExit(f"unsupported module {argv[2]}")
+        parser = make_arg_parser(flexible(description="vLLM OpenAI-Compatible RESTful API server."))
+        return parser, argv[3:], "api_server"
+    import importlib
+
+    parser = flexible(description="vLLM CLI")
+    subparsers = parser.add_subparsers(required=False, dest="subparser")
+    for modname in ("vllm.entrypoints.cli.serve",):
+        module = importlib.import_module(modname)
+        for cmd in module.cmd_init():
+            cmd.subparser_init(subparsers).set_defaults(dispatch_function=cmd.cmd)
+    return parser, argv[1:], "cli"
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON form of a parsed argument value (enums by name, objects by their JSON or repr)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [jsonable(v) for v in value]
+    for attr in ("model_dump", "to_dict"):
+        if hasattr(value, attr):
+            with contextlib.suppress(Exception):
+                return jsonable(getattr(value, attr)())
+    if hasattr(value, "__dataclass_fields__"):
+        import dataclasses
+
+        with contextlib.suppress(Exception):
+            return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return repr(value)
+
+
+def non_default_args(args: argparse.Namespace) -> dict[str, Any]:
+    """vLLM's own 'non-default args': every dest whose value differs from the serve parser default."""
+    flexible = _import_first("vllm.utils.argparse_utils:FlexibleArgumentParser", "vllm.utils:FlexibleArgumentParser")
+    make_arg_parser = _import_first("vllm.entrypoints.openai.cli_args:make_arg_parser")
+    defaults = vars(make_arg_parser(flexible()).parse_args([]))
+    out = {}
+    for dest, default in defaults.items():
+        value = getattr(args, dest, default)
+        with contextlib.suppress(Exception):
+            if value != default:
+                out[dest] = jsonable(value)
+    return out
+
+
+def raised_at(exc: BaseException) -> str | None:
+    """The innermost vLLM frame of a traceback: 'vllm/config/vllm.py:123 in __post_init__'."""
+    where = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        path = frame.filename.replace(os.sep, "/")
+        if "/vllm/" in path:
+            where = f"vllm/{path.rsplit('/vllm/', 1)[1]}:{frame.lineno} in {frame.name}"
+    return where
+
+
+def _refusal(stage: str, exc: BaseException, stderr: str) -> dict[str, Any]:
+    if isinstance(exc, SystemExit):
+        # argparse prints usage, then 'prog: error: message' (which may span lines)
+        text = stderr.strip()
+        start = text.find(": error:")
+        start = text.rfind("\n", 0, start) + 1 if start >= 0 else 0
+        message = " ".join(text[start:].split()) or f"exit {exc.code}"
+        error_type = "SystemExit"
+    else:
+        message, error_type = " ".join(str(exc).split()), type(exc).__name__
+    message = re.sub(r" at 0x[0-9a-f]+", "", message)
+    return {
+        "outcome": "refused",
+        "stage": stage,
+        "error_type": error_type,
+        "error": message[:300],
+        "raised_at": raised_at(exc),
+    }
+
+
+# How vLLM says no: argparse exits, config validation raises these (pydantic's ValidationError
+# is a ValueError).  Anything else (AttributeError, ImportError, RuntimeError...) means the
+# stubbed platform lacks something, and is reported as an oracle error, never as a refusal.
+REFUSALS = (SystemExit, ValueError, NotImplementedError, AssertionError, KeyError, argparse.ArgumentError)
+
+
+def resolve(argv: list[str]) -> dict[str, Any]:
+    """One command line through vLLM's parser, EngineArgs and create_engine_config."""
+    stage = "parse"
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parser, args_in, kind = build_parser(argv)
+            args = parser.parse_args(args_in)
+            validate = _import_first("vllm.entrypoints.openai.cli_args:validate_parsed_serve_args")
+            if kind == "cli" and getattr(args, "subparser", None) != "serve":
+                raise SystemExit(f"not a serve command: {args_in[:1]}")
+            validate(args)
+            if getattr(args, "model_tag", None) is not None:
+                args.model = args.model_tag
+            nda = non_default_args(args)
+            stage = "engine_args"
+            engine_args_cls = _import_first("vllm.engine.arg_utils:AsyncEngineArgs")
+            usage_context = _import_first("vllm.usage.usage_lib:UsageContext")
+            engine_args = engine_args_cls.from_cli_args(args)
+            stage = "config"
+            config = engine_args.create_engine_config(usage_context=usage_context.OPENAI_API_SERVER)
+    except REFUSALS as exc:  # vLLM refuses by raising; argparse by exiting
+        return _refusal(stage, exc, err.getvalue())
+    except Exception as exc:  # noqa: BLE001 - not a refusal: the stub is missing something
+        return {
+            "outcome": "oracle_error",
+            "stage": stage,
+            "error": f"{type(exc).__name__}: {exc}"[:300],
+            "traceback": traceback.format_exc()[-3000:],
+        }
+    return describe(config, nda)
+
+
+def describe(config: Any, nda: dict[str, Any]) -> dict[str, Any]:
+    """What the resolved VllmConfig says about graphs and compilation."""
+    cc = config.compilation_config
+    mode = getattr(cc, "mode", None)
+    if mode is None:
+        mode = getattr(cc, "level", None)
+    cg = getattr(cc, "cudagraph_mode", None)
+    spec = getattr(config, "speculative_config", None)
+    parallel = config.parallel_config
+    return {
+        "outcome": "ok",
+        "cudagraph_mode": cg.name if cg is not None else None,
+        "compilation_mode": int(mode) if mode is not None else None,
+        "splitting_ops": jsonable(cc.splitting_ops),
+        "enforce_eager": bool(config.model_config.enforce_eager),
+        "non_default_args": nda,
+        "runner_type": jsonable(getattr(config.model_config, "runner_type", None)),
+        "cudagraph_capture_sizes": jsonable(getattr(cc, "cudagraph_capture_sizes", None)),
+        "use_cudagraph": jsonable(getattr(cc, "use_cudagraph", None)),
+        "full_cuda_graph": jsonable(getattr(cc, "full_cuda_graph", None)),
+        "speculative_method": getattr(spec, "method", None) if spec is not None else None,
+        "data_parallel_size": parallel.data_parallel_size,
+        "all2all_backend": jsonable(getattr(parallel, "all2all_backend", None)),
+    }
+
+
+# argparse names the program after sys.argv[0]; the console script is 'vllm'.
+PROG = {"vllm.entrypoints.openai.api_server": "api_server.py"}
+
+
+def run_case(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """Resolve in a forked child (fresh state per case); the parent reads its JSON answer."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        code = 0
+        sys.argv[0] = PROG.get(argv[2] if argv[1:2] == ["-m"] else "", "vllm")
+        try:
+            os.environ.update(env)
+            result = resolve(argv)
+        except BaseException as exc:  # noqa: BLE001 - the child must always answer
+            result = {"outcome": "oracle_error", "error": f"{type(exc).__name__}: {exc}"[:300]}
+            code = 1
+        with os.fdopen(write_fd, "w") as out:
+            out.write(json.dumps(result, default=repr))
+        os._exit(code)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as inp:
+        text = inp.read()
+    os.waitpid(pid, 0)
+    if not text:
+        return {"outcome": "oracle_error", "error": "child died without an answer"}
+    return json.loads(text)
+
+
+def preload() -> None:
+    """Import vLLM's parser and engine modules once, before forking, so each case starts fast."""
+    build_parser(["vllm", "serve"])
+    _import_first("vllm.engine.arg_utils:AsyncEngineArgs")
+    _import_first("vllm.usage.usage_lib:UsageContext")
+    patch_host_queries()
+
+
+def cases_for(data: dict[str, Any], version: str) -> list[dict[str, Any]]:
+    """The base list plus the extras listed for this version."""
+    rows = list(data["base"]) + list(data.get("extras", {}).get(version, []))
+    ids = [row["id"] for row in rows]
+    dup = {i for i in ids if ids.count(i) > 1}
+    if dup:
+        raise SystemExit(f"duplicate case ids: {sorted(dup)}")
+    return rows
+
+
+def model_facts(models: dict[str, Any]) -> dict[str, Any]:
+    return {
+        name: {k: m[k] for k in ("architectures", "moe", "pooling", "encoder_decoder")} | {"config": m["config"]}
+        for name, m in models.items()
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="JSON file to write")
+    ap.add_argument("--only", nargs="*", help="case ids to run (for debugging)")
+    ap.add_argument("--cases", default=str(CASES_FILE))
+    opts = ap.parse_args()
+    data = json.loads(Path(opts.cases).read_text())
+    models = data["models"]
+    prepare_environment(models)
+    install_platform_stub()
+    import vllm
+
+    version = vllm.__version__
+    preload()
+    base_env = dict(os.environ)
+    records = []
+    for row in cases_for(data, version):
+        if opts.only and row["id"] not in opts.only:
+            continue
+        argv = shlex.split(row["cmd"])
+        env = row.get("env", {})
+        os.environ.clear()
+        os.environ.update(base_env)
+        result = run_case(argv, env)
+        record = {"id": row["id"], "argv": argv, "env": env, "model": row["model"], **result}
+        records.append(record)
+        brief = result.get("cudagraph_mode") if result["outcome"] == "ok" else result.get("error", "")[:100]
+        print(f"{row['id']:40} {result['outcome']:8} {brief}", file=sys.stderr, flush=True)
+    out = {
+        "vllm_version": version,
+        "generated_by": "scripts/vllm_oracle.py",
+        "platform": PLATFORM,
+        "models": model_facts(models),
+        "cases": records,
+    }
+    Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(opts.out).with_suffix(".tmp")
+    tmp.write_text(json.dumps(out, sort_keys=True, indent=1) + "\n")
+    tmp.replace(opts.out)
+    errors = [r["id"] for r in records if r["outcome"] == "oracle_error"]
+    print(f"{len(records)} cases, errors: {errors}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
