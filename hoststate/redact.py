@@ -1,24 +1,41 @@
-"""The one place that keeps secrets out of a snapshot: environment values, argv, URLs, nested values.
+"""The one place that keeps secrets out of what hoststate records and prints.
 
-Everything is table-driven so a new secret shape is one row: ``SECRET_NAME_WORDS`` and
-``CREDENTIAL_NAMES`` decide which variable/key names are secret, ``SECRET_FLAGS`` which command-line
-options take a secret, and ``VALUE_RULES`` which value shapes are secrets wherever they appear
-(an ``sk-...`` key given as a positional argument is redacted as surely as one under ``--api-key``).
-A redacted value is replaced by ``REDACTED``; redaction never raises.
+Secrets are found two ways, in every input (argv, environment, ``--vllm-cmd``, ``--vllm-url``, logs,
+``/metrics``, labels, guard's command):
+
+- by name: ``is_secret_name`` for environment variables (design.md's words TOKEN, KEY, SECRET, PASSWORD,
+  PASSWD, CREDENTIAL, AUTH, and PASS), ``is_secret_key`` for option and configuration keys
+  (``--api-key``, ``hf_token``, ``kv_transfer_config.x.password``, ``X-Amz-Credential``), and
+  ``SHORT_SECRET_OPTIONS`` for programs whose short options take one (``mysql -pPASS``);
+- by shape: ``VALUE_RULES`` (provider key formats, PEM blocks, URL passwords, headers) and ``key = value``
+  pairs in any text (JSON, Python literals, queries and fragments, ``NAME=value``), so an ``sk-...`` key
+  given as a positional argument, or a password nested in a JSON option, is redacted as surely as one
+  under ``--api-key``.
+
+A redacted value is replaced by ``REDACTED``; nothing here raises, and every scan is linear in its input
+(patterns are bounded, no nested quantifiers), because the text comes from other users' processes.
+Redaction is for what hoststate records and prints; what it passes on (guard's command and its
+environment) is never changed.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote
 
 REDACTED = "<redacted>"
 
-#: A variable or key whose upper-cased name contains one of these is secret (design.md).
-SECRET_NAME_WORDS: tuple[str, ...] = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+#: An environment variable whose upper-cased name contains one of these is secret (design.md, plus PASS).
+SECRET_NAME_WORDS: tuple[str, ...] = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "AUTH")
+
+#: Words that contain a secret word but are not about secrets; removed from a name before the test above.
+HARMLESS_NAME_WORDS: tuple[str, ...] = ("BYPASS", "PASSTHROUGH", "COMPASS", "AUTHOR")
 
 #: Credentials named outright (HF_/OPENAI_/AWS_ and friends), also caught when the words above miss them.
 CREDENTIAL_NAMES: frozenset[str] = frozenset(
@@ -38,35 +55,39 @@ CREDENTIAL_NAMES: frozenset[str] = frozenset(
         "WANDB_API_KEY",
         "GITHUB_TOKEN",
         "NGC_API_KEY",
+        "MYSQL_PWD",
+        "PGPASSWORD",
+        "REDISCLI_AUTH",
     }
 )
 
-#: Names that contain a secret word but hold no secret (counts of tokens, tokenizer switches).
+#: Environment names that contain a secret word but hold no secret (counts of tokens, tokenizer switches,
+#: the InfiniBand partition key index NCCL uses).
 NOT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"^TOKENIZERS_PARALLELISM$"),
     re.compile(r"^VLLM_\w*_TOKENS(_\w+)?$"),
     re.compile(r"^VLLM_\w*TOKENIZER\w*$"),
+    re.compile(r"^NCCL_IB_PKEY$"),
 )
 
-#: Command-line options whose value is a secret (compared after ``_`` -> ``-``, case-insensitive).
-SECRET_FLAGS: frozenset[str] = frozenset(
+#: A key (option, configuration key, query parameter) holding a secret has one of these words
+#: (words are split at ``_``, ``-``, ``.`` and lower-to-upper case changes) ...
+SECRET_KEY_WORDS: frozenset[str] = frozenset(
     {
-        "--api-key",
-        "--hf-token",
-        "--token",
-        "--password",
-        "--passwd",
-        "--secret",
-        "--auth",
-        "--auth-token",
-        "--access-token",
-        "--openai-api-key",
-        "--aws-secret-access-key",
-        "--aws-access-key-id",
+        "password", "passwd", "passphrase", "passcode", "secret", "secrets", "credential", "credentials", "creds",
+        "token", "auth", "authorization", "apikey", "accesskey", "secretkey", "privatekey", "signature", "sig",
+        "cookie", "bearer",
     }
 )
-#: Any option whose name ends like these also takes a secret (``--foo-api-key``, ``--db-password``).
-SECRET_FLAG_SUFFIXES: tuple[str, ...] = ("-api-key", "-token", "-password", "-passwd", "-secret", "-credentials")
+#: ... or a word ending like these (``hftoken``, ``dbpassword``) ...
+SECRET_KEY_ENDINGS: tuple[str, ...] = ("token", "password", "passwd", "secret", "apikey")
+#: ... or ends in one of these words (``db_pass``, ``redis_pwd``, ``key``; ``pass_config`` is not a secret) ...
+SECRET_LAST_WORDS: frozenset[str] = frozenset({"pass", "pwd", "key", "keys"})
+#: ... or has ``key`` right after one of these (``access_key_id``, ``private_key_path``).
+KEY_QUALIFIERS: frozenset[str] = frozenset(
+    {"api", "access", "secret", "private", "signing", "encryption", "master", "client", "auth", "ssh", "account",
+     "service", "session", "license"}
+)
 
 
 @dataclass(frozen=True)
@@ -75,69 +96,216 @@ class ValueRule:
 
     name: str
     pattern: re.Pattern[str]
-    replacement: str
+    replacement: str | Callable[[re.Match[str]], str]
+    #: Lower-case literals one of which every match contains: a text without any is not scanned (speed).
+    hints: tuple[str, ...] = ()
 
 
-#: Secret shapes found inside any string value. Order matters only for readability of the output.
+def _rule(name: str, pattern: str, replacement: str, hints: str) -> ValueRule:
+    return ValueRule(name, re.compile(pattern), replacement or _to_last_at, tuple(hints.split()))
+
+
+def _to_last_at(m: re.Match[str]) -> str:
+    """``scheme://user:`` kept, everything up to the word's last '@' redacted (nothing when there is none)."""
+    word = m.group()
+    at = word.rfind("@")
+    if at < 0:
+        return word
+    colon = word.index(":", word.index("://") + 3)
+    return word[:colon + 1] + REDACTED + word[at:]
+
+
+_KEEP1, _KEEP2 = r"\1" + REDACTED, r"\1\2" + REDACTED
+#: Secret shapes found inside any string value, each with its hints (space-separated). Flags are scoped
+#: (``(?i:...)``); every repetition is bounded or cannot restart inside its own match, so a long line costs
+#: linear time.
 VALUE_RULES: tuple[ValueRule, ...] = (
-    ValueRule(
-        "header",
-        re.compile(
-            r"(?i)\b((?:proxy-)?authorization|x-api-key|api-key|x-auth-token|cookie|set-cookie)(\s*[:=]\s*)[^\r\n]+"
-        ),
-        r"\1\2" + REDACTED,
-    ),
-    ValueRule("bearer", re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1\2" + REDACTED),
-    ValueRule(
-        "url-userinfo", re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+(@)"), r"\1" + REDACTED + r"\2"
-    ),
-    ValueRule("openai-key", re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), REDACTED),
-    ValueRule("hf-token", re.compile(r"\bhf_[A-Za-z0-9]{8,}"), REDACTED),
-    ValueRule("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),
-    ValueRule("github-token", re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{16,}"), REDACTED),
-    ValueRule("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), REDACTED),
-    ValueRule("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
-    ValueRule(
-        "query-secret",
-        re.compile(r"(?i)([?&](?:api[_-]?key|access[_-]?token|token|key|secret|password|passwd|auth|sig)=)[^&#\s]+"),
-        r"\1" + REDACTED,
-    ),
+    _rule("pem-block", r"(?s:-----BEGIN [A-Z0-9 ]{1,64}-----.*?(?:-----END [A-Z0-9 ]{1,64}-----|\Z))", REDACTED,
+          "-----begin"),
+    _rule("header", r"(?i:\b((?:proxy-)?authorization|x-api-key|api-key|x-auth-token|cookie|set-cookie)"
+          r"(\s*[:=]\s*)[^\r\n]+)", _KEEP2, "authorization api-key auth-token cookie"),
+    _rule("bearer", r"(?i:\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=-]{8,})", _KEEP2, "bearer basic token"),
+    # scheme://user:PASSWORD@host: the password may hold '@' and '/', so it runs to the last '@' of the word
+    # (the replacement is a function: the pattern takes the whole word once instead of backtracking in it).
+    _rule("url-userinfo", r"(?i:(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,31}://[^/\s:@\"'<>]{0,256}:[^\s\"'<>]{1,2048})",
+          "", "://"),
+    # scheme://TOKEN@host: a bare token as the user name (git remotes).
+    _rule("url-token-user", r"(?i:(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{0,31}://)[a-z0-9_-]{20,256}(@))",
+          r"\1" + REDACTED + r"\2", "://"),
+    _rule("slack-webhook", r"(?i:\b(hooks\.slack\.com/(?:services|workflows|triggers)/)[\w/-]+)", _KEEP1,
+          "hooks.slack.com/"),
+    _rule("discord-webhook", r"(?i:\b(discord(?:app)?\.com/api/webhooks/\d+/)[\w-]+)", _KEEP1, "/api/webhooks/"),
+    _rule("openai-key", r"\bsk-[A-Za-z0-9_-]{8,}", REDACTED, "sk-"),
+    _rule("stripe-key", r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{8,}", REDACTED, "_live_ _test_"),
+    _rule("stripe-webhook", r"\bwhsec_[A-Za-z0-9]{16,}", REDACTED, "whsec_"),
+    _rule("hf-token", r"\bhf_[A-Za-z0-9]{20,}", REDACTED, "hf_"),
+    _rule("aws-access-key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", REDACTED, "akia asia"),
+    _rule("github-token", r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{16,}", REDACTED,
+          "ghp_ gho_ ghu_ ghs_ ghr_ github_pat_"),
+    _rule("gitlab-token", r"\bgl(?:pat|dt|ptt|rt|cbt)-[A-Za-z0-9_-]{16,}", REDACTED,
+          "glpat- gldt- glptt- glrt- glcbt-"),
+    _rule("google-api-key", r"\bAIza[0-9A-Za-z_-]{30,}", REDACTED, "aiza"),
+    _rule("slack-token", r"\bxox[abposre]-[A-Za-z0-9-]{10,}", REDACTED, "xox"),
+    _rule("slack-app-token", r"\bxapp-[A-Za-z0-9-]{10,}", REDACTED, "xapp-"),
+    _rule("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", REDACTED, "eyj"),
 )
+
+#: Lower-case literals one of which every secret key contains (SECRET_KEY_WORDS and friends, CREDENTIAL_NAMES).
+KEY_HINTS: tuple[str, ...] = ("pass", "pwd", "secret", "credential", "creds", "token", "auth", "key", "sig",
+                              "cookie", "bearer", "openai_org")
+
+
+@functools.lru_cache(maxsize=4096)
+def _words(name: str) -> tuple[str, ...]:
+    spaced = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1 \2", re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name))
+    return tuple(w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w)
 
 
 def is_secret_name(name: str) -> bool:
-    """True when an environment variable or mapping key of this name holds a secret."""
+    """True when an environment variable of this name holds a secret."""
     upper = name.upper().replace("-", "_")
     if upper in CREDENTIAL_NAMES:
         return True
     if any(p.match(upper) for p in NOT_SECRET_PATTERNS):
         return False
+    for word in HARMLESS_NAME_WORDS:
+        upper = upper.replace(word, "_")
     return any(word in upper for word in SECRET_NAME_WORDS)
 
 
-def is_secret_flag(flag: str) -> bool:
-    """True when a command-line option (``--api-key``, ``--hf_token``) takes a secret value."""
-    name = flag.split("=", 1)[0].lower().replace("_", "-")
-    if not name.startswith("--"):
+@functools.lru_cache(maxsize=4096)
+def _secret_part(part: str) -> bool:
+    if part.upper().replace("-", "_") in CREDENTIAL_NAMES:
+        return True
+    words = _words(part)
+    if not words:
         return False
-    return name in SECRET_FLAGS or name.endswith(SECRET_FLAG_SUFFIXES)
+    if words[-1] in SECRET_LAST_WORDS:
+        return True
+    for i, word in enumerate(words):
+        if word in SECRET_KEY_WORDS or word.endswith(SECRET_KEY_ENDINGS):
+            return True
+        if word in ("key", "keys") and i > 0 and words[i - 1] in KEY_QUALIFIERS:
+            return True
+    return False
 
 
 def is_secret_key(key: str) -> bool:
-    """True when a configuration key (``api_key``, ``hf_token``, ``db_password``) holds a secret.
+    """True when an option or configuration key holds a secret: ``api_key``, ``hf_token``, ``--db-password``,
+    ``secret_key``, ``passphrase``, dotted ``kv_transfer_config.x.password`` (any part), ``X-Amz-Credential``.
 
-    Keys follow the option rules, not the broader environment-name rule: ``max_num_batched_tokens``
-    and ``tokenizer`` are vLLM settings, not secrets.
+    Words, not substrings: ``max_num_batched_tokens``, ``tokenizer``, ``num_key_value_heads`` and
+    ``pass_config`` are vLLM settings, not secrets.
     """
-    name = key.lower().replace("_", "-").lstrip("-")
-    return is_secret_flag("--" + name) or key.upper() in CREDENTIAL_NAMES
+    return any(_secret_part(part) for part in key.strip("-").split(".") if part)
+
+
+def is_secret_flag(flag: str) -> bool:
+    """True when a command-line option (``--api-key``, ``--hf_token``, ``--x.password``) takes a secret value."""
+    name = flag.split("=", 1)[0]
+    if not name.startswith("-") or name == "-" or name == "--":
+        return False
+    if not name.startswith("--") and "." not in name:
+        return False  # short options: only the per-program table knows them
+    return is_secret_key(name)
+
+
+# -- key = value pairs in any text --------------------------------------------------------------------------------
+
+#: A key where a word starts (so a scan never restarts inside one), its closing quote and separator; a
+#: value after white space only follows an option (``--api-key KEY``), not any word.
+_KEYED = re.compile(
+    r"(?<![\w.\\-])(?:(--)|-?)([A-Za-z_][\w.-]{0,200})(\\?[\"']?)(\s{0,8}[:=]\s{0,8}|(?(1)[ \t]{1,8}(?=[^\s-])|(?!)))"
+)
+
+
+_BARE = re.compile(r"[^\s,;&#}\])\"']*")
+
+
+def _value_end(text: str, start: int) -> int:
+    """Where the value starting at ``start`` ends: a quoted string, a bracketed list or table, or a bare word."""
+    n = len(text)
+    if start >= n:
+        return start
+    escaped_quote = text.startswith('\\"', start) or text.startswith("\\'", start)
+    if escaped_quote or text[start] in "\"'":
+        closer = text[start:start + 2] if escaped_quote else text[start]
+        i = start + len(closer)
+        while True:
+            i = text.find(closer, i)
+            if i < 0:
+                return n
+            if escaped_quote or text[i - 1] != "\\":
+                return i + len(closer)
+            i += 1
+    if text[start] in "[{(":
+        depth, i, quote = 0, start, ""
+        while i < n:
+            c = text[i]
+            if quote:
+                if c == "\\":
+                    i += 1
+                elif c == quote:
+                    quote = ""
+            elif c in "\"'":
+                quote = c
+            elif c in "[{(":
+                depth += 1
+            elif c in "]})":
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+            i += 1
+        return n
+    m = _BARE.match(text, start)
+    return m.end() if m else start
+
+
+def _redact_keyed(text: str) -> str:
+    """``secret_key = value`` pairs in any text redacted: JSON and Python literals (nested at any depth:
+    every pair is found where it stands), ``k=v`` queries and fragments, ``NAME=value``, dotted options,
+    and ``--secret-option VALUE`` (a command line quoted in a message)."""
+    out: list[str] = []
+    pos = 0
+    for m in _KEYED.finditer(text):
+        if m.start() < pos or not is_secret_key(m.group(2)):
+            continue
+        start = m.end()
+        end = _value_end(text, start)
+        value = text[start:end]
+        if value.strip("\\\"'") in ("", "None", "null", REDACTED):
+            continue
+        quoted = value[:1] in "\"'" or value.startswith("\\")
+        if quoted:
+            quote = value[:2] if value.startswith("\\") else value[:1]
+            closed = len(value) >= 2 * len(quote) and value.endswith(quote)
+            replacement = quote + REDACTED + (quote if closed else "")
+        else:
+            replacement = REDACTED
+        out.append(text[pos:start])
+        out.append(replacement)
+        pos = end
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def redact_text(text: str) -> str:
-    """A string with every secret shape of VALUE_RULES replaced."""
-    for rule in VALUE_RULES:
-        text = rule.pattern.sub(rule.replacement, text)
-    return text
+    """A string with every secret shape of VALUE_RULES and every secret ``key = value`` pair replaced."""
+    if not isinstance(text, str) or not text:
+        return text
+    for _ in range(3):  # again over what a rule kept (a key as a URL's user name), until nothing changes
+        lower = text.lower()
+        done = text
+        for rule in VALUE_RULES:
+            if any(hint in lower for hint in rule.hints):
+                done = rule.pattern.sub(rule.replacement, done)
+        if done == text:
+            break
+        text = done
+    lower = text.lower()
+    return _redact_keyed(text) if any(hint in lower for hint in KEY_HINTS) else text
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -145,65 +313,200 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: (REDACTED if is_secret_name(k) else redact_text(str(v))) for k, v in env.items()}
 
 
-_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+# -- argv and command lines ---------------------------------------------------------------------------------------
+
+#: How a program's short option takes its secret: only glued on (``mysql -pPASS``; a lone ``-p`` prompts and
+#: the next word is a database), glued or as the next word (``redis-cli -a PASS``), or ``user:PASS``.
+ATTACHED, VALUE, USERINFO = "attached", "value", "userinfo"
+_MYSQL = {"-p": ATTACHED}
+SHORT_SECRET_OPTIONS: dict[str, dict[str, str]] = {
+    "mysql": _MYSQL, "mysqldump": _MYSQL, "mysqladmin": _MYSQL, "mysqlimport": _MYSQL, "mysqlcheck": _MYSQL,
+    "mariadb": _MYSQL, "mariadb-dump": _MYSQL, "mariadb-admin": _MYSQL,
+    "redis-cli": {"-a": VALUE}, "valkey-cli": {"-a": VALUE}, "keydb-cli": {"-a": VALUE},
+    "sshpass": {"-p": VALUE},
+    "curl": {"-u": USERINFO, "-U": USERINFO, "--user": USERINFO, "--proxy-user": USERINFO},
+    "smbclient": {"-U": USERINFO},
+}
+#: Options whose value is ``NAME=value`` (``docker run -e``, ``--env``, ``--build-arg``, ``helm --set``).
+ASSIGN_OPTIONS: frozenset[str] = frozenset({"-e", "--env", "--build-arg", "--set", "--set-string", "--setenv"})
+
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.*)$", re.S)
+
+
+def _userinfo(value: str) -> str:
+    user, sep, _password = value.partition(":")
+    return f"{user}:{REDACTED}" if sep else redact_text(value)
+
+
+def _assignment(token: str) -> str | None:
+    """``NAME=value`` with the value redacted when NAME is secret, else None."""
+    m = _ASSIGN.match(token)
+    if m and (is_secret_name(m.group(1)) or is_secret_key(m.group(1))):
+        return f"{m.group(1)}={REDACTED}"
+    return None
 
 
 def redact_argv(argv: list[str]) -> list[str]:
     """argv with secret option values, secret ``VAR=value`` assignments and secret shapes replaced.
 
-    After a secret option every following token that is not an option is redacted too (``--api-key``
-    takes several keys in recent vLLM); ``--api-key=VALUE`` keeps the option name.
+    After a secret long option every following token that is not an option is redacted too (``--api-key``
+    takes several keys in recent vLLM); ``--api-key=VALUE`` keeps the option name. Short options of the
+    programs in SHORT_SECRET_OPTIONS are read after that program's name (``sudo mysql -pX``). A token with
+    white space in it (``bash -c "mysql -pX db"``) is read as a command line of its own.
     """
     out: list[str] = []
-    taking = False
+    taking = False  # every following non-option token is secret
+    pending: Callable[[str], str] | None = None  # the next token only, through this function
+    program: dict[str, str] = {}
     for token in argv:
+        token = str(token)
+        if pending is not None:
+            out.append(pending(token))
+            pending = None
+            continue
         if taking and not token.startswith("-"):
             out.append(REDACTED)
             continue
         taking = False
-        if token.startswith("--") and is_secret_flag(token):
-            if "=" in token:
-                out.append(token.split("=", 1)[0] + "=" + REDACTED)
+        name, eq, value = token.partition("=")
+        base = os.path.basename(token)
+        if base in SHORT_SECRET_OPTIONS and not token.startswith("-"):
+            program = SHORT_SECRET_OPTIONS[base]
+            out.append(token)
+            continue
+        short = _program_option(token, program)
+        if short is not None:
+            out.append(short[0])
+            pending = short[1]
+            continue
+        if token.startswith("-") and is_secret_flag(name):
+            if eq:
+                out.append(name + "=" + REDACTED)
             else:
                 out.append(token)
                 taking = True
             continue
-        m = _ASSIGN.match(token)
-        if m and is_secret_name(m.group(1)):
-            out.append(f"{m.group(1)}={REDACTED}")
+        if token.startswith("-") and name in ASSIGN_OPTIONS:
+            if eq:
+                out.append(name + "=" + (_assignment(value) or redact_text(value)))
+            else:
+                out.append(token)
+                pending = lambda t: _assignment(t) or redact_text(t)  # noqa: E731 - a one-token rule
+            continue
+        assigned = _assignment(token)
+        if assigned is not None:
+            out.append(assigned)
+            continue
+        if any(c.isspace() for c in token):
+            out.append(redact_command_line(token))
             continue
         out.append(redact_text(token))
     return out
 
 
-#: ``user:pass@host...`` written without a scheme (urlsplit would read ``user`` as the scheme).
-_BARE_USERINFO = re.compile(r"^([^/\s:@?#]*):([^/\s@?#]+)@(?=[^\s@]*$)")
+def _program_option(token: str, program: Mapping[str, str]) -> tuple[str, Callable[[str], str] | None] | None:
+    """(the token as recorded, what to do with the next token) for a program's secret short option, else None."""
+    for option, how in program.items():
+        if option.startswith("--"):
+            name, eq, value = token.partition("=")
+            if name != option:
+                continue
+            if eq:
+                return f"{name}={_userinfo(value) if how == USERINFO else REDACTED}", None
+            return token, (_userinfo if how == USERINFO else lambda _t: REDACTED)
+        if token == option:
+            if how == ATTACHED:
+                return None
+            return token, (_userinfo if how == USERINFO else lambda _t: REDACTED)
+        if token.startswith(option) and len(token) > len(option):
+            rest = token[len(option):]
+            return option + (_userinfo(rest) if how == USERINFO else REDACTED), None
+    return None
+
+
+def split_lenient(text: str) -> list[tuple[int, int, str]]:
+    """Shell words of ``text`` as (start, end, word), never failing: an unclosed quote runs to the end.
+
+    shlex refuses such text; a command that cannot be split must still be redacted before it is shown.
+    """
+    words: list[tuple[int, int, str]] = []
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            break
+        start, word = i, []
+        while i < n and not text[i].isspace():
+            c = text[i]
+            if c == "'":
+                end = text.find("'", i + 1)
+                end = n if end < 0 else end
+                word.append(text[i + 1:end])
+                i = end + 1
+            elif c == '"':
+                i += 1
+                while i < n and text[i] != '"':
+                    if text[i] == "\\" and i + 1 < n:
+                        i += 1
+                    word.append(text[i])
+                    i += 1
+                i += 1
+            elif c == "\\" and i + 1 < n:
+                word.append(text[i + 1])
+                i += 2
+            else:
+                word.append(c)
+                i += 1
+        words.append((start, min(i, n), "".join(word)))
+    return words
+
+
+def redact_command_line(text: str) -> str:
+    """A command line as written (also one shlex cannot split), with the secrets redact_argv finds in its
+    words and every secret shape replaced; words with nothing secret keep their original spelling."""
+    if not isinstance(text, str) or not text:
+        return text
+    words = split_lenient(text)
+    redacted = redact_argv([w for _s, _e, w in words])
+    out, pos = [], 0
+    for (start, end, word), new in zip(words, redacted, strict=True):
+        if new != word:
+            out += [text[pos:start], shlex.quote(new) if any(c.isspace() for c in new) else new]
+            pos = end
+    out.append(text[pos:])
+    return redact_text("".join(out))
+
+
+# -- URLs ---------------------------------------------------------------------------------------------------------
+
+#: ``user:PASSWORD@`` at the start of a URL (with or without a scheme); the password runs to the last '@'.
+_USERINFO = re.compile(r"^(?:([a-zA-Z][a-zA-Z0-9+.-]{0,31}://))?([^/\s:@?#]{0,256}):(?!//)([^\s]{1,512})@(?=[^\s@]*$)")
+_TOKEN_USER = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]{0,31}://)([^/\s:@?#]{1,512})@")
 
 
 def url_secrets(url: str) -> list[str]:
-    """The secret parts of a URL as written: the password of ``user:pass@`` (or a bare token as user
-    name) and the values of secret query parameters, so that a message repeating any part of the URL
+    """The secret parts of a URL as written: the password of ``user:pass@`` (or a bare token as user name)
+    and the values of secret query and fragment parameters, so that a message repeating any part of the URL
     can be cleaned with redact_mentions."""
     found: list[str] = []
-    m = _BARE_USERINFO.match(url)
+    m = _USERINFO.match(url)
     if m:
-        found.append(m.group(2))
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        parts = None
-    if parts is not None and "@" in parts.netloc:
-        userinfo = parts.netloc.rsplit("@", 1)[0]
-        found.append(userinfo.split(":", 1)[1] if ":" in userinfo else userinfo)
-    query = parts.query if parts is not None else url.partition("?")[2]
-    for key, value in parse_qsl(query, keep_blank_values=True):
-        if is_secret_name(key) and value:
+        found.append(m.group(3))
+    else:
+        t = _TOKEN_USER.match(url)
+        if t:
+            found.append(t.group(2))
+    for pair in re.split(r"[?&#;]", url)[1:]:
+        key, eq, value = pair.partition("=")
+        if eq and value and is_secret_key(unquote(key)):
             found.append(value)
     for piece in list(found):
         unquoted = unquote(piece)
         if unquoted != piece:
             found.append(unquoted)
-    return sorted({p for p in found if p}, key=len, reverse=True)
+        found.extend(p for p in re.split(r"[@/:]", piece) if len(p) >= 4)  # pieces an error may quote alone
+    return sorted({p for p in found if p and p != REDACTED}, key=len, reverse=True)
 
 
 def redact_mentions(text: str, url: str) -> str:
@@ -215,27 +518,21 @@ def redact_mentions(text: str, url: str) -> str:
 
 
 def redact_url(url: str) -> str:
-    """A URL with the password of ``user:pass@`` and secret query parameters replaced."""
-    m = _BARE_USERINFO.match(url)
+    """A URL with the password of ``user:pass@`` (which may hold '@' and '/'), a bare token user name and
+    secret query and fragment parameters replaced."""
+    if not isinstance(url, str):
+        return url
+    m = _USERINFO.match(url)
     if m:
-        url = f"{m.group(1)}:{REDACTED}@{url[m.end():]}"
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return redact_mentions(url, url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":" + REDACTED
-        elif userinfo:
-            userinfo = REDACTED  # a bare token as user name (https://TOKEN@host)
-        netloc = f"{userinfo}@{host}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, REDACTED if is_secret_name(k) else redact_text(v)) for k, v in pairs], safe="<>")
-    return redact_text(urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)))
+        url = f"{m.group(1) or ''}{m.group(2)}:{REDACTED}@{url[m.end():]}"
+    else:
+        t = _TOKEN_USER.match(url)
+        if t and not t.group(2).startswith(REDACTED):
+            url = f"{t.group(1)}{REDACTED}@{url[t.end():]}"
+    return redact_text(url)
+
+
+# -- nested values ------------------------------------------------------------------------------------------------
 
 
 def redact_value(value: Any, key: str | None = None) -> Any:
@@ -246,6 +543,20 @@ def redact_value(value: Any, key: str | None = None) -> Any:
         return {k: redact_value(v, str(k)) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [redact_value(v) for v in value]
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
+
+
+def redact_strings(value: Any) -> Any:
+    """Any nested value with every string passed through redact_text (shapes and ``key = value`` pairs in
+    text), keys left alone: the last pass over a whole snapshot, whatever collector produced it."""
+    if isinstance(value, Mapping):
+        return {k: redact_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_strings(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(redact_strings(v) for v in value)
     if isinstance(value, str):
         return redact_text(value)
     return value

@@ -18,6 +18,7 @@ from hoststate.collectors import NAMES, STATUSES, Context, Section, run_all
 from hoststate.errors import InputError, WriteError
 from hoststate.io import Reader
 from hoststate.paths import leaves
+from hoststate.redact import redact_strings, redact_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -63,9 +64,20 @@ def assemble(sections: Mapping[str, Section], meta: Mapping[str, Any]) -> dict[s
     return snap
 
 
+def _redact_section(sec: Section) -> None:
+    """The last pass over what a collector found: every string redacted by shape (hoststate.redact), so a
+    secret quoted where no collector expected one (an error message, a kernel command line) is not kept."""
+    sec.data = redact_strings(sec.data)
+    sec.reason = redact_text(sec.reason) if sec.reason else sec.reason
+    sec.unreadable = {redact_text(k): redact_text(v) for k, v in sec.unreadable.items()}
+    sec.notes[:] = [redact_text(n) for n in sec.notes]
+
+
 def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = None) -> dict[str, Any]:
     """Run the collectors and return the snapshot mapping (never raises for a collector's sake)."""
     sections = run_all(ctx, names)
+    for sec in sections.values():
+        _redact_section(sec)
     meta: dict[str, Any] = {
         "schema": SCHEMA,
         "version": __version__,
@@ -75,7 +87,7 @@ def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = No
     if host:
         meta["hostname"] = host
     if label:
-        meta["label"] = label
+        meta["label"] = redact_text(label)
     meta["root"] = os.path.abspath(ctx.root) if not ctx.live else "/"
     return assemble(sections, meta)
 
