@@ -359,7 +359,7 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     elif warnings:
         click.echo(f"  {len(warnings)} warning(s) not listed (-v lists them)", err=True)
     for pattern in result.unused_accept:
-        click.echo(f"hoststate guard: note: --accept {pattern!r} matched no invalidating finding", err=True)
+        _error(f"hoststate guard: note: --accept {pattern!r} matched no invalidating finding")
     if save_current:
         write(save_current, to_toml(with_guard_table(result, command=command)), force=force)
         click.echo(f"hoststate guard: wrote {save_current} (verdict {result.verdict})", err=True)
@@ -446,39 +446,71 @@ def export(kind: str, file: str | None, baseline: str | None, output: str | None
         click.echo(text, nl=False)
 
 
+def debug_requested(args: list[str]) -> bool:
+    """True when ``--debug`` is among hoststate's own options, before the subcommand: a ``--debug`` after it
+    belongs to the subcommand or to guard's command (``hoststate guard ... -- tool --debug``)."""
+    for arg in args:
+        if arg == "--debug":
+            return True
+        if arg == "--" or not arg.startswith("-"):
+            return False
+    return False
+
+
+def _error(line: str) -> None:
+    """One line on stderr, secrets redacted: messages may quote input values."""
+    from hoststate.redact import redact_text
+
+    click.echo(redact_text(line), err=True)
+
+
+def _traceback(exc: BaseException) -> None:
+    """``--debug``'s traceback on stderr, secrets redacted like any other output."""
+    import traceback
+
+    from hoststate.redact import redact_text
+
+    sys.stderr.write(redact_text("".join(traceback.format_exception(type(exc), exc, exc.__traceback__))))
+    sys.stderr.flush()
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the CLI, turning every error into one line and its documented exit code."""
+    """Entry point: run the CLI, turning every error into one line and its documented exit code.
+
+    With ``--debug`` (before the subcommand) an error also shows its traceback; the exit code stays the same.
+    """
     import hoststate
 
     hoststate.IN_CLI = True
     args = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in args
+    debug = debug_requested(args)
     try:
         rc = cli.main(args=args, prog_name="hoststate", standalone_mode=False)
     except click.exceptions.Exit as exc:
         rc = exc.exit_code
     except click.exceptions.Abort:
-        click.echo("hoststate: aborted", err=True)
+        _error("hoststate: aborted")
         rc = 130
     except click.ClickException as exc:
         hint = ""
         if isinstance(exc, click.UsageError) and exc.ctx is not None:
             hint = f" (see '{exc.ctx.command_path} --help')"
-        click.echo(f"hoststate: {exc.format_message()}{hint}", err=True)
+        _error(f"hoststate: {exc.format_message()}{hint}")
         rc = exc.exit_code
     except HoststateError as exc:
-        if debug:
-            raise
-        click.echo(f"hoststate: {exc}", err=True)
+        if debug and not isinstance(exc, GuardRefused):  # a refusal is a verdict, not a failure
+            _traceback(exc)
+        _error(f"hoststate: {exc}")
         rc = next(code for cls, code in EXIT_CODES if isinstance(exc, cls))
     except KeyboardInterrupt:
-        click.echo("hoststate: interrupted", err=True)
+        _error("hoststate: interrupted")
         rc = 130
     except BrokenPipeError:
         rc = 0
     except Exception as exc:
         if debug:
-            raise
-        click.echo(f"hoststate: internal error: {type(exc).__name__}: {exc} (run with --debug for details)", err=True)
+            _traceback(exc)
+        hint = "" if debug else " (run with --debug for details)"
+        _error(f"hoststate: internal error: {type(exc).__name__}: {exc}{hint}")
         rc = 2
     sys.exit(rc if isinstance(rc, int) else 0)
