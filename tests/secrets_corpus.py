@@ -11,7 +11,14 @@ A shape reaches hoststate through one or more channels:
 - ``env``: a variable in a vLLM server's environment, in ``--vllm-cmd``'s ``VAR=value`` prefix, and in
   the snapshotting process's own environment (the ``env`` collector);
 - ``url``: a ``--vllm-url`` value;
-- ``log``: a ``'key': value`` item of a server log's ``non-default args:`` line.
+- ``log``: a ``'key': value`` item of a server log's ``non-default args:`` line;
+- ``metrics``: a label of ``vllm:cache_config_info`` on the ``--vllm-url`` server's ``/metrics``;
+- ``raw_cmd``: a whole ``--vllm-cmd`` text (one shlex cannot split: an unbalanced quote);
+- ``label``: a ``--label`` text;
+- ``command``: words of guard's command (``hoststate guard ... -- CMD``), echoed and saved in ``[guard]``;
+- ``accept``: an ``--accept`` pattern, echoed in guard's note about patterns that matched nothing.
+
+``NOT_SECRETS`` are values that look a little like secrets and must come through unchanged.
 """
 
 from __future__ import annotations
@@ -34,6 +41,11 @@ class Shape:
     env: dict[str, str] = field(default_factory=dict)
     url: str | None = None
     log: str | None = None
+    metrics: str | None = None
+    raw_cmd: str | None = None
+    label: str | None = None
+    command: tuple[str, ...] = ()
+    accept: str | None = None
 
     def __post_init__(self) -> None:
         assert MARKER in self.secret, self.name
@@ -105,7 +117,87 @@ def _shapes() -> tuple[Shape, ...]:
               log="'hf_token': 'hf_CORPUS32MnBvCxZlKjHgFdSaPo'"),
         Shape("URL password in the log's non-default args", "logpwCORPUS33x",
               log="'otlp_traces_endpoint': 'http://otel:logpwCORPUS33x@collector:4317'"),
+        # JSON and Python-literal option values, nested at any depth, and dotted options.
+        Shape("hf_token nested in --speculative-config JSON", "spectokCORPUS70x",
+              argv=("--speculative-config", '{"method": "eagle", "model": "m/eagle", "num_speculative_tokens": 3, '
+                    '"draft": {"hf_token": "spectokCORPUS70x"}}')),
+        Shape("secret_key in a Python-literal --hf-overrides", "skCORPUS71x",
+              argv=("--hf-overrides", "{'architectures': ['LlamaForCausalLM'], 'secret_key': 'skCORPUS71x'}")),
+        Shape("access_key and passphrase deep in --kv-transfer-config", "akCORPUS72x",
+              argv=("--kv-transfer-config", '{"kv_connector": "LMCacheConnectorV1", "kv_connector_extra_config": '
+                    '{"s3": {"access_key": "akCORPUS72x", "nested": [{"passphrase": "ppCORPUS72y"}]}}}')),
+        Shape("password in a dotted --kv-transfer-config option", "dotpwCORPUS73x",
+              argv=("--kv-transfer-config.kv_connector_extra_config.password=dotpwCORPUS73x",)),
+        Shape("token in a dotted short option", "cctokCORPUS74x", argv=("-cc.backend_opts.token=cctokCORPUS74x",)),
+        # Provider key formats under harmless, allow-listed names: found by shape alone.
+        Shape("Stripe live secret key", "sk_live_CORPUS75aBcDeFgHiJkLmNoP", env={"VLLM_BILLING": "sk_live_CORPUS75aBcDeFgHiJkLmNoP"}),
+        Shape("Stripe restricted key", "rk_live_CORPUS76aBcDeFgHiJkLmNoP", env={"VLLM_BILLING_RO": "rk_live_CORPUS76aBcDeFgHiJkLmNoP"}),
+        Shape("GitLab personal access token", "glpat-CORPUS77aBcDeFgHiJkLm", env={"VLLM_PLUGIN_SRC": "glpat-CORPUS77aBcDeFgHiJkLm"}),
+        Shape("Google API key", "AIzaSyCORPUS78aBcDeFgHiJkLmNoPqRsTuVwX", env={"VLLM_MAPS": "AIzaSyCORPUS78aBcDeFgHiJkLmNoPqRsTuVwX"}),
+        Shape("Slack incoming webhook", "CORPUS79aBcDeFgHiJkLmNoPqR",
+              env={"VLLM_ALERTS": "https://hooks.slack.com/services/T0AAA0AAA/B0BBB0BBB/CORPUS79aBcDeFgHiJkLmNoPqR"}),
+        Shape("Slack bot token", "xoxb-1234567890-CORPUS80aBcDeFgHiJk", env={"VLLM_NOTIFY": "xoxb-1234567890-CORPUS80aBcDeFgHiJk"}),
+        Shape("presigned S3 URL", "sigCORPUS81x",
+              env={"VLLM_WEIGHTS_URL": "https://b.s3.amazonaws.com/w.bin?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+                   "&X-Amz-Credential=AKIDCORPUS81w%2F20260101%2Fus-east-1%2Fs3%2Faws4_request"
+                   "&X-Amz-Date=20260101T000000Z&X-Amz-Expires=3600&X-Amz-Signature=sigCORPUS81x"}),
+        Shape("JWT in a JSON env value", "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJDT1JQVVM4MiJ9.CORPUS82sigABCDEFGH",
+              env={"VLLM_PLUGIN_JSON": '{"auth": {"jwt": "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJDT1JQVVM4MiJ9.CORPUS82sigABCDEFGH"}}'}),
+        Shape("GitHub fine-grained token", "github_pat_CORPUS83_aBcDeFgHiJkLmNoPqRsT",
+              env={"VLLM_REPO": "github_pat_CORPUS83_aBcDeFgHiJkLmNoPqRsT"}),
+        Shape("URL password with '@' and '/' in an env value", "p@ss/wCORPUS84x",
+              env={"VLLM_STORE_URL": "redis://bench:p@ss/wCORPUS84x@cache:6379/0"}),
+        Shape("#access_token= fragment in an env value", "fragCORPUS85x",
+              env={"VLLM_CALLBACK": "https://app.example/cb#access_token=fragCORPUS85x&token_type=bearer"}),
+        Shape("PEM private key in an env value", "MIIEvQIBADANCORPUS86x",
+              env={"VLLM_TLS_MATERIAL": "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANCORPUS86x\nAbCdEf==\n"
+                   "-----END PRIVATE KEY-----\n"}),
+        Shape("env name with PASS", "dbpassCORPUS87x", env={"VLLM_DB_PASS": "dbpassCORPUS87x"}),
+        Shape("env name with PASSPHRASE", "nclpCORPUS88x", env={"NCCL_KEYSTORE_PASSPHRASE": "nclpCORPUS88x"}),
+        Shape("env name with CREDENTIAL", "credCORPUS89x", env={"CUDA_REGISTRY_CREDENTIALS": "credCORPUS89x"}),
+        Shape("--vllm-url password with '@' and '/'", "p@ss/wCORPUS90x", url="http://bench:p@ss/wCORPUS90x@127.0.0.1:{port}"),
+        Shape("--vllm-url #access_token= fragment", "urlfragCORPUS91x",
+              url="http://127.0.0.1:{port}/#access_token=urlfragCORPUS91x"),
+        Shape("--vllm-url presigned query", "urlsigCORPUS92x",
+              url="http://127.0.0.1:{port}/?X-Amz-Credential=AKIDCORPUS92w&X-Amz-Signature=urlsigCORPUS92x"),
+        Shape("hf_token label on /metrics", "mtokCORPUS93x", metrics='hf_token="mtokCORPUS93x"'),
+        Shape("URL password in a /metrics label", "mpwCORPUS94x", metrics='kv_url="postgres://u:mpwCORPUS94x@db/x"'),
+        Shape("--vllm-cmd with an unbalanced quote", "rawkeyCORPUS95x",
+              raw_cmd="vllm serve Qwen/Qwen3-8B --api-key rawkeyCORPUS95x --served-model-name 'unclosed"),
+        Shape("--vllm-cmd with an unbalanced quote inside the secret", "rawpwCORPUS96x",
+              raw_cmd='HF_TOKEN=hf_rawCORPUS96aaaaaaaaaaaaaaaa vllm serve M --hf-token "rawpwCORPUS96x'),
+        Shape("--label with a key", "sk-labelCORPUS97abcdefgh", label="run with sk-labelCORPUS97abcdefgh"),
+        Shape("--label with password=", "lblpwCORPUS98x", label="db password=lblpwCORPUS98x"),
+        Shape("curl -u user:pass in guard's command", "curlpwCORPUS99x",
+              command=("curl", "-sS", "-u", "bench:curlpwCORPUS99x", "http://127.0.0.1:1/")),
+        Shape("mysql -pPASS in guard's command", "mysqlCORPUS00x", command=("mysql", "-h", "db", "-pmysqlCORPUS00x")),
+        Shape("redis-cli -a PASS in guard's command", "redisCORPUS01y", command=("redis-cli", "-a", "redisCORPUS01y")),
+        Shape("--env=NAME=value in guard's command", "envvalCORPUS02y",
+              command=("docker", "run", "--env=HF_TOKEN=envvalCORPUS02y", "-e", "AWS_SECRET_ACCESS_KEY=envvalCORPUS02z",
+                       "img")),
+        Shape("--password=x in guard's command", "gpwCORPUS03y", command=("psql-wrapper", "--password=gpwCORPUS03y")),
+        Shape("-H 'Authorization: Bearer' in guard's command", "ghdrCORPUS04yabcdef",
+              command=("curl", "-H", "Authorization: Bearer ghdrCORPUS04yabcdef", "http://127.0.0.1:1/")),
+        Shape("bash -c with a secret inside", "bashCORPUS05y", command=("bash", "-c", "mysql -pbashCORPUS05y db")),
+        Shape("--accept pattern with a key in it", "sk_live_CORPUS06yAbCdEfGhIjKl", accept="vllm.sk_live_CORPUS06yAbCdEfGhIjKl"),
     )
+
+
+#: Values that resemble secrets a little and must be recorded as they are: (name, value).
+NOT_SECRETS: tuple[tuple[str, str], ...] = (
+    ("model name", "meta-llama/Llama-3.1-8B-Instruct"),
+    ("model path", "/data/models/Qwen3-8B/snapshots/0123abcd"),
+    ("sha256 digest", "sha256:" + "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"),
+    ("hf_transfer switch", "hf_transfer"),
+    ("task runner path", "/opt/task-runner/bin/run"),
+    ("tokenizer mode", "tokenizer_mode=auto"),
+    ("token budget", "max_num_batched_tokens=8192"),
+    ("compilation pass config", '{"pass_config": {"enable_fusion": true}, "level": 3}'),
+    ("kv heads override", '{"num_key_value_heads": 8}'),
+    ("plain URL with a port", "http://127.0.0.1:8000/v1"),
+    ("ssh remote with a user", "ssh://git@github.com/org/repo.git"),
+    ("CUDA device list", "0,1,2,3"),
+)
 
 
 SHAPES: tuple[Shape, ...] = _shapes()
@@ -122,6 +214,31 @@ def env() -> dict[str, str]:
     for s in SHAPES:
         out.update(s.env)
     return out
+
+
+def metrics_text() -> str:
+    """``/metrics`` of a vLLM-like server whose ``vllm:cache_config_info`` labels carry every metrics shape."""
+    labels = ",".join(['block_size="16"', 'cache_dtype="auto"', *(s.metrics for s in SHAPES if s.metrics)])
+    return ("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+            "# TYPE vllm:cache_config_info gauge\n"
+            f"vllm:cache_config_info{{{labels}}} 1.0\n")
+
+
+def raw_cmds() -> list[str]:
+    return [s.raw_cmd for s in SHAPES if s.raw_cmd]
+
+
+def labels() -> list[str]:
+    return [s.label for s in SHAPES if s.label]
+
+
+def command() -> list[str]:
+    """Every command shape's words, one after another (each program name starts its own part)."""
+    return [tok for s in SHAPES for tok in s.command]
+
+
+def accepts() -> list[str]:
+    return [s.accept for s in SHAPES if s.accept]
 
 
 def urls(port: int) -> list[str]:
@@ -164,8 +281,7 @@ def shape_of(piece: str) -> str:
         return "?"
     number = m.group(1)
     for s in SHAPES:
-        if MARKER + number in s.secret or (s.url and MARKER + number in s.url) or any(
-            MARKER + number in v for v in s.env.values()
-        ):
+        planted = [s.secret, s.url or "", s.raw_cmd or "", s.metrics or "", *s.env.values(), *s.argv, *s.command]
+        if any(MARKER + number in text for text in planted):
             return s.name
     return f"log engine-config shape {number}"

@@ -1,11 +1,13 @@
 """No secret of tests/secrets_corpus.py reaches a snapshot, a report or stderr, through any input path.
 
 The secrets are planted in a real vLLM-like child process (argv and environ, found by ``--vllm-pid``
-and by discovery), in ``--vllm-cmd``, in ``--vllm-url`` (a local HTTP server and a closed port), in the
-snapshotting process's own environment and in a ``--vllm-log`` file. Every snapshot then goes through
-``show``, ``diff`` (three formats), ``check``, ``export`` (two kinds), ``fleet`` and ``guard
---save-current``, each run as the real CLI in a subprocess; stdout, stderr and every written file are
-searched for any piece of any secret.
+and by discovery), in ``--vllm-cmd`` (also one shlex cannot split), in ``--vllm-url`` (a local HTTP
+server whose ``/metrics`` labels carry secrets too, and a closed port), in the snapshotting process's own
+environment, in a ``--vllm-log`` file, in ``--label``, in guard's command and ``--accept`` patterns, and in
+arguments whose error ``--debug`` shows as a traceback. Every snapshot then goes through ``show``,
+``diff`` (three formats), ``check``, ``export`` (two kinds), ``fleet`` and ``guard --save-current``, each
+run as the real CLI in a subprocess; stdout, stderr and every written file are searched for any piece of
+any secret. The guarded command itself must still get the real environment and arguments.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             },
         }
         if path == "/metrics":
-            body, kind = b"# no metrics\n", "text/plain"
+            body, kind = corpus.metrics_text().encode(), "text/plain"
         elif path in routes:
             body, kind = json.dumps(routes[path]).encode(), "application/json"
         else:
@@ -98,6 +100,7 @@ class Outputs:
     def __init__(self) -> None:
         self.texts: dict[str, str] = {}
         self.snapshots: dict[str, str] = {}
+        self.command_run: dict[str, Any] = {}
 
     def add(self, name: str, proc: subprocess.CompletedProcess, codes: tuple[int, ...] = (0, 1)) -> None:
         assert proc.returncode in codes, f"{name}: exit {proc.returncode}: {proc.stderr[-2000:]}"
@@ -105,14 +108,21 @@ class Outputs:
         self.texts[f"{name} stderr"] = proc.stderr
 
 
-SOURCES = ("pid", "discovered", "cmd", "url-live", "url-closed", "log", "log-config-only")
+SOURCES = ("pid", "discovered", "cmd", "cmd-raw", "url-live", "url-closed", "log", "log-config-only", "label")
+
+#: The guarded command: writes its environment and arguments to argv[1] (never to guard's stdout or stderr).
+DUMP = "import json, os, sys; open(sys.argv[1], 'w').write(json.dumps({'env': dict(os.environ), 'argv': sys.argv}))"
+
+
+def _not_secrets_env() -> dict[str, str]:
+    return {f"VLLM_NOT_SECRET_{i}": value for i, (_name, value) in enumerate(corpus.NOT_SECRETS)}
 
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory) -> Outputs:
     tmp = tmp_path_factory.mktemp("secrets")
     out = Outputs()
-    env = _env()
+    env = _env(_not_secrets_env())
 
     # A vLLM server stand-in: a real process with every argv and env shape.
     pkg = tmp / "fake" / "vllm" / "entrypoints" / "openai"
@@ -144,6 +154,8 @@ def outputs(tmp_path_factory) -> Outputs:
             "pid": [["--vllm-pid", str(child.pid), "--vllm-version", "0.11.1"]],
             "discovered": [[]],
             "cmd": [["--vllm-cmd", cmd, "--vllm-version", "0.11.1"]],
+            "cmd-raw": [["--vllm-cmd", raw, "--vllm-version", "0.11.1"] for raw in corpus.raw_cmds()],
+            "label": [["--skip", "vllm", "--label", label] for label in corpus.labels()],
             "url-live": [["--vllm-url", u] for u in corpus.urls(live_port)],
             "url-closed": [["--vllm-url", u] for u in corpus.urls(closed_port)],
             "log": [["--vllm-log", str(log)]],
@@ -186,6 +198,24 @@ def outputs(tmp_path_factory) -> Outputs:
                                str(saved), *options[source][0]], env)
             out.add(f"guard {source}", proc, (0, 3))
             out.texts[f"guard {source} file"] = saved.read_text()
+        # guard running a command: its words and the --accept patterns are echoed and saved, redacted; the
+        # command itself gets them, and the environment, as they are.
+        saved, dump = tmp / "guard-command.toml", tmp / "command.json"
+        accepts = [a for pattern in corpus.accepts() for a in ("--accept", pattern)]
+        proc = _hoststate(["guard", "--baseline", str(clean), "--accept", "**", *accepts, "-v", "--save-current",
+                           str(saved), "--label", corpus.labels()[0], "--vllm-cmd", corpus.raw_cmds()[0], "--",
+                           sys.executable, "-c", DUMP, str(dump), *corpus.command()], env)
+        out.add("guard command", proc, (0,))
+        out.texts["guard command file"] = saved.read_text()
+        out.command_run = json.loads(dump.read_text())
+        # --debug: errors whose message quotes a secret, shown with their traceback
+        for i, args in enumerate([["snap", "--root", f"/nonexistent/{corpus.SHAPES[-1].accept}"],
+                                  ["guard", "--baseline", f"/nonexistent/{corpus.raw_cmds()[0]}", "--", "true"],
+                                  ["guard", "--baseline", str(clean), "--accept", "a..sk_live_CORPUS06yAbCdEfGhIjKl",
+                                   "--", "true"]]):
+            proc = _hoststate(["--debug", *args], env)
+            out.add(f"debug #{i}", proc, (2,))
+            assert "Traceback (most recent call last)" in proc.stderr, proc.stderr
         # check and export on the live host read the secret-bearing environment and sources themselves
         out.add("check live", _hoststate(["check", "--vllm-pid", str(child.pid)], env))
         for kind in ("prometheus", "nfd"):
@@ -235,6 +265,35 @@ def test_the_sources_were_really_read(outputs):
     assert log["args"]["api_key"] == REDACTED and log["log"]["non_default_args"]["hf_token"] == REDACTED
     env = snaps["snap pid #0"]["env"]
     assert env["VLLM_SECRET_TOKEN"] == REDACTED and env["NCCL_IB_PASSWORD"] == REDACTED
+    # nested JSON options: the secret keys are redacted, their neighbours are not
+    args = pid["args"]
+    assert args["speculative_config"]["method"] == "eagle" and args["speculative_config"]["draft"]["hf_token"] == REDACTED
+    kv = args["kv_transfer_config"]
+    assert kv["kv_connector"] == "LMCacheConnectorV1" and kv["kv_connector_extra_config"]["password"] == REDACTED
+    assert kv["kv_connector_extra_config"]["s3"]["access_key"] == REDACTED
+    # /metrics labels were parsed (block_size) and the secret ones redacted
+    metrics = [s["vllm"]["url"]["cache_config"] for n, s in snaps.items() if n.startswith("snap url-live")
+               and "cache_config" in s["vllm"]["url"]]
+    assert metrics and all(m["block_size"] == 16 and m["hf_token"] == REDACTED for m in metrics)
+    # an unsplittable --vllm-cmd is recorded, redacted, as written
+    raw = snaps["snap cmd-raw #0"]["vllm"]
+    assert raw["argv_raw"].startswith("vllm serve Qwen/Qwen3-8B --api-key " + REDACTED), raw
+    assert snaps["snap label #0"]["hoststate"]["label"] == f"run with {REDACTED}"
+
+
+def test_values_that_only_look_like_secrets_are_kept(outputs):
+    env = snapshot.loads(outputs.snapshots["snap pid #0"])["env"]
+    for i, (name, value) in enumerate(corpus.NOT_SECRETS):
+        assert env[f"VLLM_NOT_SECRET_{i}"] == value, name
+
+
+def test_the_guarded_command_gets_the_real_environment_and_arguments(outputs):
+    """Redaction is for what hoststate records and prints: the command runs with every secret intact."""
+    run = outputs.command_run
+    for name, value in corpus.env().items():
+        assert run["env"][name] == value, name
+    assert run["argv"][2:] == corpus.command()
+    assert run["env"]["HOSTSTATE_GUARD_VERDICT"] == "non-comparable"
 
 
 def test_a_url_with_credentials_reaches_the_server_as_basic_auth(outputs):
