@@ -331,6 +331,8 @@ SHORT_SECRET_OPTIONS: dict[str, dict[str, str]] = {
 ASSIGN_OPTIONS: frozenset[str] = frozenset({"-e", "--env", "--build-arg", "--set", "--set-string", "--setenv"})
 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.*)$", re.S)
+#: An option's name (``--api-key``, ``-cc.foo.token``): not any word that starts with '-' (a PEM block does).
+_OPTION = re.compile(r"^--?[A-Za-z_][\w.-]*$")
 
 
 def _userinfo(value: str) -> str:
@@ -341,8 +343,12 @@ def _userinfo(value: str) -> str:
 def _assignment(token: str) -> str | None:
     """``NAME=value`` with the value redacted when NAME is secret, else None."""
     m = _ASSIGN.match(token)
-    if m and (is_secret_name(m.group(1)) or is_secret_key(m.group(1))):
-        return f"{m.group(1)}={REDACTED}"
+    if m is None:
+        return None
+    name = m.group(1)
+    # An upper-case name is an environment variable (design.md's substring rule); others are keys (word rule).
+    if is_secret_key(name) or (name.isupper() and is_secret_name(name)):
+        return f"{name}={REDACTED}"
     return None
 
 
@@ -379,14 +385,15 @@ def redact_argv(argv: list[str]) -> list[str]:
             out.append(short[0])
             pending = short[1]
             continue
-        if token.startswith("-") and is_secret_flag(name):
+        option = _OPTION.match(name) is not None
+        if option and is_secret_flag(name):
             if eq:
                 out.append(name + "=" + REDACTED)
             else:
                 out.append(token)
                 taking = True
             continue
-        if token.startswith("-") and name in ASSIGN_OPTIONS:
+        if option and name in ASSIGN_OPTIONS:
             if eq:
                 out.append(name + "=" + (_assignment(value) or redact_text(value)))
             else:

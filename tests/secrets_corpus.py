@@ -130,19 +130,25 @@ def _shapes() -> tuple[Shape, ...]:
               argv=("--kv-transfer-config.kv_connector_extra_config.password=dotpwCORPUS73x",)),
         Shape("token in a dotted short option", "cctokCORPUS74x", argv=("-cc.backend_opts.token=cctokCORPUS74x",)),
         # Provider key formats under harmless, allow-listed names: found by shape alone.
-        Shape("Stripe live secret key", "sk_live_CORPUS75aBcDeFgHiJkLmNoP", env={"VLLM_BILLING": "sk_live_CORPUS75aBcDeFgHiJkLmNoP"}),
-        Shape("Stripe restricted key", "rk_live_CORPUS76aBcDeFgHiJkLmNoP", env={"VLLM_BILLING_RO": "rk_live_CORPUS76aBcDeFgHiJkLmNoP"}),
-        Shape("GitLab personal access token", "glpat-CORPUS77aBcDeFgHiJkLm", env={"VLLM_PLUGIN_SRC": "glpat-CORPUS77aBcDeFgHiJkLm"}),
-        Shape("Google API key", "AIzaSyCORPUS78aBcDeFgHiJkLmNoPqRsTuVwX", env={"VLLM_MAPS": "AIzaSyCORPUS78aBcDeFgHiJkLmNoPqRsTuVwX"}),
+        Shape("Stripe live secret key", "sk_live_CORPUS75aBcDeFgHiJkLmNoP",
+              env={"VLLM_BILLING": "sk_live_CORPUS75aBcDeFgHiJkLmNoP"}),
+        Shape("Stripe restricted key", "rk_live_CORPUS76aBcDeFgHiJkLmNoP",
+              env={"VLLM_BILLING_RO": "rk_live_CORPUS76aBcDeFgHiJkLmNoP"}),
+        Shape("GitLab personal access token", "glpat-CORPUS77aBcDeFgHiJkLm",
+              env={"VLLM_PLUGIN_SRC": "glpat-CORPUS77aBcDeFgHiJkLm"}),
+        Shape("Google API key", "AIzaSyCORPUS78aBcDeFgHiJkLmNoPqRsTuVwX",
+              env={"VLLM_MAPS": "AIzaSyCORPUS78aBcDeFgHiJkLmNoPqRsTuVwX"}),
         Shape("Slack incoming webhook", "CORPUS79aBcDeFgHiJkLmNoPqR",
               env={"VLLM_ALERTS": "https://hooks.slack.com/services/T0AAA0AAA/B0BBB0BBB/CORPUS79aBcDeFgHiJkLmNoPqR"}),
-        Shape("Slack bot token", "xoxb-1234567890-CORPUS80aBcDeFgHiJk", env={"VLLM_NOTIFY": "xoxb-1234567890-CORPUS80aBcDeFgHiJk"}),
+        Shape("Slack bot token", "xoxb-1234567890-CORPUS80aBcDeFgHiJk",
+              env={"VLLM_NOTIFY": "xoxb-1234567890-CORPUS80aBcDeFgHiJk"}),
         Shape("presigned S3 URL", "sigCORPUS81x",
               env={"VLLM_WEIGHTS_URL": "https://b.s3.amazonaws.com/w.bin?X-Amz-Algorithm=AWS4-HMAC-SHA256"
                    "&X-Amz-Credential=AKIDCORPUS81w%2F20260101%2Fus-east-1%2Fs3%2Faws4_request"
                    "&X-Amz-Date=20260101T000000Z&X-Amz-Expires=3600&X-Amz-Signature=sigCORPUS81x"}),
         Shape("JWT in a JSON env value", "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJDT1JQVVM4MiJ9.CORPUS82sigABCDEFGH",
-              env={"VLLM_PLUGIN_JSON": '{"auth": {"jwt": "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJDT1JQVVM4MiJ9.CORPUS82sigABCDEFGH"}}'}),
+              env={"VLLM_PLUGIN_JSON":
+                    '{"auth": {"jwt": "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJDT1JQVVM4MiJ9.CORPUS82sigABCDEFGH"}}'}),
         Shape("GitHub fine-grained token", "github_pat_CORPUS83_aBcDeFgHiJkLmNoPqRsT",
               env={"VLLM_REPO": "github_pat_CORPUS83_aBcDeFgHiJkLmNoPqRsT"}),
         Shape("URL password with '@' and '/' in an env value", "p@ss/wCORPUS84x",
@@ -179,7 +185,8 @@ def _shapes() -> tuple[Shape, ...]:
         Shape("-H 'Authorization: Bearer' in guard's command", "ghdrCORPUS04yabcdef",
               command=("curl", "-H", "Authorization: Bearer ghdrCORPUS04yabcdef", "http://127.0.0.1:1/")),
         Shape("bash -c with a secret inside", "bashCORPUS05y", command=("bash", "-c", "mysql -pbashCORPUS05y db")),
-        Shape("--accept pattern with a key in it", "sk_live_CORPUS06yAbCdEfGhIjKl", accept="vllm.sk_live_CORPUS06yAbCdEfGhIjKl"),
+        Shape("--accept pattern with a key in it", "sk_live_CORPUS06yAbCdEfGhIjKl",
+              accept="vllm.sk_live_CORPUS06yAbCdEfGhIjKl"),
     )
 
 

@@ -24,8 +24,9 @@ FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SI
 
 #: The guarded command: records each forwardable signal it gets (one name a line) and exits 42 on the one named by
 #: argv[2]; it writes argv[1] + ".ready" once its handlers are in place.
-RECORDER = """
+RECORDER = f"""
 import os, signal, sys, time
+FORWARDED = {FORWARDED!r}
 record, stop = sys.argv[1], sys.argv[2]
 def got(signum, _frame):
     name = signal.Signals(signum).name
@@ -33,12 +34,12 @@ def got(signum, _frame):
         fh.write(name + "\\n")
     if name == stop:
         os._exit(42)
-for name in %r:
+for name in FORWARDED:
     signal.signal(getattr(signal, name), got)
 open(record + ".ready", "w").close()
 while True:
     time.sleep(0.05)
-""" % (FORWARDED,)
+"""
 
 
 def _env() -> dict[str, str]:

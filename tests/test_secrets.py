@@ -267,7 +267,8 @@ def test_the_sources_were_really_read(outputs):
     assert env["VLLM_SECRET_TOKEN"] == REDACTED and env["NCCL_IB_PASSWORD"] == REDACTED
     # nested JSON options: the secret keys are redacted, their neighbours are not
     args = pid["args"]
-    assert args["speculative_config"]["method"] == "eagle" and args["speculative_config"]["draft"]["hf_token"] == REDACTED
+    spec = args["speculative_config"]
+    assert spec["method"] == "eagle" and spec["draft"]["hf_token"] == REDACTED
     kv = args["kv_transfer_config"]
     assert kv["kv_connector"] == "LMCacheConnectorV1" and kv["kv_connector_extra_config"]["password"] == REDACTED
     assert kv["kv_connector_extra_config"]["s3"]["access_key"] == REDACTED

@@ -34,7 +34,7 @@ from hoststate.collectors.vllm.discovery import Proc, discover, inspect
 from hoststate.collectors.vllm.http import query_url
 from hoststate.collectors.vllm.log import LogFacts, parse_log
 from hoststate.io import decode, reason_of
-from hoststate.redact import redact_argv, redact_text, redact_url, redact_value
+from hoststate.redact import redact_argv, redact_command_line, redact_text, redact_url, redact_value
 
 DEFAULT_PORT = 8000
 
@@ -286,7 +286,7 @@ def collect(ctx: Context) -> Section:
         try:
             argv = split_command(ctx.vllm_cmd)
         except ValueError as err:
-            data = {"source": "cmd", "argv_raw": redact_argv([ctx.vllm_cmd])[0], "args_error": redact_text(str(err))}
+            data = {"source": "cmd", "argv_raw": redact_command_line(ctx.vllm_cmd), "args_error": redact_text(str(err))}
             if ctx.vllm_version:
                 data.update(version=ctx.vllm_version, version_from="option --vllm-version")
             sec.data = clean(data)

@@ -77,7 +77,7 @@ def parse_metrics(text: str) -> dict[str, Any]:
         name, labels, value = m.group(1), m.group(2) or "", m.group(3)
         if name == "vllm:cache_config_info":
             info = {k: _number(v) for k, v in _LABEL.findall(labels)}
-            out["cache_config"] = {k: v for k, v in info.items() if v not in ("", "None")}
+            out["cache_config"] = redact_value({k: v for k, v in info.items() if v not in ("", "None")})
         base = name.removesuffix("_total")
         if base in _SPEC_METRICS:
             short = base.split(":", 1)[1]
