@@ -211,7 +211,7 @@ def outputs(tmp_path_factory) -> Outputs:
         out.texts["guard command file"] = saved.read_text()
         out.command_run = json.loads(dump.read_text())
         # --debug: errors whose message quotes a secret, shown with their traceback
-        for i, args in enumerate([["snap", "--root", f"/nonexistent/{corpus.SHAPES[-1].accept}"],
+        for i, args in enumerate([["show", f"/nonexistent/{corpus.SHAPES[-1].accept}.toml"],
                                   ["guard", "--baseline", f"/nonexistent/{corpus.raw_cmds()[0]}", "--", "true"],
                                   ["guard", "--baseline", str(clean), "--accept", "a..sk_live_CORPUS06yAbCdEfGhIjKl",
                                    "--", "true"]]):
