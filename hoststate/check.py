@@ -312,16 +312,16 @@ def check_suffix_moe(snap: Mapping[str, Any]) -> Iterator[Advisory]:
     for path, server in _servers(snap).items():
         if _spec_config(server).get("method") == "suffix" and is_moe(server):
             yield _adv("HS402", "warning", f"suffix decoding on {_model(server) or 'a'} mixture-of-experts model: "
-                       "the seed sweep measured -49 % to -63.5 % on DeepSeek-R1 (671B MoE) on every corpus; "
+                       "a published sweep measured -49 % to -63.5 % on DeepSeek-R1 (671B MoE) on every corpus; "
                        "measure with and without it before keeping it", (*path, "args", "speculative_config"))
 
 
-#: gpu_memory_utilization from which the seed's 405B FP8 + suffix K=32 engine init failed (num_gpu_blocks=0).
+#: gpu_memory_utilization from which a 405B FP8 + suffix K=32 engine init failed (num_gpu_blocks=0; docs/codes.md).
 HIGH_GMU = 0.85
 
 
 def _default_gmu(version: Any) -> float:
-    """vLLM's default gpu_memory_utilization: 0.9 up to 0.12, 0.92 later (reference/vllm.md)."""
+    """vLLM's default gpu_memory_utilization: 0.9 up to 0.12, 0.92 later."""
     m = re.match(r"(\d+)\.(\d+)", str(version or ""))
     if m and (int(m.group(1)), int(m.group(2))) > (0, 12):
         return 0.92
@@ -342,7 +342,7 @@ def check_suffix_405b_fp8(snap: Mapping[str, Any]) -> Iterator[Advisory]:
         value = float(gmu) if given else _default_gmu(server.get("version"))
         if value >= HIGH_GMU:
             yield _adv("HS403", "warning", f"suffix decoding on {model} at gpu_memory_utilization {value:g}"
-                       f"{'' if given else ' (vLLM default)'}: the seed run failed at engine init "
+                       f"{'' if given else ' (vLLM default)'}: a published run failed at engine init "
                        "(num_gpu_blocks=0) at 0.85 with K=32; check the KV block count in the log first",
                        (*path, "args", "gpu_memory_utilization" if given else "speculative_config"))
 

@@ -1,4 +1,4 @@
-"""Render a DiffResult as text, JSON (design.md's shape plus a ``summary`` list) or Markdown (a review comment).
+"""Render a DiffResult as text, JSON (docs/diff-report.schema.json, with a ``summary`` list) or Markdown.
 
 A reader gets the verdict in ten seconds: first one line per subsystem saying what happened in words, ordered by
 importance ("dsa0, dsa2: 8 WQs disabled -> enabled (+68 derived settings)"); then the findings grouped by rule,
@@ -531,7 +531,7 @@ def render_markdown(result: DiffResult, *, baseline: str, current: str, verbose:
 
 
 def to_json(result: DiffResult, *, baseline: str, current: str) -> dict[str, Any]:
-    """design.md's report object with a ``summary`` list in front of the findings."""
+    """The report object of docs/diff-report.schema.json: verdict, counts, ``summary`` lines and findings."""
     report = result.to_dict(baseline, current)
     report["summary"] = [s.to_dict() for s in summarize(result.findings)]
     return report

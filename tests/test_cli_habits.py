@@ -217,3 +217,10 @@ def test_readme_seed_block_as_written_opens_with_the_three_facts(tmp_path):
     assert all(len(line) <= 120 for line in proc.stdout.splitlines())
     readme_sample = readme.split("(`-v` lists\nevery finding):\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
     assert readme_sample == first  # the README shows what the tool prints
+
+
+def test_export_output_directories_are_created(tmp_path):
+    out = tmp_path / "features.d" / "new" / "hoststate"
+    proc = run("export", "nfd", SEED_B, "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert f"{NFD_PREFIX}/digest=" in out.read_text()
