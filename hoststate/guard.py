@@ -142,18 +142,11 @@ class GuardResult:
 
 def read_baseline(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
     """The baseline snapshot and the sha256 of its bytes; opened read-only, once. InputError when bad."""
+    from hoststate.io import SNAPSHOT_MAX_BYTES, read_input
     from hoststate.snapshot import loads
 
     name = os.fspath(path)
-    try:
-        with open(name, "rb") as fh:
-            data = fh.read()
-    except IsADirectoryError as err:
-        raise InputError("baseline is a directory, not a snapshot file", name) from err
-    except FileNotFoundError as err:
-        raise InputError("baseline not found", name) from err
-    except OSError as err:
-        raise InputError(f"cannot read baseline: {err.strerror}", name) from err
+    data = read_input(name, max_bytes=SNAPSHOT_MAX_BYTES, what="baseline")
     return loads(data, name), "sha256:" + hashlib.sha256(data).hexdigest()
 
 

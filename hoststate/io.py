@@ -12,6 +12,8 @@ import os
 import stat
 from dataclasses import dataclass
 
+from hoststate.errors import InputError
+
 #: Largest attribute we read whole; sysfs attributes are at most one page, /proc files a few KiB.
 MAX_BYTES = 1 << 20
 
@@ -139,6 +141,69 @@ class Reader:
             if record:
                 self.note(rel, reason_of(err))
             return None
+
+
+#: Caps for files a user names. The largest snapshot a host produces is tens of KiB (an 8-GPU host with
+#: every collector: about 60 KiB) and the shipped policy 26 KiB; the caps leave two orders of magnitude
+#: above that while keeping a mistaken ``/dev/zero``-sized or multi-GB file from being parsed at all.
+SNAPSHOT_MAX_BYTES = 8 << 20
+POLICY_MAX_BYTES = 1 << 20
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
+
+
+def file_kind(mode: int) -> str:
+    """A file type in words (``a FIFO``), for messages that refuse it."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def read_input(path: str, *, max_bytes: int, what: str = "file", error: type[InputError] = InputError) -> bytes:
+    """The bytes of a file a user named (a snapshot, a policy, a log): a regular file of at most ``max_bytes``.
+
+    Anything else is refused with one line (``error``, an InputError) before a byte is read: the open is
+    non-blocking and never takes a controlling terminal, so a FIFO without writer cannot wedge the open, and
+    ``/dev/zero``, a directory or a socket are refused by their type instead of being read until memory runs out.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        kind = _kind_of_unopenable(path)
+        if kind:  # a socket (ENXIO) or a FIFO (ENXIO for write-only opens): say what it is
+            raise error(f"{what} is {kind}, not a regular file", path) from err
+        if err.errno == errno.ENOENT:
+            raise error(f"{what} not found", path) from err
+        raise error(f"cannot read {what}: {err.strerror}", path) from err
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{what} is {file_kind(st.st_mode)}, not a regular file", path)
+        if st.st_size > max_bytes:
+            raise error(f"{what} is larger than {max_bytes} bytes ({st.st_size})", path)
+        chunks: list[bytes] = []
+        total = 0
+        while total <= max_bytes:  # the size may grow after fstat: never read more than the cap
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > max_bytes:
+            raise error(f"{what} is larger than {max_bytes} bytes", path)
+        return b"".join(chunks)
+    except OSError as err:
+        raise error(f"cannot read {what}: {err.strerror or reason_of(err)}", path) from err
+    finally:
+        os.close(fd)
+
+
+def _kind_of_unopenable(path: str) -> str | None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else file_kind(mode)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any
 
 from hoststate.errors import PolicyError
+from hoststate.io import POLICY_MAX_BYTES, read_input
 from hoststate.paths import Path, split_path
 
 SEVERITIES = ("invalidating", "warning", "info", "ignore")
@@ -180,11 +181,7 @@ def load_policy(files: list[str] | tuple[str, ...] = ()) -> Policy:
     """User policy files (in the order given) before the shipped default rules."""
     rules: list[Rule] = []
     for name in files:
-        try:
-            with open(name, "rb") as fh:
-                data = fh.read()
-        except OSError as err:
-            raise PolicyError(f"cannot read policy: {err.strerror}", name) from err
+        data = read_input(name, max_bytes=POLICY_MAX_BYTES, what="policy", error=PolicyError)
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as err:

@@ -16,7 +16,7 @@ from typing import Any
 from hoststate import SCHEMA, __version__
 from hoststate.collectors import NAMES, STATUSES, Context, Section, run_all
 from hoststate.errors import InputError, WriteError
-from hoststate.io import Reader
+from hoststate.io import SNAPSHOT_MAX_BYTES, Reader, read_input
 from hoststate.paths import leaves
 from hoststate.redact import redact_strings, redact_text
 
@@ -207,14 +207,8 @@ def loads(data: bytes | str, source: str = "<snapshot>") -> dict[str, Any]:
 
 
 def load(path: str) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except IsADirectoryError as err:
-        raise InputError("is a directory, not a snapshot file", path) from err
-    except OSError as err:
-        raise InputError(f"cannot read: {err.strerror}", path) from err
-    return loads(data, path)
+    """Read and validate a snapshot file (a regular file of at most io.SNAPSHOT_MAX_BYTES)."""
+    return loads(read_input(path, max_bytes=SNAPSHOT_MAX_BYTES, what="snapshot"), path)
 
 
 def write(path: str, text: str, *, force: bool = False) -> None:

@@ -268,21 +268,14 @@ def test_bad_files_are_skipped_not_fatal(base, tmp_path) -> None:
 
 def test_unreadable_file_is_skipped(base, tmp_path) -> None:
     """EACCES injected at open (tests run as root in CI, where chmod 000 does not stop a read)."""
-    import builtins
     import errno
-    from unittest import mock
+
+    from tests.faults import inject
 
     paths = write_fleet(base, str(tmp_path), 2, {})
-    real_open = builtins.open
-
-    def fake_open(file, *args, **kw):
-        if str(file) == paths[0]:
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), file)
-        return real_open(file, *args, **kw)
-
-    with mock.patch("hoststate.snapshot.open", fake_open, create=True):
-        report = fleet.run_fleet([str(tmp_path)])
-    assert report.skipped == [{"file": paths[0], "error": "cannot read: Permission denied"}]
+    with inject({paths[0]: errno.EACCES}):
+        report = fleet.run_fleet([str(tmp_path)], jobs=1)
+    assert report.skipped == [{"file": paths[0], "error": "cannot read snapshot: Permission denied"}]
     assert report.total == 1
 
 
