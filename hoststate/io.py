@@ -11,6 +11,7 @@ import errno
 import os
 import stat
 from dataclasses import dataclass
+from typing import Any
 
 from hoststate.errors import InputError
 
@@ -34,32 +35,187 @@ def decode(data: bytes) -> str:
     return data.decode("utf-8", errors="backslashreplace")
 
 
+#: openat2(2) resolve flags (include/uapi/linux/openat2.h).
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_BENEATH = 0x08
+RESOLVE_IN_ROOT = 0x10
+#: openat2's syscall number: one number on every architecture that has the unified table (x86_64, arm64,
+#: riscv, ppc64, s390x); elsewhere the pure-Python resolver is used.
+_SYS_OPENAT2 = 437
+#: Symlinks followed in one resolution before ELOOP, as the kernel's MAXSYMLINKS.
+MAX_LINKS = 40
+#: What ``unreadable`` says of a path whose symlinks lead outside the root and whose target the tree lacks.
+ESCAPES = "symlink leads outside the root"
+#: None until probed; then whether openat2 works here (seccomp filters and old kernels answer ENOSYS/EPERM).
+_openat2_usable: bool | None = None
+
+
+class Escaped(OSError):
+    """A path under a root whose resolution tried to leave it and then failed inside it (``ESCAPES``)."""
+
+
+_syscall: Any = None
+
+
+def _openat2(dirfd: int, path: str, flags: int, resolve: int) -> int:
+    """The raw openat2 syscall through ctypes (which releases the GIL); raises OSError like os.open."""
+    import ctypes
+
+    global _syscall
+    if _syscall is None:
+        class OpenHow(ctypes.Structure):
+            _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        func = libc.syscall
+        func.restype = ctypes.c_long
+        func.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(OpenHow), ctypes.c_size_t]
+        _syscall = (func, OpenHow)
+    func, open_how = _syscall
+    how = open_how(flags, 0, resolve)
+    fd = func(_SYS_OPENAT2, dirfd, os.fsencode(path), ctypes.byref(how), ctypes.sizeof(how))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+    return int(fd)
+
+
+def _has_openat2(root_fd: int) -> bool:
+    global _openat2_usable
+    if _openat2_usable is None:
+        import platform
+
+        if platform.machine() not in ("x86_64", "aarch64", "arm64", "riscv64", "ppc64le", "s390x"):
+            _openat2_usable = False
+        else:
+            try:
+                os.close(_openat2(root_fd, ".", os.O_PATH | os.O_CLOEXEC, RESOLVE_IN_ROOT))
+                _openat2_usable = True
+            except OSError:
+                _openat2_usable = False
+    return _openat2_usable
+
+
+def open_in_root(root_fd: int, rel: str, flags: int) -> int:
+    """Open ``rel`` below the directory ``root_fd`` without ever leaving it; a file descriptor or OSError.
+
+    Resolution is openat2's RESOLVE_IN_ROOT: an absolute symlink is re-anchored at the root and ``..`` stops at
+    it, so a crafted tree cannot pull in the host's files (``x -> /etc/shadow`` reads the tree's own
+    ``etc/shadow``, if it has one). Magic links (``/proc/PID/fd/N``) are never followed. A resolution that tried
+    to leave the root and then failed raises Escaped (reason ``ESCAPES``) instead of a bare ENOENT.
+    ``O_NOFOLLOW`` in ``flags`` means the last component is not followed (with O_PATH: the link itself).
+    """
+    if _has_openat2(root_fd):
+        for _ in range(8):  # EAGAIN: a rename or mount raced the resolution; the kernel asks to retry
+            try:
+                return _openat2(root_fd, rel, flags, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+            except OSError as err:
+                if err.errno == errno.EAGAIN:
+                    continue
+                if err.errno != errno.EXDEV:
+                    raise
+            try:  # it tried to leave the root: what the same path names inside the root
+                return _openat2(root_fd, rel, flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+            except OSError as err:
+                if err.errno == errno.EAGAIN:
+                    continue
+                raise Escaped(err.errno, ESCAPES, rel) from err
+        raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN), rel)
+    return _resolve_in_root(root_fd, rel, flags)
+
+
+def _resolve_in_root(root_fd: int, rel: str, flags: int) -> int:
+    """open_in_root without openat2: walk component by component, each opened O_NOFOLLOW relative to its
+    directory's descriptor, symlinks read and spliced in by hand (absolute ones restart at the root)."""
+    from collections import deque
+
+    follow_last = not flags & os.O_NOFOLLOW
+    parts = deque(rel.split("/"))
+    dirs = [os.dup(root_fd)]  # descriptors from the root down to the current directory
+    escaped = False
+    links = 0
+    try:
+        while parts:
+            name = parts.popleft()
+            if name in ("", "."):
+                continue
+            if name == "..":
+                if len(dirs) > 1:
+                    os.close(dirs.pop())
+                else:
+                    escaped = True
+                continue
+            last = not parts
+            st = os.stat(name, dir_fd=dirs[-1], follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode) and (follow_last or not last):
+                links += 1
+                if links > MAX_LINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), rel)
+                target = os.readlink(name, dir_fd=dirs[-1])
+                if target.startswith("/"):
+                    escaped = True
+                    while len(dirs) > 1:
+                        os.close(dirs.pop())
+                parts.extendleft(reversed(target.split("/")))
+                continue
+            if last:
+                return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirs[-1])
+            dirs.append(os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirs[-1]))
+        return os.open(".", flags | os.O_CLOEXEC, dir_fd=dirs[-1])
+    except OSError as err:
+        if escaped:
+            raise Escaped(err.errno, ESCAPES, rel) from err
+        raise
+    finally:
+        for fd in dirs:
+            os.close(fd)
+
+
 class Reader:
     """Reads under ``root`` and records what it could not read into ``unreadable``.
 
     Paths are given relative to the root (``"sys/bus/dsa/devices"``); the same relative path is
-    the key in ``unreadable``, so a report names the file, not the prefix.
+    the key in ``unreadable``, so a report names the file, not the prefix. Under a root other than
+    ``/`` every path, symlinks included, is resolved inside the root (open_in_root): nothing outside
+    a captured tree is ever read, listed or stat'ed through it.
     """
 
     def __init__(self, root: str = "/", unreadable: dict[str, str] | None = None):
         self.root = root or "/"
         self.unreadable: dict[str, str] = {} if unreadable is None else unreadable
 
+    @property
+    def live(self) -> bool:
+        return self.root == "/"
+
     def path(self, rel: str) -> str:
+        """The host path of ``rel``, for messages and tests; reads never open it by name under a root."""
         return os.path.join(self.root, rel.lstrip("/"))
 
     def note(self, rel: str, reason: str) -> None:
         self.unreadable[rel.lstrip("/")] = reason
 
+    def _record(self, rel: str, err: OSError, record: bool) -> None:
+        if record:
+            self.note(rel, ESCAPES if isinstance(err, Escaped) else reason_of(err))
+
+    def open(self, rel: str, flags: int) -> int:
+        """A descriptor for ``rel``: by name on the live host, resolved inside the root under a prefix."""
+        if self.live:
+            return os.open(self.path(rel), flags | os.O_CLOEXEC)
+        root_fd = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            return open_in_root(root_fd, rel.lstrip("/") or ".", flags | os.O_CLOEXEC)
+        finally:
+            os.close(root_fd)
+
     def read_bytes(self, rel: str, *, record: bool = True, max_bytes: int = MAX_BYTES) -> bytes | None:
         """File content, or None with the reason recorded (unless ``record`` is false)."""
-        path = self.path(rel)
         try:
             # O_NONBLOCK: a FIFO (a wedged-device stand-in) must not block the open itself.
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            fd = self.open(rel, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
         except OSError as err:
-            if record:
-                self.note(rel, reason_of(err))
+            self._record(rel, err, record)
             return None
         try:
             st = os.fstat(fd)
@@ -82,8 +238,7 @@ class Reader:
                     return None
             return b"".join(chunks)
         except OSError as err:
-            if record:
-                self.note(rel, reason_of(err))
+            self._record(rel, err, record)
             return None
         finally:
             os.close(fd)
@@ -111,36 +266,90 @@ class Reader:
                 self.note(rel, f"not an integer: {text[:40]!r}")
             return None
 
+    def scan(self, rel: str, *, record: bool = True) -> list[tuple[str, int]] | None:
+        """Sorted (name, mode) of a directory's entries, links not followed; None with the reason recorded."""
+        try:
+            fd = self.open(rel, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as err:
+            self._record(rel, err, record)
+            return None
+        try:
+            out = []
+            for name in sorted(os.listdir(fd)):
+                try:
+                    out.append((name, os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode))
+                except FileNotFoundError:
+                    continue  # gone since the listing
+            return out
+        except OSError as err:
+            self._record(rel, err, record)
+            return None
+        finally:
+            os.close(fd)
+
     def listdir(self, rel: str, *, record: bool = True) -> list[str] | None:
         """Sorted directory entries, or None with the reason recorded."""
         try:
-            return sorted(os.listdir(self.path(rel)))
+            fd = self.open(rel, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as err:
-            if record:
-                self.note(rel, reason_of(err))
+            self._record(rel, err, record)
             return None
+        try:
+            return sorted(os.listdir(fd))
+        except OSError as err:
+            self._record(rel, err, record)
+            return None
+        finally:
+            os.close(fd)
+
+    def lstat(self, rel: str, *, record: bool = True) -> os.stat_result | None:
+        """stat of ``rel`` itself (a symlink is not followed), or None."""
+        try:
+            fd = self.open(rel, os.O_PATH | os.O_NOFOLLOW)
+        except OSError as err:
+            self._record(rel, err, record)
+            return None
+        try:
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
 
     def readlink(self, rel: str, *, record: bool = True) -> str | None:
+        """A symlink's target text (never followed), or None with the reason recorded."""
         try:
-            return os.readlink(self.path(rel))
+            fd = self.open(rel, os.O_PATH | os.O_NOFOLLOW)
         except OSError as err:
-            if record:
-                self.note(rel, reason_of(err))
+            self._record(rel, err, record)
             return None
+        try:
+            return os.readlink("", dir_fd=fd)
+        except OSError as err:
+            self._record(rel, err, record)
+            return None
+        finally:
+            os.close(fd)
+
+    def lexists(self, rel: str) -> bool:
+        return self.lstat(rel, record=False) is not None
 
     def exists(self, rel: str) -> bool:
-        return os.path.exists(self.path(rel))
+        return self.stat(rel, record=False) is not None
 
     def isdir(self, rel: str) -> bool:
-        return os.path.isdir(self.path(rel))
+        st = self.stat(rel, record=False)
+        return st is not None and stat.S_ISDIR(st.st_mode)
 
     def stat(self, rel: str, *, record: bool = True) -> os.stat_result | None:
+        """stat of what ``rel`` resolves to (inside the root), or None with the reason recorded."""
         try:
-            return os.stat(self.path(rel))
+            fd = self.open(rel, os.O_PATH)
         except OSError as err:
-            if record:
-                self.note(rel, reason_of(err))
+            self._record(rel, err, record)
             return None
+        try:
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
 
 
 #: Caps for files a user names. The largest snapshot a host produces is tens of KiB (an 8-GPU host with

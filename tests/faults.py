@@ -1,7 +1,9 @@
 """Fault injection for the read layer: make chosen paths fail as a kernel would (ENXIO, EACCES, ...).
 
 Tests run as root in CI, where chmod cannot produce EACCES and a tmpfs cannot produce ENXIO or
-EOPNOTSUPP, so those errors are injected at os.open/os.read for paths ending in a given suffix.
+EOPNOTSUPP, so those errors are injected at os.open/os.read for paths ending in a given suffix, and at
+hoststate.io.open_in_root (how every read under a ``--root`` opens its file) for relative paths
+ending in it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import errno
 import os
 from collections.abc import Iterator
 from unittest import mock
+
+from hoststate import io
 
 #: Pseudo-errno meaning "the file vanished between listing and reading".
 VANISH = errno.ENOENT
@@ -39,11 +43,25 @@ def inject(faults: dict[str, int], *, on_read: bool = False) -> Iterator[None]:
             failing[fd] = err
         return fd
 
+    real_in_root = io.open_in_root
+
+    def fake_in_root(root_fd, rel, flags):
+        # An O_PATH open (stat, readlink) needs no permission on the file and never reads it: not a fault site.
+        err = None if flags & os.O_PATH else match(rel)
+        if err is not None and not on_read:
+            raise OSError(err, os.strerror(err), rel)
+        fd = real_in_root(root_fd, rel, flags)
+        failing.pop(fd, None)
+        if err is not None:
+            failing[fd] = err
+        return fd
+
     def fake_read(fd, n):
         if fd in failing:
             err = failing.pop(fd)
             raise OSError(err, os.strerror(err))
         return real_read(fd, n)
 
-    with mock.patch.object(os, "open", fake_open), mock.patch.object(os, "read", fake_read):
+    with mock.patch.object(os, "open", fake_open), mock.patch.object(os, "read", fake_read), \
+            mock.patch.object(io, "open_in_root", fake_in_root):
         yield

@@ -8,10 +8,11 @@ import json
 import os
 import re
 import shutil
+from unittest import mock
 
 import pytest
 
-from hoststate import snapshot
+from hoststate import io, snapshot
 from hoststate.collectors import Context, dsa
 from hoststate.io import Reader, reason_of
 from hoststate.paths import get, leaves, split_path
@@ -284,7 +285,7 @@ def test_file_that_vanishes_between_listing_and_reading(tmp_path, monkeypatch):
     assert "threshold" not in sec.data["devices"]["dsa2"]["wqs"]["wq2.2"]
 
 
-def test_deprecated_token_aliases_are_never_opened(monkeypatch):
+def test_deprecated_token_aliases_are_never_opened():
     root = HOSTS / "seed-experiment"
     tokens = sorted(dsa.DEPRECATED_ATTRS)
     assert (root / "sys/bus/dsa/devices/dsa0/max_tokens").is_file()  # the trap is present in the tree
@@ -298,8 +299,15 @@ def test_deprecated_token_aliases_are_never_opened(monkeypatch):
 
     # A read of any alias would be recorded as EIO if it happened at all.
     with faults.inject({name: errno.EIO for name in tokens}):
-        monkeypatch.setattr(os, "open", spy)
-        sec = dsa.collect(Context(root=str(root)))
+        real_in_root = io.open_in_root
+
+        def spy_in_root(root_fd, rel, flags):
+            opened.append(rel)
+            return real_in_root(root_fd, rel, flags)
+
+        # mock.patch, not monkeypatch: undone here, before inject restores the real functions
+        with mock.patch.object(os, "open", spy), mock.patch.object(io, "open_in_root", spy_in_root):
+            sec = dsa.collect(Context(root=str(root)))
     assert sec.status == "ok" and sec.unreadable == {}
     assert len(opened) > 100
     assert not [p for p in opened if os.path.basename(p) in tokens]

@@ -204,7 +204,15 @@ def test_read_that_blocks_forever_gives_timeout_and_the_rest_is_written(tmp_path
             if fd in wedged:
                 threading.Event().wait()
             return real_read(fd, n)
-        os.open, os.read = fake_open, fake_read
+        import hoststate.io as io
+        real_in_root = io.open_in_root
+        def fake_in_root(root_fd, rel, flags):  # how reads under --root open their files
+            fd = real_in_root(root_fd, rel, flags)
+            wedged.discard(fd)
+            if rel.endswith({DSA0 + "/wq0.0/size"!r}):
+                wedged.add(fd)
+            return fd
+        os.open, os.read, io.open_in_root = fake_open, fake_read, fake_in_root
     """
     snap = snap_cli(tmp_path, "--root", root, "--timeout", "1", prelude=prelude)
     assert status(snap, "dsa") == {"status": "timeout", "reason": "did not finish within 1s",

@@ -15,7 +15,7 @@ import stat
 from typing import Any
 
 from hoststate.collectors import Context, Section
-from hoststate.io import Reader, reason_of
+from hoststate.io import Reader
 
 # ---- type rules: one table each; an attribute in none of them is an int when it reads as one -----
 
@@ -66,46 +66,33 @@ def parse_module_param(text: str) -> Any:
     return int(text) if _INT.match(text) else text
 
 
-def _scan(reader: Reader, rel: str) -> list[os.DirEntry] | None:
-    """Directory entries (not followed), or None with the reason recorded under ``rel``."""
-    try:
-        with os.scandir(reader.path(rel)) as it:
-            return sorted(it, key=lambda e: e.name)
-    except OSError as err:
-        reader.note(rel, reason_of(err))
-        return None
+def _scan(reader: Reader, rel: str) -> list[tuple[str, int]] | None:
+    """Directory entries as (name, mode), links not followed; None with the reason recorded under ``rel``."""
+    return reader.scan(rel)
 
 
 def _driver(reader: Reader, rel: str) -> str:
     """The bound driver's name, "" when unbound (no ``driver`` link is the kernel's way to say so)."""
     target = reader.readlink(f"{rel}/driver", record=False)
     if target is None:
-        if os.path.lexists(reader.path(f"{rel}/driver")):
+        if reader.lexists(f"{rel}/driver"):
             reader.readlink(f"{rel}/driver")  # present but unreadable: record why
         return ""
     return os.path.basename(target.rstrip("/"))
 
 
-def read_attrs(reader: Reader, rel: str, entries: list[os.DirEntry]) -> dict[str, Any]:
+def read_attrs(reader: Reader, rel: str, entries: list[tuple[str, int]]) -> dict[str, Any]:
     """Every readable attribute file among ``entries``; failures go to ``unreadable``."""
     out: dict[str, Any] = {}
-    for entry in entries:
-        name = entry.name
+    for name, mode in entries:
         if name in SKIP_FILES or name in DEPRECATED_ATTRS:
             continue
-        try:
-            if entry.is_symlink():
-                # Links (driver, subsystem, device) are not settings; one that cannot be followed
-                # (a loop, a dangling target) is recorded, never silently dropped.
-                try:
-                    os.stat(entry.path)
-                except OSError as err:
-                    reader.note(f"{rel}/{name}", reason_of(err))
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                continue
-        except OSError as err:
-            reader.note(f"{rel}/{name}", reason_of(err))
+        if stat.S_ISLNK(mode):
+            # Links (driver, subsystem, device) are not settings; one that cannot be followed (a loop, a
+            # dangling target, one leading outside the root) is recorded, never silently dropped.
+            reader.stat(f"{rel}/{name}")
+            continue
+        if stat.S_ISDIR(mode):
             continue
         # A regular file, or something no sysfs attribute is (a FIFO, a socket): read() records the latter.
         text = reader.read(f"{rel}/{name}")
@@ -121,16 +108,18 @@ def read_node(reader: Reader, rel: str) -> tuple[dict[str, Any], list[str]]:
         return {}, []
     data = read_attrs(reader, rel, entries)
     children = []
-    for entry in entries:
-        if not _CHILD.match(entry.name):
+    for name, mode in entries:
+        if not _CHILD.match(name):
             continue
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                children.append(entry.name)
-            elif not stat.S_ISDIR(os.stat(entry.path).st_mode):
-                reader.note(f"{rel}/{entry.name}", "not a directory")
-        except OSError as err:  # os.stat: a symlink loop (ELOOP) or a dangling link in place of a WQ/group
-            reader.note(f"{rel}/{entry.name}", reason_of(err))
+        if stat.S_ISDIR(mode):
+            children.append(name)
+        elif stat.S_ISLNK(mode):
+            # a symlink loop (ELOOP), a dangling link or one leading outside the root in place of a WQ/group
+            target = reader.stat(f"{rel}/{name}")
+            if target is not None and not stat.S_ISDIR(target.st_mode):
+                reader.note(f"{rel}/{name}", "not a directory")
+        else:
+            reader.note(f"{rel}/{name}", "not a directory")
     return data, children
 
 
