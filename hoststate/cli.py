@@ -56,9 +56,11 @@ def load_snapshot(name: str) -> dict[str, Any]:
     return load(name)
 
 
-def prepare_output(path: str | None, force: bool, option: str = "-o") -> None:
-    """Before any collecting: create a missing parent directory and refuse an existing file without --force,
-    so a write never fails after minutes of work. ``-`` and no path mean stdout."""
+def prepare_output(path: str | None, force: bool, option: str = "-o", *, protect: tuple[str, ...] = (),
+                   what: str = "an input") -> None:
+    """Before any collecting: create a missing parent directory and refuse what the writer would refuse (an
+    existing file without --force, a symlink, a directory, one of the command's inputs in ``protect``), so a
+    write never fails after minutes of work. ``-`` and no path mean stdout."""
     if not path or path == STDIO:
         return
     parent = os.path.dirname(os.path.abspath(path))
@@ -70,8 +72,9 @@ def prepare_output(path: str | None, force: bool, option: str = "-o") -> None:
         raise WriteError(f"{option} {path}: cannot write: {parent} is not a directory")
     if not os.access(parent, os.W_OK):
         raise WriteError(f"{option} {path}: cannot write in {parent}: not writable")
-    if not force and os.path.lexists(path):
-        raise WriteError(f"{path}: exists; use --force to replace it")
+    from hoststate.output import check_output
+
+    check_output(path, force=force, protect=protect, what=what)
 
 
 def _csv(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[str] | None:
@@ -201,11 +204,12 @@ def snap(output: str | None, force: bool, label: str | None, quiet: bool, **opts
     """
     from hoststate.snapshot import to_toml, write
 
-    prepare_output(output, force)
+    inputs = tuple(p for p in (opts.get("vllm_log"),) if p)  # inputs are never written
+    prepare_output(output, force, protect=inputs)
     snapshot = take_snapshot(opts, label, quiet=quiet)
     text = to_toml(snapshot)
     if output and output != STDIO:
-        write(output, text, force=force)
+        write(output, text, force=force, protect=inputs)
         if not quiet:
             click.echo(f"wrote {output}", err=True)
     else:
@@ -326,17 +330,18 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     --save-current may be '-': stdin and stdout belong to CMD.
     """
     from hoststate.guard import Acceptance, command_env, evaluate, refusal_message, run_command, with_guard_table
+    from hoststate.output import write_output
     from hoststate.report import clip, finding_line, importance, summarize
-    from hoststate.snapshot import to_toml, write
+    from hoststate.snapshot import to_toml
 
     check_root(opts.get("root"))
     for option, value in (("--baseline", baseline), ("--save-current", save_current)):
         if value == STDIO:
             raise click.UsageError(f"{option} -: stdin and stdout belong to the guarded command; name a file")
+    # The baseline, the policies and the log are only ever read: compared by device and inode, not by name.
+    inputs = (baseline, *policy_files, *((opts["vllm_log"],) if opts.get("vllm_log") else ()))
     if save_current:
-        if os.path.lexists(baseline) and os.path.realpath(save_current) == os.path.realpath(baseline):
-            raise InputError(f"--save-current {save_current}: is the baseline; the baseline is never written")
-        prepare_output(save_current, force, "--save-current")
+        prepare_output(save_current, force, "--save-current", protect=inputs, what="the baseline or another input")
     acceptance = Acceptance(accept)
     result = evaluate(baseline, policy_files=policy_files, accept=acceptance, allow_unreadable=allow_unreadable,
                       label=label, **opts)
@@ -361,7 +366,8 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     for pattern in result.unused_accept:
         _error(f"hoststate guard: note: --accept {pattern!r} matched no invalidating finding")
     if save_current:
-        write(save_current, to_toml(with_guard_table(result, command=command)), force=force)
+        write_output(save_current, to_toml(with_guard_table(result, command=command)), force=force, protect=inputs,
+                     what="the baseline or another input")
         click.echo(f"hoststate guard: wrote {save_current} (verdict {result.verdict})", err=True)
     if result.refused:
         raise GuardRefused(refusal_message(result) + ("; the command was not started" if command else ""), result)
@@ -418,10 +424,12 @@ def export(kind: str, file: str | None, baseline: str | None, output: str | None
     import datetime as dt
 
     from hoststate.export import to_nfd, to_prometheus
-    from hoststate.snapshot import write
+    from hoststate.output import write_output
 
     if file == STDIO and baseline == STDIO:
         raise click.UsageError("only one of FILE and --baseline can be '-' (stdin)")
+    # The snapshot, the baseline and the log are only ever read: compared by device and inode, not by name.
+    inputs = tuple(p for p in (file, baseline, opts.get("vllm_log")) if p and p != STDIO)
 
     if file is not None:
         used = [name for name in ("only", "skip", "vllm_pid", "vllm_cmd", "vllm_log", "vllm_url", "vllm_version")
@@ -431,7 +439,7 @@ def export(kind: str, file: str | None, baseline: str | None, output: str | None
             raise click.UsageError(f"{names}: only for a live snapshot (without FILE)")
         snapshot = load_snapshot(file)
     else:
-        prepare_output(output, force=True)
+        prepare_output(output, force=True, protect=inputs)
         snapshot = take_snapshot(opts, label, quiet=True)
     base = load_snapshot(baseline) if baseline else None
     if kind == "prometheus":
@@ -440,8 +448,8 @@ def export(kind: str, file: str | None, baseline: str | None, output: str | None
         expires = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=expires_in) if expires_in else None
         text = to_nfd(snapshot, base, expires=expires)
     if output and output != STDIO:
-        prepare_output(output, force=True)
-        write(output, text, force=True)
+        prepare_output(output, force=True, protect=inputs)
+        write_output(output, text, force=True, protect=inputs)
     else:
         click.echo(text, nl=False)
 

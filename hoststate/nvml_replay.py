@@ -367,9 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     link_down = tuple(int(x) for x in args.link_down.split(":")) if args.link_down else None
     data = synthetic_hgx(args.gpus, link_down=link_down, lost=args.lost)  # type: ignore[arg-type]
-    with open(args.output, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=False)
-        fh.write("\n")
+    from hoststate.output import write_output
+
+    write_output(args.output, json.dumps(data, indent=1, sort_keys=False) + "\n", force=True)
     return 0
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from hoststate import SCHEMA, __version__
 from hoststate.collectors import NAMES, STATUSES, Context, Section, run_all
-from hoststate.errors import InputError, WriteError
+from hoststate.errors import InputError
 from hoststate.io import SNAPSHOT_MAX_BYTES, Reader, read_input
 from hoststate.paths import leaves
 from hoststate.redact import redact_strings, redact_text
@@ -211,36 +211,9 @@ def load(path: str) -> dict[str, Any]:
     return loads(read_input(path, max_bytes=SNAPSHOT_MAX_BYTES, what="snapshot"), path)
 
 
-def write(path: str, text: str, *, force: bool = False) -> None:
-    """Write atomically: a temp file in the target directory, fsync, then rename.
+def write(path: str, text: str, *, force: bool = False, protect: tuple[str, ...] = ()) -> None:
+    """Write atomically through the one writer (hoststate.output.write_output, which says the rules): never
+    replaces an existing file without ``force``, a symlink, a device, or a file in ``protect``."""
+    from hoststate.output import write_output
 
-    Without ``force`` an existing file is never replaced (link(2) fails if the name exists, so two
-    concurrent writers cannot both win); with ``force`` rename(2) replaces it in one step.
-    """
-    import tempfile
-
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".hoststate-", suffix=".tmp", dir=directory)
-    except OSError as err:
-        raise WriteError(f"{path}: cannot write in {directory}: {err.strerror}") from err
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        if force:
-            os.replace(tmp, path)
-        else:
-            try:
-                os.link(tmp, path)
-            except FileExistsError as err:
-                raise WriteError(f"{path}: exists; use --force to replace it") from err
-            except OSError as err:
-                raise WriteError(f"{path}: cannot write: {err.strerror}") from err
-    except OSError as err:
-        raise WriteError(f"{path}: cannot write: {err.strerror}") from err
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_output(path, text, force=force, protect=protect)
