@@ -195,3 +195,44 @@ def test_parsers() -> None:
         "isolcpus": "2-5", "nohz_full": "2-5", "nosmt": ""}
     info = parse_cpuinfo("processor : 0\nvendor_id : X\ncpu family : 6\nmodel : 7\n\nprocessor : 1\nvendor_id : Y\n")
     assert info == {"vendor": "X", "family": 6, "model": 7}
+
+
+def test_cpulist_is_bounded_before_it_is_expanded() -> None:
+    import tracemalloc
+
+    from hoststate.collectors.system import MAX_CPUS
+
+    tracemalloc.start()
+    for text, limit in (("0-99999999", MAX_CPUS), ("0-224", 224), (f"0,{MAX_CPUS}", MAX_CPUS)):
+        with pytest.raises(ValueError, match="beyond the"):
+            parse_cpulist(text, limit)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1 << 20  # nothing was expanded
+    with pytest.raises(ValueError, match="bad range"):
+        parse_cpulist("5-3")
+    assert parse_cpulist("0-223", 224)[-1] == 223
+
+
+@pytest.mark.parametrize("possible", ["0-223", "0-99999999", None])
+def test_a_huge_cpulist_in_a_tree_is_recorded_not_expanded(tmp_path, possible) -> None:
+    """cpu/online (bounded by cpu/possible, or by MAX_CPUS when that is missing or absurd too) and node/online."""
+    import shutil
+
+    from hoststate.collectors.system import MAX_CPUS
+
+    root = tmp_path / "host"
+    shutil.copytree(HOSTS / "xeon-2s", root, symlinks=True)
+    cpu = root / "sys/devices/system/cpu"
+    (cpu / "online").write_text("0-99999999\n")
+    (root / "sys/devices/system/node/online").write_text("0-99999999\n")
+    if possible is None:
+        (cpu / "possible").unlink()
+    else:
+        (cpu / "possible").write_text(possible + "\n")
+    sec = collect(Context(root=str(root)))
+    bound = 224 if possible == "0-223" else MAX_CPUS
+    assert sec.unreadable["sys/devices/system/cpu/online"] == f"not a cpulist: CPU 99999999 beyond the {bound} possible"
+    assert sec.unreadable["sys/devices/system/node/online"].startswith("not a node list: CPU 99999999 beyond")
+    assert "threads" not in sec.data["cpu"] and "nodes" not in sec.data.get("numa", {})
+    assert sec.data["kernel"]["release"] == "5.15.0-131-generic"  # the rest is still read

@@ -41,19 +41,40 @@ CMDLINE_KEYS = ("isolcpus", "nohz_full", "rcu_nocbs", "intel_iommu", "amd_iommu"
                 "idle", "mitigations", "nosmt")
 
 
-def parse_cpulist(text: str) -> list[int]:
-    """Kernel cpulist format (``0-3,8,10-11``) to a sorted list; empty text is no CPUs."""
+#: The most CPUs a kernel can have (CONFIG_NR_CPUS tops out at 8192 on x86-64 and ppc64, 4096 on arm64): a cpulist
+#: naming a CPU at or above it was not printed by a kernel, and expanding it could cost gigabytes.
+MAX_CPUS = 16384
+
+
+def parse_cpulist(text: str, limit: int = MAX_CPUS) -> list[int]:
+    """Kernel cpulist format (``0-3,8,10-11``) to a sorted list; empty text is no CPUs.
+
+    ValueError on junk, a reversed range, or a CPU at or above ``limit`` (checked before a range is expanded, so
+    ``0-99999999`` costs nothing).
+    """
     cpus: set[int] = set()
     for part in text.strip().split(","):
         part = part.strip()
         if not part:
             continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            cpus.update(range(int(lo), int(hi) + 1))
-        else:
-            cpus.add(int(part))
+        lo, _, hi = part.partition("-")
+        first, last = int(lo), int(hi) if hi else int(lo)
+        if first < 0 or last < first:
+            raise ValueError(f"bad range {part!r}")
+        if last >= limit:
+            raise ValueError(f"CPU {last} beyond the {limit} possible")
+        cpus.update(range(first, last + 1))
     return sorted(cpus)
+
+
+def possible_cpus(r: Reader) -> int:
+    """How many CPU numbers this kernel can have (``cpu/possible``), bounded by MAX_CPUS; MAX_CPUS when unknown."""
+    text = r.read(f"{CPU}/possible", record=False)
+    try:
+        cpus = parse_cpulist(text) if text is not None else []
+    except ValueError:
+        cpus = []
+    return cpus[-1] + 1 if cpus else MAX_CPUS
 
 
 def format_cpulist(cpus: list[int]) -> str:
@@ -266,8 +287,12 @@ def _cpuidle(r: Reader) -> dict[str, Any]:
 def _numa(r: Reader) -> dict[str, Any]:
     out: dict[str, Any] = {}
     online = r.read("sys/devices/system/node/online", record=False)
-    if online is not None:
-        nodes = parse_cpulist(online)
+    nodes = None
+    try:
+        nodes = parse_cpulist(online) if online is not None else None
+    except ValueError as err:
+        r.note("sys/devices/system/node/online", f"not a node list: {str(err)[:80]}")
+    if nodes is not None:
         out["nodes"] = len(nodes)
         cpus = {}
         for node in nodes:
@@ -276,7 +301,7 @@ def _numa(r: Reader) -> dict[str, Any]:
                 cpus[f"node{node}"] = text
         if cpus:
             out["cpus"] = cpus
-    elif missing(r, "sys/devices/system/node/online"):
+    elif online is None and missing(r, "sys/devices/system/node/online"):
         out.update(ABSENT)  # a kernel without NUMA support: one memory node
     if missing(r, "proc/sys/kernel/numa_balancing"):
         return out
@@ -332,9 +357,9 @@ def collect(ctx: Context) -> Section:
     r = Reader(ctx.root, section.unreadable)
     online = r.read(f"{CPU}/online")
     try:
-        cpus = parse_cpulist(online) if online is not None else []
-    except ValueError:
-        r.note(f"{CPU}/online", f"not a cpulist: {online[:40]!r}")
+        cpus = parse_cpulist(online, possible_cpus(r)) if online is not None else []
+    except ValueError as err:
+        r.note(f"{CPU}/online", f"not a cpulist: {str(err)[:80]}")
         cpus = []
     kernel = _kernel(r)
     data: dict[str, Any] = {
