@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from typing import Any
 from hoststate.diff import DiffResult, Finding, compare
 from hoststate.errors import GuardRefused, InputError
 from hoststate.paths import split_path
-from hoststate.policy import Policy, compile_pattern, join, load_policy
+from hoststate.policy import Pattern, Policy, compile_pattern, load_policy
 
 __all__ = [
     "GuardRefused",
@@ -63,7 +62,7 @@ class Acceptance:
 
     def __init__(self, patterns: Iterable[str] = ()):
         self.patterns: tuple[str, ...] = tuple(patterns)
-        self._compiled: list[tuple[str, re.Pattern[str]]] = []
+        self._compiled: list[tuple[str, Pattern]] = []
         for pattern in self.patterns:
             try:
                 self._compiled.append((pattern, compile_pattern(split_path(pattern))))
@@ -74,11 +73,11 @@ class Acceptance:
     def match(self, path: str) -> str | None:
         """The first pattern that matches the finding's dotted path, or None."""
         try:
-            key = join(split_path(path))
+            keys = split_path(path)
         except ValueError:
             return None
-        for pattern, regex in self._compiled:
-            if regex.match(key):
+        for pattern, compiled in self._compiled:
+            if compiled.match(keys):
                 self.used.add(pattern)
                 return pattern
         return None

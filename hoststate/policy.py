@@ -8,8 +8,7 @@ number of keys (zero included).
 from __future__ import annotations
 
 import functools
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -23,6 +22,90 @@ DEFAULT_POLICY = "default_policy.toml"
 _RULE_KEYS = {"path", "severity", "reason", "tolerance", "compare"}
 
 
+class Pattern:
+    """A path pattern, matched key by key: ``*`` is exactly one (non-empty) key, ``**`` any number of (non-empty)
+    keys, zero included, ``ab*`` / ``power_*_mw`` one key matching that glob, anything else one literal key.
+
+    Matching simulates the pattern as a set of positions advanced once per key (no backtracking), so it costs
+    at most keys x pattern steps whatever the number of ``*`` and ``**`` in it: a user policy cannot make a
+    diff take minutes.
+    """
+
+    __slots__ = ("parts", "_items")
+
+    def __init__(self, parts: Path):
+        items: list[tuple[str, Any]] = []
+        for part in parts:
+            if part == "**":
+                if not (items and items[-1][0] == "**"):  # '**.**' is '**'
+                    items.append(("**", None))
+            elif part == "*":
+                items.append(("*", None))
+            elif "**" in part:
+                raise ValueError(f"'**' must be a whole key, not part of {part!r}")
+            elif "*" in part:
+                items.append(("glob", tuple(part.split("*"))))
+            else:
+                items.append(("key", part))
+        self.parts = tuple(parts)
+        self._items = tuple(items)
+
+    def _close(self, states: set[int]) -> set[int]:
+        """Positions reachable without consuming a key: a ``**`` may match none."""
+        for i in sorted(states):
+            while i < len(self._items) and self._items[i][0] == "**":
+                i += 1
+                states.add(i)
+        return states
+
+    def match(self, keys: Path) -> bool:
+        items, end = self._items, len(self._items)
+        states = self._close({0})
+        for key in keys:
+            nxt: set[int] = set()
+            for i in states:
+                if i == end:
+                    continue
+                kind, arg = items[i]
+                if kind == "**":
+                    if key:
+                        nxt.add(i)
+                elif (kind == "*" and key) or (kind == "key" and key == arg) or (kind == "glob" and glob_key(arg, key)):
+                    nxt.add(i + 1)
+            if not nxt:
+                return False
+            states = self._close(nxt)
+        return end in states
+
+    def first_key(self, key: str) -> bool:
+        """Whether a path starting with ``key`` could match (the policy's per-first-key buckets)."""
+        if not self._items:
+            return False
+        kind, arg = self._items[0]
+        return (kind in ("*", "**") and bool(key)) or (kind == "key" and key == arg) or (
+            kind == "glob" and glob_key(arg, key))
+
+
+def glob_key(pieces: tuple[str, ...], key: str) -> bool:
+    """Whether ``key`` matches the glob whose literal pieces (split at '*') are ``pieces``; greedy leftmost search,
+    linear in the key (a '*' glob needs no backtracking)."""
+    first, last = pieces[0], pieces[-1]
+    if len(key) < len(first) + len(last) or not key.startswith(first) or not key.endswith(last):
+        return False
+    pos, stop = len(first), len(key) - len(last)
+    for piece in pieces[1:-1]:
+        found = key.find(piece, pos, stop)
+        if found < 0:
+            return False
+        pos = found + len(piece)
+    return True
+
+
+def compile_pattern(pattern: Path) -> Pattern:
+    """The Pattern of a split path; ValueError on a malformed key."""
+    return Pattern(pattern)
+
+
 @dataclass(frozen=True)
 class Rule:
     path: str
@@ -32,47 +115,10 @@ class Rule:
     #: "set" compares a list without regard to order (a group's engine list); default "sequence".
     compare: str = "sequence"
     origin: str = ""
-    #: The pattern as regex source (see pattern_source); compiled only when a rule is matched on its own.
-    source: str = ""
+    pattern: Pattern | None = field(default=None, compare=False, repr=False)
 
-    @functools.cached_property
-    def regex(self) -> re.Pattern[str]:
-        return re.compile(self.source)
-
-    def matches(self, joined: str) -> bool:
-        return bool(self.source) and self.regex.match(joined) is not None
-
-
-_SEP = "\x1f"  # separates keys for matching; never part of a key the collectors emit
-
-
-def join(parts: Path) -> str:
-    """Keys as one string for matching: each key preceded by the separator."""
-    return "".join(_SEP + p for p in parts)
-
-
-def compile_pattern(pattern: Path) -> re.Pattern[str]:
-    """``*`` is one key, ``**`` zero or more keys, ``ab*`` one key starting with ``ab``, anything else a literal key."""
-    return re.compile(pattern_source(pattern))
-
-
-def pattern_source(pattern: Path) -> str:
-    """The regex source of compile_pattern; raises ValueError on a malformed key. Policies compile rules per
-    first-key bucket, so checking a rule needs no compiling of its own."""
-    out = []
-    for part in pattern:
-        if part == "**":
-            out.append(f"(?:{_SEP}[^{_SEP}]+)*")
-        elif part == "*":
-            out.append(f"{_SEP}[^{_SEP}]+")
-        elif "**" in part:
-            raise ValueError(f"'**' must be a whole key, not part of {part!r}")
-        elif "*" in part:
-            # A glob inside one key (``ecc_*``, ``power_*_mw``): '*' is any run of characters of that key.
-            out.append(_SEP + f"[^{_SEP}]*".join(re.escape(piece) for piece in part.split("*")))
-        else:
-            out.append(_SEP + re.escape(part))
-    return "".join(out) + r"\Z"
+    def matches(self, parts: Path) -> bool:
+        return self.pattern is not None and self.pattern.match(parts)
 
 
 def parse_rules(doc: dict[str, Any], origin: str) -> list[Rule]:
@@ -111,32 +157,28 @@ def parse_rules(doc: dict[str, Any], origin: str) -> list[Rule]:
         if compare not in ("sequence", "set"):
             raise PolicyError(f"{where}: 'compare' must be 'sequence' or 'set'", origin)
         try:
-            parts = split_path(path)
-            source = pattern_source(parts)
+            pattern = Pattern(split_path(path))
         except ValueError as err:
             raise PolicyError(f"{where}: bad pattern: {err}", origin) from err
         rules.append(
-            Rule(path, severity, reason, None if tolerance is None else float(tolerance), compare, origin, source)
+            Rule(path, severity, reason, None if tolerance is None else float(tolerance), compare, origin, pattern)
         )
     return rules
 
 
 class Policy:
-    """An ordered rule list, matched fast: rules are bucketed by the path's first key, each bucket is
-    one alternation regex (Python tries alternatives in order, so the first rule that matches wins,
-    as in a linear scan), and results are cached per path (snapshots repeat paths across GPUs and WQs)."""
+    """An ordered rule list, matched fast: rules are bucketed by the path's first key (only rules whose first
+    pattern key can match it), the first rule of the bucket that matches wins, as in a linear scan, and results
+    are cached per path (snapshots repeat paths across GPUs and WQs)."""
 
     def __init__(self, rules: list[Rule]):
         self.rules = rules
         self._cache: dict[Path, Rule | None] = {}
-        self._buckets: dict[str, tuple[re.Pattern[str] | None, list[Rule]]] = {}
-        self._firsts = [_first_key_pattern(r) for r in rules]
+        self._buckets: dict[str, list[Rule]] = {}
 
-    def _bucket(self, first: str) -> tuple[re.Pattern[str] | None, list[Rule]]:
+    def _bucket(self, first: str) -> list[Rule]:
         if first not in self._buckets:
-            rules = [r for r, f in zip(self.rules, self._firsts, strict=True) if f is None or f.match(first)]
-            alternation = "|".join(f"(?P<r{i}>{r.source})" for i, r in enumerate(rules) if r.source)
-            self._buckets[first] = (re.compile(alternation) if alternation else None, rules)
+            self._buckets[first] = [r for r in self.rules if r.pattern is not None and r.pattern.first_key(first)]
         return self._buckets[first]
 
     def rule_for(self, parts: Path) -> Rule | None:
@@ -144,22 +186,13 @@ class Policy:
             return self._cache[parts]
         except KeyError:
             pass
-        regex, rules = self._bucket(parts[0]) if parts else (None, [])
-        m = regex.match(join(parts)) if regex else None
-        rule = self._cache[parts] = rules[int(m.lastgroup[1:])] if m and m.lastgroup else None
+        rules = self._bucket(parts[0]) if parts else []
+        rule = self._cache[parts] = next((r for r in rules if r.matches(parts)), None)
         return rule
 
     def severity(self, parts: Path) -> str:
         rule = self.rule_for(parts)
         return rule.severity if rule else "warning"
-
-
-def _first_key_pattern(rule: Rule) -> re.Pattern[str] | None:
-    """A regex for the keys a rule's first pattern key can match; None when any key can (``*``, ``**``)."""
-    first = split_path(rule.path)[0]
-    if first in ("*", "**"):
-        return None
-    return re.compile("[^\x1f]*".join(re.escape(piece) for piece in first.split("*")) + r"\Z")
 
 
 def _read_toml(text: str, origin: str) -> dict[str, Any]:

@@ -109,4 +109,4 @@ def test_fuzz_policy_rules(rules: list) -> None:
         assert "\n" not in str(err)
     else:
         for rule in parsed:
-            rule.matches("\x1fa\x1fb")  # a rule that parsed can be matched
+            rule.matches(("a", "b"))  # a rule that parsed can be matched

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from hoststate.errors import PolicyError
+from hoststate.paths import split_path
 from hoststate.policy import SEVERITIES, default_policy, default_rules, load_policy, parse_rules
 
 
@@ -120,28 +123,92 @@ def test_malformed_rules_name_the_rule(rule, message):
     assert message in str(err.value) and "mine.toml" in str(err.value)
 
 
+def _regex_oracle(path: str) -> re.Pattern[str]:
+    """The pattern syntax as a regex over keys joined with \x1f: an independent statement of the semantics
+    (fine for the short patterns here; a backtracking regex is what the product must not use)."""
+    out = []
+    for part in split_path(path):
+        if part == "**":
+            out.append("(?:\x1f[^\x1f]+)*")
+        elif part == "*":
+            out.append("\x1f[^\x1f]+")
+        else:
+            out.append("\x1f" + "[^\x1f]*".join(re.escape(p) for p in part.split("*")))
+    return re.compile("".join(out) + r"\Z")
+
+
 def test_bucketed_matching_equals_a_linear_first_match_scan() -> None:
-    """The fast matcher (first-key buckets, one alternation per bucket) picks the rule a plain scan would."""
+    """The fast matcher (first-key buckets, key-by-key patterns) picks the rule a plain regex scan would."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from hoststate.policy import Policy, default_rules, join, parse_rules
+    from hoststate.policy import Policy, default_rules, parse_rules
 
     user = parse_rules({"rule": [
         {"path": "gpu.devices.*.power_*_mw", "severity": "info"},
         {"path": "**.state", "severity": "ignore"},
         {"path": "*.x", "severity": "warning"},
+        {"path": "**.w*q*.**.*e", "severity": "info"},
     ]}, "user.toml")
     rules = user + list(default_rules())
+    oracle = [(_regex_oracle(r.path), r) for r in rules]
     fast = Policy(rules)
     keys = st.sampled_from(["gpu", "dsa", "devices", "dsa0", "wqs", "wq0.0", "state", "x", "system", "cpufreq",
-                            "power_limit_mw", "vllm", "args", "cudagraph", "declared", "packages", "torch", "zzz"])
+                            "power_limit_mw", "vllm", "args", "cudagraph", "declared", "packages", "torch", "zzz", ""])
 
     @settings(max_examples=400, deadline=None)
     @given(st.lists(keys, min_size=1, max_size=7).map(tuple))
     def check(path: tuple[str, ...]) -> None:
-        joined = join(path)
-        linear = next((r for r in rules if r.matches(joined)), None)
+        joined = "".join("\x1f" + k for k in path)
+        linear = next((r for regex, r in oracle if regex.match(joined)), None)
         assert fast.rule_for(path) is linear
 
     check()
+
+
+#: Pattern families that make a backtracking regex run for minutes at n = 15..30 (n: how many stars).
+STARS = {
+    "one-key stars": lambda n: "*." * n + "x",
+    "any-key stars": lambda n: "**." * n + "x",
+    "globs": lambda n: ".".join(["a*" * n] * 3),
+    "mixed": lambda n: ".".join(["**", "*"] * n) + ".zz",
+    "glob in a deep path": lambda n: "**." + "*a" * n + "*b",
+}
+
+
+@pytest.mark.parametrize("family", sorted(STARS))
+def test_many_stars_match_in_linear_steps(family) -> None:
+    """Every match is bounded by keys x pattern steps. Counted, not timed: the matcher's work is the number of
+    positions it carries from key to key. The semantics are checked against the regex oracle at a size where
+    backtracking is still cheap."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from hoststate.policy import Pattern
+
+    pattern = Pattern(split_path(STARS[family](30)))
+    deep = tuple(["a" * 40] * 60)  # 60 keys of 40 'a's, no final 'x'/'zz'/'b': the worst case for backtracking
+    steps = 0
+    real = Pattern._close
+
+    def counting(self, states):
+        nonlocal steps
+        steps += len(states)
+        return real(self, states)
+
+    Pattern._close = counting
+    try:
+        assert pattern.match(deep) is False
+    finally:
+        Pattern._close = real
+    assert steps <= (len(deep) + 1) * (len(pattern.parts) + 1)
+
+    small = STARS[family](3)
+    oracle, compiled = _regex_oracle(small), Pattern(split_path(small))
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.sampled_from(["a", "ab", "b", "x", "zz", "aab", "aaa"]), max_size=9).map(tuple))
+    def agrees(keys: tuple[str, ...]) -> None:
+        assert compiled.match(keys) == bool(oracle.match("".join("\x1f" + k for k in keys)))
+
+    agrees()
