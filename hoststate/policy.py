@@ -8,6 +8,7 @@ number of keys (zero included).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -149,10 +150,9 @@ def parse_rules(doc: dict[str, Any], origin: str) -> list[Rule]:
         if not isinstance(reason, str):
             raise PolicyError(f"{where}: 'reason' must be a string", origin)
         tolerance = item.get("tolerance")
-        if tolerance is not None and (
-            isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or tolerance < 0
-        ):
-            raise PolicyError(f"{where}: 'tolerance' must be a non-negative number", origin)
+        if tolerance is not None and not _finite_non_negative(tolerance):
+            raise PolicyError(f"{where}: 'tolerance' must be a non-negative number (finite: not inf or nan), "
+                              f"found {str(tolerance)[:40]}", origin)
         compare = item.get("compare", "sequence")
         if compare not in ("sequence", "set"):
             raise PolicyError(f"{where}: 'compare' must be 'sequence' or 'set'", origin)
@@ -164,6 +164,16 @@ def parse_rules(doc: dict[str, Any], origin: str) -> list[Rule]:
             Rule(path, severity, reason, None if tolerance is None else float(tolerance), compare, origin, pattern)
         )
     return rules
+
+
+def _finite_non_negative(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        number = float(value)  # an integer beyond a float's range overflows
+    except OverflowError:
+        return False
+    return math.isfinite(number) and number >= 0
 
 
 class Policy:

@@ -17,6 +17,11 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _table(value: Any) -> dict[str, Any]:
+    """``value`` when it is a table, else an empty one: a hand-edited snapshot may hold anything anywhere."""
+    return value if isinstance(value, dict) else {}
+
+
 def _line(label: str, value: Any) -> str | None:
     if value is None or value == {} or value == []:
         return None
@@ -24,7 +29,7 @@ def _line(label: str, value: Any) -> str | None:
 
 
 def _system(snap: dict[str, Any]) -> list[str | None]:
-    s = snap.get("system", {})
+    s = _table(snap.get("system"))
     return [
         _line("kernel", get(s, ("kernel", "release"))),
         _line("os", get(s, ("os", "pretty_name"))),
@@ -40,12 +45,13 @@ def _system(snap: dict[str, Any]) -> list[str | None]:
 
 
 def _dsa(snap: dict[str, Any]) -> list[str | None]:
-    devices = get(snap, ("dsa", "devices"), {}) or {}
+    devices = _table(get(snap, ("dsa", "devices")))
     lines: list[str | None] = []
     for name, dev in devices.items():
-        wqs = dev.get("wqs", {}) if isinstance(dev, dict) else {}
-        enabled = [w for w, q in wqs.items() if isinstance(q, dict) and q.get("state") == "enabled"]
-        clients = sum(q.get("clients", 0) for q in wqs.values() if isinstance(q, dict) and q.get("state") == "enabled")
+        dev = _table(dev)
+        wqs = _table(dev.get("wqs"))
+        enabled = [q for q in wqs.values() if isinstance(q, dict) and q.get("state") == "enabled"]
+        clients = sum(q["clients"] for q in enabled if isinstance(q.get("clients"), int))
         lines.append(
             _line(name, f"{dev.get('state', '?')}, {len(enabled)}/{len(wqs)} WQs enabled, {clients} clients on them")
         )
@@ -56,19 +62,24 @@ def _dsa(snap: dict[str, Any]) -> list[str | None]:
 
 
 def _gpu(snap: dict[str, Any]) -> list[str | None]:
-    gpu = snap.get("gpu", {})
+    gpu = _table(snap.get("gpu"))
     lines: list[str | None] = [
         _line("driver", gpu.get("driver_version")),
         _line("gpus", gpu.get("count")),
     ]
-    for uuid, dev in sorted((gpu.get("devices") or {}).items(), key=lambda kv: kv[1].get("index", 0)):
-        if isinstance(dev, dict):
-            lines.append(_line(f"GPU{dev.get('index', '?')}", f"{dev.get('name', '?')} {uuid}"))
+    devices = [(uuid, dev) for uuid, dev in _table(gpu.get("devices")).items() if isinstance(dev, dict)]
+
+    def index(item: tuple[str, dict[str, Any]]) -> tuple[int, str]:
+        number = item[1].get("index")
+        return (number if isinstance(number, int) else 1 << 62, item[0])
+
+    for uuid, dev in sorted(devices, key=index):
+        lines.append(_line(f"GPU{dev.get('index', '?')}", f"{dev.get('name', '?')} {uuid}"))
     return lines
 
 
 def _vllm(snap: dict[str, Any]) -> list[str | None]:
-    v = snap.get("vllm", {})
+    v = _table(snap.get("vllm"))
     servers = v.get("servers")
     if isinstance(servers, dict) and servers:
         return [_line(f"server {port}", s.get("model")) for port, s in servers.items() if isinstance(s, dict)]
@@ -93,7 +104,7 @@ def render_summary(snap: dict[str, Any], source: str = "") -> str:
         f"  digest {meta['digest']}",
         "collectors:",
     ]
-    for name, entry in snap.get("collectors", {}).items():
+    for name, entry in _table(snap.get("collectors")).items():
         reason = f"  ({entry['reason']})" if entry.get("reason") else ""
         unread = f"  {len(entry['unreadable'])} unreadable" if entry.get("unreadable") else ""
         out.append(f"  {name:<13} {entry.get('status')}{unread}{reason}")
@@ -103,7 +114,7 @@ def render_summary(snap: dict[str, Any], source: str = "") -> str:
             if lines:
                 out.append(f"{name}:")
                 out.extend(lines)
-    packages = snap.get("packages", {})
+    packages = _table(snap.get("packages"))
     if packages:
         out.append("packages (hoststate's own interpreter):")
         items = [f"{k} {v}" for k, v in sorted(packages.items()) if isinstance(v, str)]

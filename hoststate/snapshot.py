@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -17,7 +18,7 @@ from hoststate import SCHEMA, __version__
 from hoststate.collectors import NAMES, STATUSES, Context, Section, run_all
 from hoststate.errors import InputError
 from hoststate.io import SNAPSHOT_MAX_BYTES, Reader, read_input
-from hoststate.paths import leaves
+from hoststate.paths import format_path, leaves
 from hoststate.redact import redact_strings, redact_text
 
 if sys.version_info >= (3, 11):
@@ -31,8 +32,50 @@ BOOKKEEPING = ("hoststate", "collectors", "guard")
 
 
 def toml_loads(text: str) -> dict[str, Any]:
-    """tomllib.loads with every parse failure as ValueError (tomllib's own error is one)."""
-    return tomllib.loads(text)
+    """tomllib.loads with every parse failure as ValueError (tomllib's own error is one; nesting deep enough to
+    exhaust its recursion is one too)."""
+    try:
+        return tomllib.loads(text)
+    except RecursionError as err:
+        raise ValueError("arrays or inline tables nested too deeply") from err
+
+
+#: How deep tables and arrays may nest in a snapshot; hoststate writes at most about 8 levels.
+MAX_DEPTH = 32
+
+
+def check_values(data: Mapping[str, Any], source: str) -> None:
+    """InputError (one line) on nesting deeper than MAX_DEPTH or a NaN/infinite number anywhere.
+
+    Iterative, so no input can exhaust the stack. NaN and infinity are no host's value: NaN never equals
+    itself (identical hosts would never match) and JSON cannot carry either.
+    """
+    stack: list[tuple[tuple[str, ...], Any]] = [((), data)]
+    while stack:
+        path, node = stack.pop()
+        if len(path) > MAX_DEPTH:
+            shown = ".".join(path[:4])
+            raise InputError(f"nested deeper than {MAX_DEPTH} levels (under {shown}...)", source)
+        if isinstance(node, Mapping):
+            stack.extend(((*path, str(k)), v) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend(((*path, f"[{i}]"), v) for i, v in enumerate(node))
+        elif isinstance(node, float) and not math.isfinite(node):
+            where = format_path(tuple(p for p in path if not p.startswith("[")))
+            raise InputError(f"{where}: {node} is not a value a snapshot can hold (NaN and infinity never compare "
+                             "equal and JSON cannot carry them)", source)
+
+
+def finite(value: Any) -> Any:
+    """A collected value with NaN/infinite floats as the strings "nan", "inf", "-inf" (what check_values refuses
+    must never be written); tables and lists element-wise."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: finite(v) for k, v in value.items()}
+    return value
 
 
 def _hostname(ctx: Context) -> str | None:
@@ -59,7 +102,7 @@ def assemble(sections: Mapping[str, Section], meta: Mapping[str, Any]) -> dict[s
             status["unreadable"] = dict(sec.unreadable)
         snap["collectors"][name] = status
         if sec.data:
-            snap[name] = sec.data
+            snap[name] = finite(sec.data)
     snap["hoststate"]["digest"] = digest(snap)
     return snap
 
@@ -93,9 +136,13 @@ def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = No
 
 
 def jsonable(value: Any) -> Any:
-    """A snapshot value as JSON can carry it: datetimes as ISO strings, lists and tables element-wise."""
+    """A snapshot value as JSON can carry it: datetimes as ISO strings, NaN and infinities (which JSON has no
+    token for: ``NaN``/``Infinity`` are not JSON) as the strings "nan", "inf", "-inf", lists and tables
+    element-wise."""
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
     if isinstance(value, list):
         return [jsonable(v) for v in value]
     if isinstance(value, Mapping):
@@ -155,6 +202,7 @@ def validate(snap: Any, source: str) -> dict[str, Any]:
     """Check what tools rely on; raise InputError with one line naming the first problem."""
     if not isinstance(snap, dict) or not isinstance(snap.get("hoststate"), dict):
         raise InputError("not a hoststate snapshot (no [hoststate] table)", source)
+    check_values(snap, source)
     meta = snap["hoststate"]
     schema = meta.get("schema")
     if isinstance(schema, bool) or not isinstance(schema, int):

@@ -3,6 +3,9 @@ line and exit 2, never a traceback, whatever the bytes."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+import math
 import pathlib
 import subprocess
 import sys
@@ -11,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hoststate.collectors import NAMES, Section
 from hoststate.errors import InputError, PolicyError
 from hoststate.policy import load_policy, parse_rules
 from hoststate.snapshot import loads
@@ -110,3 +114,111 @@ def test_fuzz_policy_rules(rules: list) -> None:
     else:
         for rule in parsed:
             rule.matches(("a", "b"))  # a rule that parsed can be matched
+
+
+# -- wrong types, NaN/infinity and deep nesting anywhere in a snapshot -------------------------------------------
+
+_META = {"schema": 1, "version": "0.1.0", "taken_at": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+         "digest": "sha256:0"}
+_KEYS = st.sampled_from(["devices", "dsa0", "wqs", "wq0.0", "state", "clients", "cpu", "GPU-1", "index", "nvlink",
+                         "servers", "args", "cudagraph", "declared", "kernel", "release", "cpufreq", "governor", "x"])
+_LEAF = st.one_of(st.booleans(), st.integers(min_value=-(2**70), max_value=2**70), st.floats(), st.text(max_size=8),
+                  st.datetimes(timezones=st.just(dt.timezone.utc)))
+_TREE = st.recursive(
+    _LEAF, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_KEYS, inner, max_size=4)),
+    max_leaves=15,
+)
+
+
+def _strict_json(text: str) -> None:
+    """Parse as strict JSON: NaN and Infinity are not JSON."""
+    def refuse(token: str) -> None:
+        raise AssertionError(f"{token} in JSON output")
+
+    json.loads(text, parse_constant=refuse)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from([*NAMES, "collectors"]), _TREE, max_size=4),
+       st.dictionaries(st.sampled_from(NAMES), _TREE, max_size=3))
+def test_fuzz_wrong_types_reach_every_command_as_input_error_or_output(a: dict, b: dict) -> None:
+    """Any shape under any table: InputError at load, or every command renders it (strict JSON included)."""
+    from hoststate import export
+    from hoststate.check import render_checks, run_checks
+    from hoststate.diff import compare
+    from hoststate.report import render_diff
+    from hoststate.show import render_summary
+    from hoststate.snapshot import digest, jsonable, to_toml, validate
+
+    try:
+        base = validate({**a, "hoststate": dict(_META)}, "a.toml")
+        cur = validate({**b, "hoststate": dict(_META)}, "b.toml")
+    except InputError as err:
+        assert "\n" not in str(err)
+        return
+    digest(base)
+    render_summary(base, "a.toml")
+    _strict_json(json.dumps(jsonable(base)))
+    _strict_json(render_checks(run_checks(base), "json"))
+    result = compare(base, cur)
+    _strict_json(render_diff(result, "json", baseline="a", current="b"))
+    render_diff(result, "text", baseline="a", current="b")
+    render_diff(result, "markdown", baseline="a", current="b")
+    export.to_prometheus(base, cur)
+    export.to_nfd(base, cur)
+    loads(to_toml(base), "round-trip")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats() | st.integers(min_value=-(2**1100), max_value=2**1100))
+def test_fuzz_tolerance_is_finite_and_non_negative(tolerance) -> None:
+    # an int converts to a float below 2**1024 - 2**970 (from there it rounds to infinity)
+    in_range = tolerance < 2**1024 - 2**970 if isinstance(tolerance, int) else math.isfinite(tolerance)
+    usable = tolerance >= 0 and in_range
+    doc = {"rule": [{"path": "system.x", "severity": "info", "tolerance": tolerance}]}
+    try:
+        (rule,) = parse_rules(doc, "fuzz.toml")
+    except PolicyError as err:
+        assert not usable and "finite" in str(err) and "\n" not in str(err)
+    else:
+        assert usable and rule.tolerance == float(tolerance)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(min_value=1, max_value=20000), st.sampled_from(["[", "{a = ", "table"]))
+def test_fuzz_nesting_depth(depth: int, kind: str) -> None:
+    """Any depth of arrays, inline tables or dotted tables: parsed, or one InputError line; never RecursionError."""
+    from hoststate.policy import _read_toml
+
+    head = '[hoststate]\nschema = 1\nversion = "0.1.0"\ntaken_at = 2026-01-01T00:00:00Z\ndigest = "sha256:0"\n'
+    if kind == "table":
+        body = "[system." + ".".join(["a"] * depth) + "]\nx = 1\n"
+    else:
+        close = "]" if kind == "[" else "}"
+        body = "[system]\nx = " + kind * depth + ("" if kind == "[" else "1") + close * depth + "\n"
+    for parse in (lambda: loads(head + body, "deep.toml"), lambda: _read_toml(body, "deep.toml")):
+        try:
+            parse()
+        except InputError as err:
+            assert "\n" not in str(err)
+
+
+def test_collected_nan_is_written_as_a_string_and_json_stays_json() -> None:
+    """A collector that hands over NaN/infinity (a /metrics gauge, say) gets strings in the snapshot, so what
+    hoststate writes it can read back, and JSON output never holds NaN or Infinity."""
+    from hoststate.snapshot import assemble, jsonable, to_toml
+
+    sections = {"vllm": Section(status="ok", data={"metrics": {"a": math.nan, "b": math.inf, "c": [-math.inf, 1.5]}})}
+    snap = assemble(sections, dict(_META))
+    assert snap["vllm"]["metrics"] == {"a": "nan", "b": "inf", "c": ["-inf", 1.5]}
+    back = loads(to_toml(snap), "nan.toml")
+    _strict_json(json.dumps(jsonable(back)))
+    assert jsonable({"x": math.nan, "y": [math.inf]}) == {"x": "nan", "y": ["inf"]}
+
+
+def test_show_json_of_the_corpus_is_strict_json() -> None:
+    for path in sorted((pathlib.Path(__file__).parent.parent / "fixtures" / "snapshots").glob("*.toml")):
+        proc = subprocess.run([sys.executable, "-m", "hoststate", "show", str(path), "--format", "json"],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        _strict_json(proc.stdout)
