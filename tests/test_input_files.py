@@ -13,7 +13,7 @@ import pytest
 
 from hoststate.errors import InputError, PolicyError
 from hoststate.io import POLICY_MAX_BYTES, SNAPSHOT_MAX_BYTES, read_input
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, HOSTS
 
 SNAP = str(FIXTURES / "snapshots" / "seed-baseline.toml")
 #: The subprocess's own timeout only detects a hang; nothing asserts wall-clock time.
@@ -108,8 +108,8 @@ def _commands(bad: str, tmp_path) -> list[tuple[str, ...]]:
         ("export", "nfd", SNAP, "--baseline", bad),
         ("fleet", bad),
         ("fleet", SNAP, "--reference", bad),
-        ("guard", "--baseline", bad, "--root", str(tmp_path), "--", "true"),
-        ("guard", "--baseline", SNAP, "--policy", bad, "--root", str(tmp_path), "--", "true"),
+        ("guard", "--baseline", bad, "--root", str(HOSTS / "seed-baseline"), "--", "true"),
+        ("guard", "--baseline", SNAP, "--policy", bad, "--root", str(HOSTS / "seed-baseline"), "--", "true"),
     ]
 
 
