@@ -365,10 +365,16 @@ def _finding(policy: Policy, path: Path, old: Any, new: Any, baseline: Mapping[s
 _UNREADABLE = "Not readable in the {side}, so not known to be unchanged; rated as a change: {reason}"
 
 
-def compare(baseline: dict, current: dict, policy: Policy | None = None, *,
+def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], policy: Policy | None = None, *,
             include_ignored: bool = False) -> DiffResult:
-    """Findings for every leaf that differs between two snapshots, rated by ``policy`` (None: the default)."""
+    """Findings for every leaf that differs between two snapshots, rated by ``policy`` (None: the default).
+
+    GPUs are paired by position (hoststate.positions): finding paths name them by PCI bus id, or ``GPU<index>``.
+    """
+    from hoststate.positions import align
+
     policy = policy or default_policy()
+    baseline, current = align(baseline, current)  # GPUs by position, not by UUID
     base = {k: v for k, v in baseline.items() if k != "collectors"}
     cur = {k: v for k, v in current.items() if k != "collectors"}
     missing = object()

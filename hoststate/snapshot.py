@@ -153,13 +153,16 @@ def jsonable(value: Any) -> Any:
 def digest(snap: Mapping[str, Any]) -> str:
     """sha256 over the sorted (path, value) pairs the default policy rates invalidating.
 
-    The [hoststate], [collectors] and [guard] tables are bookkeeping and never part of the digest.
+    The [hoststate], [collectors] and [guard] tables are bookkeeping and never part of the digest. GPUs are keyed
+    by position (hoststate.positions), so nodes that differ only in GPU UUIDs and serials have equal digests.
     """
     import hashlib
 
     from hoststate.policy import default_policy
+    from hoststate.positions import canonical
 
     policy = default_policy()
+    snap = canonical(snap)
     pairs = [
         [list(path), jsonable(value)]
         for path, value in leaves({k: v for k, v in snap.items() if k not in BOOKKEEPING})
