@@ -267,7 +267,7 @@ def _outliers(members: dict[str, list[Member]], order: list[str], ref_digest: st
             if not findings:
                 warnings.append({"file": group[0].path, "message": (
                     "digest differs from the reference but the diff has no invalidating finding (a value within "
-                    "its rule's tolerance, or unreadable on one side)")})
+                    "its rule's tolerance, or GPUs at other PCI bus ids, which the diff pairs by index)")})
         for m in group:
             out.append({"snapshot": m.path, "hostname": m.hostname, "label": m.label, "findings": findings})
     out.sort(key=lambda o: o["snapshot"])

@@ -176,6 +176,13 @@ def test_hosts_on_other_bus_ids_pair_by_index(tmp_path: Path) -> None:
     assert invalidating(a, b) == []
     bus = {f.path: f for f in result.findings}["gpu.devices.GPU0.pci_bus_id"]
     assert bus.severity == "warning" and bus.new.startswith("00000001:")
+    # the digest keys by bus id, so fleet keeps them apart, and says why the outlier has nothing invalidating
+    assert digest(a) != digest(b)
+    for name, s in (("a", a), ("b", b)):
+        (tmp_path / f"{name}.toml").write_text(to_toml(s))
+    report = run_fleet([str(tmp_path / "a.toml"), str(tmp_path / "b.toml")], jobs=1, reference=str(tmp_path / "a.toml"))
+    assert [o["findings"] for o in report.outliers] == [[]]
+    assert any("PCI bus ids" in w["message"] for w in report.warnings)
 
 
 def test_positions_never_change_the_input_and_leave_other_shapes_alone(pair: tuple[dict, dict]) -> None:
