@@ -109,16 +109,18 @@ def test_hoststates_interpreter_stack_and_other_packages(base):
 
 def test_capability_lists_are_info(h200):
     uuid = next(iter(h200["gpu"]["devices"]))
+    bus = h200["gpu"]["devices"][uuid]["pci_bus_id"]  # findings name GPUs by position (PCI bus id)
     path = ("gpu", "devices", uuid, "clocks_event_reasons_supported")
     after = with_value(h200, path, ["gpu_idle"])
-    severity, reason = rate(h200, after)[f"gpu.devices.{uuid}.clocks_event_reasons_supported"]
+    severity, reason = rate(h200, after)[f'gpu.devices."{bus}".clocks_event_reasons_supported']
     assert severity == "info" and "Application or max clocks" not in reason
 
 
 def test_a_clock_setting_stays_invalidating(h200):
     uuid = next(iter(h200["gpu"]["devices"]))
+    bus = h200["gpu"]["devices"][uuid]["pci_bus_id"]  # findings name GPUs by position (PCI bus id)
     after = with_value(h200, ("gpu", "devices", uuid, "clocks_applications_sm_mhz"), 1000)
-    assert rate(h200, after)[f"gpu.devices.{uuid}.clocks_applications_sm_mhz"][0] == "invalidating"
+    assert rate(h200, after)[f'gpu.devices."{bus}".clocks_applications_sm_mhz'][0] == "invalidating"
 
 
 def test_served_model_name_is_a_label(base):

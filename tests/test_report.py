@@ -233,8 +233,12 @@ def test_unknown_format_is_an_error(seed):
 
 
 def test_gpu_summary_names_gpus_that_came_and_went():
-    a, b = load(H200), load(str(FIXTURES / "real" / "h200-host2-snapshot.toml"))
-    gone, came = next(iter(a["gpu"]["devices"]))[:12], next(iter(b["gpu"]["devices"]))[:12]
+    # GPUs compare by position: the board at index 0 is gone, another at index 1 (another bus id) came
+    a = load(H200)
+    b = copy.deepcopy(a)
+    (dev,) = b["gpu"]["devices"].values()
+    b["gpu"]["devices"] = {"GPU-other": {**dev, "uuid": "GPU-other", "index": 1, "pci_bus_id": "00000000:00:07.0"}}
+    gone, came = "GPU0", "GPU1"
     lines = [s for s in summarize(compare(a, b).findings) if s.subsystem == "gpu"]
     assert len(lines) == 1 and lines[0].severity == "invalidating"
     assert f"1 GPU removed ({gone})" in lines[0].text and f"1 GPU added ({came})" in lines[0].text
