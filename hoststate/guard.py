@@ -225,6 +225,8 @@ def evaluate(baseline: str | os.PathLike[str] | Mapping[str, Any], *, root: str 
     if current is None:
         current = snap_host(root=root, only=only, skip=skip, timeout=timeout, vllm_pid=vllm_pid, vllm_cmd=vllm_cmd,
                             vllm_log=vllm_log, vllm_url=vllm_url, vllm_version=vllm_version, label=label)
+        if vllm_cmd is not None:
+            _refuse_refused_command(current)
     current = dict(current)
     diff = compare(_host_state(base_snap), _host_state(current), policy)
     accepted: list[Finding] = []
@@ -251,6 +253,15 @@ def evaluate(baseline: str | os.PathLike[str] | Mapping[str, Any], *, root: str 
         policy_files=tuple(policy_files),
         allow_unreadable=allow_unreadable,
     )
+
+
+def _refuse_refused_command(snap: Mapping[str, Any]) -> None:
+    """A ``--vllm-cmd`` that vLLM itself would refuse is bad input: nothing is compared or run."""
+    vllm = snap.get("vllm")
+    cudagraph = vllm.get("cudagraph") if isinstance(vllm, Mapping) else None
+    refused = cudagraph.get("refused") if isinstance(cudagraph, Mapping) else None
+    if refused:
+        raise InputError(f"--vllm-cmd: {' '.join(str(refused).split())}; the command was not started")
 
 
 def refusal_message(result: GuardResult) -> str:

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from hoststate.collectors.vllm.args import (
-    VERSIONS,
-    declare,
-    human_int,
-    locate,
-    normalise,
-    parse_cg_mode,
-    rules_for,
-    split_command,
-)
+from hoststate.collectors.vllm.argv import locate, normalise, split_command
+from hoststate.collectors.vllm.cudagraph import declare
+from hoststate.collectors.vllm.modes import parse_cg_mode
+from hoststate.collectors.vllm.options import human_int
+from hoststate.collectors.vllm.versions import VERSIONS, rules_for
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
 
 SEED = ("vllm serve MODEL --speculative-config '{\"method\":\"suffix\",\"num_speculative_tokens\":32}' "
         "--gpu-memory-utilization 0.85 --max-model-len 16384 -tp 8")
@@ -68,8 +73,6 @@ VECTORS = [
      "not VLLM_COMPILE"),
     ("mode0-explicit-fap-0.33.0", "vllm serve M -cc.mode=0 -cc.cudagraph_mode=FULL_AND_PIECEWISE", "0.33.0",
      "FULL_DECODE_ONLY", "not VLLM_COMPILE"),
-    ("O1-explicit-fap-0.11.0", "vllm serve M -O1 -O.cudagraph_mode=FULL_AND_PIECEWISE", "0.11.0",
-     "FULL_AND_PIECEWISE", "startup fails"),
     ("compilation-mode-dotted-long-0.11.1", "vllm serve M --compilation-config.mode 3", "0.11.1",
      "FULL_AND_PIECEWISE", "mode 3"),
     ("splitting-ops-empty-0.12.0", "vllm serve M -cc.splitting_ops='[]'", "0.12.0", "FULL", "splitting_ops=[]"),
@@ -121,7 +124,7 @@ def test_seed_command_normalises_by_dest_name():
         "max_model_len": 16384,
         "tensor_parallel_size": 8,
     }
-    assert parsed.errors == []
+    assert parsed.errors == [] and parsed.refusals == []
 
 
 @pytest.mark.parametrize(
@@ -132,7 +135,6 @@ def test_seed_command_normalises_by_dest_name():
          {"tensor_parallel_size": 4, "pipeline_parallel_size": 2, "data_parallel_size": 2}),
         (["M", "--max-model-len", "1k"], {"max_model_len": 1000}),
         (["M", "--max-model-len", "1K"], {"max_model_len": 1024}),
-        (["M", "--max-model-len", "auto"], {"max_model_len": "auto"}),
         (["M", "--max-model-len", "-1"], {"max_model_len": -1}),
         (["M", "--no-enable-prefix-caching"], {"enable_prefix_caching": False}),
         (["M", "--enable-prefix-caching", "--no-enable-prefix-caching"], {"enable_prefix_caching": False}),
@@ -147,13 +149,23 @@ def test_normaliser_rules(argv, expected):
     parsed = normalise(argv, "0.12.0")
     assert {k: v for k, v in parsed.args.items() if k != "model"} == expected
     assert parsed.args["model"] == "M"
-    assert parsed.errors == []
+    assert parsed.errors == [] and parsed.refusals == []
 
 
-def test_positional_model_wins_over_option():
-    parsed = normalise(["A", "--model", "B"], "0.12.0")
-    assert parsed.args["model"] == "A"
-    assert any("positional" in n for n in parsed.notes)
+def test_model_option_by_version():
+    """0.11: the positional model wins over --model; 0.12 moves --model to the front (a second positional
+    is refused, --model alone is the model); 0.33 refuses --model."""
+    parsed = normalise(["A", "--model", "B"], "0.11.0")
+    assert parsed.args["model"] == "A" and any("positional" in n for n in parsed.notes)
+    assert normalise(["-tp", "2", "--model", "B"], "0.12.0").args == {"model": "B", "tensor_parallel_size": 2}
+    assert normalise(["--model=B"], "0.12.0").args == {"model": "B"}
+    assert any("--model" in r for r in normalise(["--model", "B"], "0.33.0").refusals)
+    assert normalise(["M", "--max-model-len", "auto"], "0.33.0").args["max_model_len"] == "auto"
+
+
+def test_no_flag_at_its_default_is_not_a_non_default_argument():
+    assert normalise(["M", "--enforce-eager", "--no-enforce-eager"], "0.12.0").args == {"model": "M"}
+    assert normalise(["M", "--no-enable-prefix-caching"], "0.12.0").args["enable_prefix_caching"] is False
 
 
 def test_api_server_takes_model_option():
@@ -167,27 +179,32 @@ def test_api_server_takes_model_option():
     ("argv", "error"),
     [
         (["M", "--speculative-config", '{"method": "suffix",'], "--speculative-config: invalid JSON"),
-        (["M", "-Ofast"], "unknown -O value 'fast'"),
-        (["M", "-O", "7"], "unknown -O value '7'"),
+        (["M", "--max-model-len", "auto"], "invalid human_readable_int value: 'auto'"),
+        (["M", "--model", "M"], "unrecognized arguments: M"),
         (["M", "--tensor-parallel-size", "two"], "invalid int value 'two'"),
-        (["M", "--max-model-len"], "expected a value"),
+        (["M", "--max-model-len"], "expected one argument"),
+        (["M", "--enforce-eager=true"], "--enforce-eager: ignored explicit argument 'true'"),
+        (["M", "--compilation-config", "3"], "--compilation-config: expected a JSON object, got int"),
+        (["M", "--bogus-flag", "1"], "unrecognized arguments: --bogus-flag"),
+        (["M", "--performance-mode", "throughput"], "not an option of vLLM 0.12.0"),
+        (["M", "extra"], "unrecognized arguments: extra"),
     ],
 )
-def test_bad_arguments_are_recorded(argv, error):
+def test_what_vllm_refuses_is_recorded(argv, error):
     parsed = normalise(argv, "0.12.0")
-    assert any(error in e for e in parsed.errors), parsed.errors
+    assert any(error in e for e in parsed.refusals), parsed.refusals
     assert parsed.args["model"] == "M"
 
 
 def test_O_dotted_is_an_error_on_0_33_and_deprecated_on_0_12():
-    assert any("-O.<key> is an error" in e for e in normalise(["M", "-O.mode=3"], "0.33.0").errors)
+    assert any("-O.<key> is an error" in e for e in normalise(["M", "-O.mode=3"], "0.33.0").refusals)
     parsed = normalise(["M", "-O.cudagraph_mode=FULL"], "0.12.0")
     assert parsed.args["compilation_config"] == {"cudagraph_mode": "FULL"}
     assert any("deprecated" in n for n in parsed.notes)
 
 
 def test_level_is_gone_in_0_33():
-    assert any("level is not accepted" in e for e in normalise(["M", "-cc.level=3"], "0.33.0").errors)
+    assert any("level is not accepted" in e for e in normalise(["M", "-cc.level=3"], "0.33.0").refusals)
 
 
 def test_unbalanced_quotes_raise_value_error_naming_it():
@@ -235,3 +252,57 @@ def test_human_int():
     assert human_int("2M") == 2 * 2**20
     with pytest.raises(ValueError):
         human_int("1.5K")
+
+
+# -- refusals through snap and guard ---------------------------------------------------------------------------
+
+HOSTSTATE = [sys.executable, "-m", "hoststate"]
+REFUSED = [
+    ("vllm serve M --enforce-eager=true", "ignored explicit argument 'true'"),
+    ("vllm serve M -Ofast", "optimization_level 'fast': input should be 0, 1, 2 or 3"),
+    ("vllm serve M -O 7", "optimization_level '7'"),
+    ("vllm serve M --compilation-config 3", "expected a JSON object"),
+    ("vllm serve M --bogus-flag 1", "unrecognized arguments: --bogus-flag"),
+    ("vllm serve M --async-scheduling --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'",
+     "EAGLE/MTP"),
+    ("vllm serve M --max-cudagraph-capture-size 0", "greater than or equal to 1"),
+]
+
+
+def _hoststate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([*HOSTSTATE, *args], capture_output=True, text=True, timeout=120, cwd=cwd,
+                          env={**os.environ, "HF_HOME": str(cwd / "no-hf-cache")})
+
+
+@pytest.mark.parametrize(("cmd", "reason"), REFUSED)
+def test_declare_refuses_what_vllm_refuses(cmd, reason):
+    command = locate(split_command(cmd))
+    parsed = normalise(command.args, "0.12.0", program=command.program)
+    declared = declare(parsed.args, command.env, "0.12.0")
+    said = "; ".join(parsed.refusals) or declared.refused or ""
+    assert reason in said, (parsed.refusals, declared)
+    if not parsed.refusals:
+        assert declared.mode is None
+
+
+def test_snap_records_a_refused_command_and_guard_refuses_to_start_it(tmp_path):
+    cmd, reason = REFUSED[5]
+    snap = _hoststate("snap", "--only", "vllm", "--vllm-version", "0.12.0", "--vllm-cmd", cmd,
+                      "-o", str(tmp_path / "s.toml"), cwd=tmp_path)
+    assert snap.returncode == 0, snap.stderr
+    cudagraph = tomllib.loads((tmp_path / "s.toml").read_text())["vllm"]["cudagraph"]
+    assert reason in cudagraph["refused"] and "declared" not in cudagraph
+    base = _hoststate("snap", "--only", "vllm", "--vllm-version", "0.12.0", "--vllm-cmd", "vllm serve M",
+                      "-o", str(tmp_path / "base.toml"), cwd=tmp_path)
+    assert base.returncode == 0, base.stderr
+    marker = tmp_path / "ran"
+    guard = _hoststate("guard", "--baseline", str(tmp_path / "base.toml"), "--only", "vllm", "--vllm-version",
+                       "0.12.0", "--vllm-cmd", cmd, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')",
+                       cwd=tmp_path)
+    assert guard.returncode == 2 and not marker.exists()
+    lines = guard.stderr.strip().splitlines()
+    assert len(lines) == 1 and reason in lines[0] and lines[0].startswith("hoststate: --vllm-cmd: vLLM 0.12.0 refuses")
+    ok = _hoststate("guard", "--baseline", str(tmp_path / "base.toml"), "--only", "vllm", "--vllm-version",
+                    "0.12.0", "--vllm-cmd", "vllm serve M", "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')",
+                    cwd=tmp_path)
+    assert ok.returncode == 0 and marker.exists(), ok.stderr

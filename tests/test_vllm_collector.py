@@ -182,8 +182,7 @@ def test_unreachable_url_is_recorded_not_fatal():
     [
         ("vllm serve M --speculative-config '{\"method\": \"suffix\"", "cannot split"),
         ("vllm serve M --speculative-config '{\"method\": suffix}'", "--speculative-config: invalid JSON"),
-        ("vllm serve M -O7", "unknown -O value '7'"),
-        ("vllm serve M -Ofast", "unknown -O value 'fast'"),
+        ("vllm serve M --enforce-eager=true", "ignored explicit argument 'true'"),
         ("python train.py --lr 1", "not a vLLM server command"),
     ],
 )
@@ -196,6 +195,16 @@ def test_bad_arguments_are_recorded_with_raw_argv(cmd, needle):
     assert cmd.split()[0] in raw
     text = snapshot.to_toml({"vllm": sec.data})
     assert API_KEY not in text
+
+
+@pytest.mark.parametrize(("cmd", "needle"), [("vllm serve M -O7", "optimization_level '7'"),
+                                             ("vllm serve M -Ofast", "optimization_level 'fast'")])
+def test_values_vllm_refuses_at_config_time_are_recorded_as_refused(cmd, needle):
+    """0.12 parses any -O value and refuses all but 0-3 when it builds its config: refused, no declared mode."""
+    sec = vllm_collector.collect(Context(root="/nonexistent", vllm_cmd=f"{cmd} --api-key {API_KEY}",
+                                         vllm_version="0.12.0"))
+    assert needle in sec.data["cudagraph"]["refused"] and "declared" not in sec.data["cudagraph"]
+    assert API_KEY not in snapshot.to_toml({"vllm": sec.data})
 
 
 def test_cmd_under_root_gives_declared_mode_and_log_gives_observed():

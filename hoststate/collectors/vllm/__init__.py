@@ -2,17 +2,19 @@
 
 Sources (design.md "vLLM source options"): ``--vllm-pid``, ``--vllm-cmd``, ``--vllm-log``,
 ``--vllm-url``, ``--vllm-version``; with none, running servers are discovered from /proc. The
-arguments are read by hoststate.collectors.vllm.args (vLLM's own rules, by version), the log by
-hoststate.collectors.vllm.log; secrets are removed by hoststate.redact before anything is stored.
+arguments are read by argv.py and resolved by cudagraph.py (vLLM's own rules, by version, versions.py),
+the log by log.py; secrets are removed by hoststate.redact before anything is stored.
 Nothing here raises: what cannot be read is recorded (``unreadable``, ``*_error`` keys).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,19 +22,13 @@ from hoststate import procfiles
 from hoststate.collectors import Context, Section
 from hoststate.collectors import env as env_collector
 from hoststate.collectors import packages as packages_collector
-from hoststate.collectors.vllm.args import (
-    Command,
-    ConfigLoader,
-    declare,
-    locate,
-    normalise,
-    parse_config_text,
-    rules_for,
-    split_command,
-)
+from hoststate.collectors.vllm.argv import Command, ConfigLoader, locate, normalise, parse_config_text, split_command
+from hoststate.collectors.vllm.cudagraph import declare
 from hoststate.collectors.vllm.discovery import Proc, discover, inspect
 from hoststate.collectors.vllm.http import query_url
 from hoststate.collectors.vllm.log import LogFacts, parse_log
+from hoststate.collectors.vllm.model import read_facts
+from hoststate.collectors.vllm.versions import rules_for
 from hoststate.io import decode, reason_of
 from hoststate.redact import redact_argv, redact_command_line, redact_text, redact_url, redact_value
 
@@ -99,6 +95,148 @@ def _packages(proc: Proc | None, unreadable: dict[str, str]) -> tuple[dict[str, 
     return packages_collector.installed(), f"current interpreter {sys.executable}", None
 
 
+def _version(ctx: Context, log: LogFacts | None, url: dict[str, Any] | None,
+             packages: dict[str, str], packages_from: str) -> tuple[str | None, str | None]:
+    """(version, where it came from): option, log, /version, server interpreter, current interpreter."""
+    for value, origin in (
+        (ctx.vllm_version, "option --vllm-version"),
+        (log.version if log else None, "log"),
+        (url.get("version") if url else None, "url /version"),
+        (packages.get("vllm"), packages_from),
+    ):
+        if value:
+            return str(value), origin
+    return None, None
+
+
+@dataclass
+class _Args:
+    """The arguments of one server as read, and what vLLM would say about them."""
+
+    args: dict[str, Any] | None = None
+    env: dict[str, str] | None = None
+    refusals: list[str] = field(default_factory=list)
+    problem: bool = False
+
+
+def _arguments(data: dict[str, Any], argv: list[str] | None, env: dict[str, str] | None, source: str,
+               version: str | None, log: LogFacts | None, loader: ConfigLoader) -> _Args:
+    """The command line (pid, cmd, discovered) first, else the log's non-default args."""
+    if argv is None:
+        if log and log.non_default_args is not None:
+            data["args_from"] = "log non-default args"
+            return _Args({k: v for k, v in log.non_default_args.items() if k != "model_tag"}, env)
+        return _Args(None, env)
+    data["argv"] = redact_argv(argv)
+    command: Command = locate(argv)
+    if command.program is None:
+        data["args_error"] = "not a vLLM server command (no 'vllm serve' or vLLM server module)"
+        return _Args(None, env, problem=True)
+    data["program"] = command.program
+    parsed = normalise(command.args, version, program=command.program, config_loader=loader)
+    problems = parsed.errors + parsed.refusals
+    if problems:  # messages may quote argument values
+        data["args_error"] = redact_text("; ".join(problems))
+    if parsed.notes:
+        data["args_notes"] = [redact_text(note) for note in parsed.notes]
+    env = {**(env or {}), **command.env} if source == "cmd" else env
+    return _Args(parsed.args, env, parsed.refusals, bool(problems))
+
+
+def _identity(ctx: Context, data: dict[str, Any], args: dict[str, Any] | None, log: LogFacts | None,
+              url: dict[str, Any] | None) -> None:
+    """model and port, from the arguments, else the log, else the URL."""
+    if args is not None:
+        if isinstance(args.get("model"), str):
+            data["model"] = redact_value(args["model"])
+        port = args.get("port", DEFAULT_PORT)
+        if isinstance(port, int):
+            data["port"] = port
+    elif log and isinstance(log.config.get("model"), str):
+        data["model"] = redact_value(log.config["model"])
+    if url and "port" not in data:
+        with contextlib.suppress(ValueError):
+            port = urlsplit(ctx.vllm_url or "").port
+            if port:
+                data["port"] = port
+    if url and "model" not in data and url.get("models"):
+        data["model"] = url["models"][0].get("id")
+
+
+def _declared(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any]:
+    """The declared mode from arguments + environment + version + model facts, or vLLM's refusal."""
+    assert parsed.args is not None
+    rules_version = rules_for(version)[0].version
+    if parsed.refusals:
+        return {"refused": redact_text(f"vLLM {rules_version} refuses: " + "; ".join(parsed.refusals)),
+                "rules_version": rules_version}
+    model = parsed.args.get("model")
+    revision = parsed.args.get("revision")
+    facts = read_facts(model if isinstance(model, str) else None, parsed.env or {}, ctx.root,
+                       revision if isinstance(revision, str) else None)
+    declared = declare(parsed.args, parsed.env or {}, version, facts)
+    out: dict[str, Any] = {"rules_version": declared.rules_version, "declared_because": declared.because}
+    if declared.refused:
+        out["refused"] = redact_text(declared.refused)
+    else:
+        out["declared"] = declared.mode
+    if declared.compilation_mode:
+        out["compilation_mode"] = declared.compilation_mode
+    if declared.problems:
+        out["declared_problems"] = declared.problems
+    if declared.assumes:
+        out["declared_assumes"] = [redact_text(a) for a in declared.assumes]
+    return out
+
+
+def _observed(cudagraph: dict[str, Any], log: LogFacts) -> None:
+    observed, observed_from = log.observed
+    if observed:
+        cudagraph["observed"], cudagraph["observed_from"] = observed, observed_from
+    if log.config_cudagraph_mode:
+        cudagraph["config_line"] = log.config_cudagraph_mode
+    if log.downgrades:
+        cudagraph["downgrades"] = log.downgrades
+    if log.captures:
+        cudagraph["captures"] = log.captures
+    if log.attention_backends:
+        cudagraph["attention_backends"] = log.attention_backends
+
+
+def _cudagraph(ctx: Context, parsed: _Args, version: str | None, log: LogFacts | None) -> dict[str, Any]:
+    """declared (from the arguments), observed (from the log), and whether they differ."""
+    cudagraph: dict[str, Any] = {}
+    if parsed.args is not None:
+        cudagraph.update(_declared(ctx, parsed, version))
+    elif version:
+        cudagraph["rules_version"] = rules_for(version)[0].version
+    if log is not None:
+        _observed(cudagraph, log)
+    if cudagraph.get("declared") and cudagraph.get("observed"):
+        cudagraph["mismatch"] = cudagraph["declared"] != cudagraph["observed"]
+        if cudagraph["mismatch"]:
+            cudagraph["mismatch_note"] = (
+                f"declared {cudagraph['declared']} but the log shows {cudagraph['observed']} "
+                f"({cudagraph['observed_from']})"
+            )
+    return cudagraph
+
+
+def _log_table(ctx: Context, log: LogFacts) -> dict[str, Any]:
+    logdata: dict[str, Any] = {"path": ctx.vllm_log or ""}
+    if log.version:
+        logdata["version"] = log.version
+    if log.config:
+        logdata["config"] = redact_value(log.config)
+    if log.config_compilation_mode:
+        logdata["compilation_mode"] = log.config_compilation_mode
+    if log.non_default_args is not None:
+        logdata["non_default_args"] = redact_value(log.non_default_args)
+    if log.errors:
+        logdata["errors"] = [redact_text(e) for e in log.errors]
+    return logdata
+
+
 def build(
     ctx: Context,
     *,
@@ -113,119 +251,26 @@ def build(
 ) -> tuple[dict[str, Any], bool]:
     """The ``[vllm]`` table of one server and whether anything in it failed to parse."""
     data: dict[str, Any] = {"source": source}
-    problem = False
     if proc is not None:
         data["pid"] = proc.pid
     unreadable = {} if unreadable is None else unreadable
     packages, packages_from, packages_error = _packages(proc, unreadable)
-
-    # Version: option, log, /version, server interpreter, current interpreter.
-    version, version_from = None, None
-    for value, origin in (
-        (ctx.vllm_version, "option --vllm-version"),
-        (log.version if log else None, "log"),
-        (url.get("version") if url else None, "url /version"),
-        (packages.get("vllm"), packages_from),
-    ):
-        if value:
-            version, version_from = str(value), origin
-            break
+    version, version_from = _version(ctx, log, url, packages, packages_from)
     if version:
         data["version"], data["version_from"] = version, version_from
-
-    # Arguments: the command line (pid, cmd, discovered) first, else the log's non-default args.
-    args: dict[str, Any] | None = None
-    if argv is not None:
-        data["argv"] = redact_argv(argv)
-        command: Command = locate(argv)
-        if command.program is None:
-            data["args_error"] = "not a vLLM server command (no 'vllm serve' or vLLM server module)"
-            problem = True
-        else:
-            data["program"] = command.program
-            parsed = normalise(command.args, version, program=command.program,
-                               config_loader=_config_loader(proc, unreadable))
-            args = parsed.args
-            if parsed.errors:  # messages may quote argument values
-                data["args_error"] = redact_text("; ".join(parsed.errors))
-                problem = True
-            if parsed.notes:
-                data["args_notes"] = [redact_text(note) for note in parsed.notes]
-            env = {**(env or {}), **command.env} if source == "cmd" else env
-    elif log and log.non_default_args is not None:
-        args = {k: v for k, v in log.non_default_args.items() if k != "model_tag"}
-        data["args_from"] = "log non-default args"
-    if args is not None:
-        data["args"] = redact_value(args)
-        if isinstance(args.get("model"), str):
-            data["model"] = redact_value(args["model"])
-        port = args.get("port", DEFAULT_PORT)
-        if isinstance(port, int):
-            data["port"] = port
-    elif log and isinstance(log.config.get("model"), str):
-        data["model"] = redact_value(log.config["model"])
-    if url and "port" not in data:
-        try:
-            port = urlsplit(ctx.vllm_url or "").port
-            if port:
-                data["port"] = port
-        except ValueError:
-            pass
-    if url and "model" not in data and url.get("models"):
-        data["model"] = url["models"][0].get("id")
-
-    # CUDA graphs: declared from arguments + environment + version, observed from the log.
-    cudagraph: dict[str, Any] = {}
-    if args is not None:
-        declared = declare(args, env or {}, version)
-        cudagraph.update(declared=declared.mode, declared_because=declared.because,
-                         rules_version=declared.rules_version)
-        if declared.compilation_mode:
-            cudagraph["compilation_mode"] = declared.compilation_mode
-        if declared.problems:
-            cudagraph["declared_problems"] = declared.problems
-    elif version:
-        cudagraph["rules_version"] = rules_for(version)[0].version
-    if log is not None:
-        observed, observed_from = log.observed
-        if observed:
-            cudagraph["observed"], cudagraph["observed_from"] = observed, observed_from
-        if log.config_cudagraph_mode:
-            cudagraph["config_line"] = log.config_cudagraph_mode
-        if log.downgrades:
-            cudagraph["downgrades"] = log.downgrades
-        if log.captures:
-            cudagraph["captures"] = log.captures
-        if log.attention_backends:
-            cudagraph["attention_backends"] = log.attention_backends
-    if cudagraph.get("declared") and cudagraph.get("observed"):
-        cudagraph["mismatch"] = cudagraph["declared"] != cudagraph["observed"]
-        if cudagraph["mismatch"]:
-            cudagraph["mismatch_note"] = (
-                f"declared {cudagraph['declared']} but the log shows {cudagraph['observed']} "
-                f"({cudagraph['observed_from']})"
-            )
+    parsed = _arguments(data, argv, env, source, version, log, _config_loader(proc, unreadable))
+    if parsed.args is not None:
+        data["args"] = redact_value(parsed.args)
+    _identity(ctx, data, parsed.args, log, url)
+    cudagraph = _cudagraph(ctx, parsed, version, log)
     if cudagraph:
         data["cudagraph"] = cudagraph
-
     if log is not None:
-        logdata: dict[str, Any] = {"path": ctx.vllm_log or ""}
-        if log.version:
-            logdata["version"] = log.version
-        if log.config:
-            logdata["config"] = redact_value(log.config)
-        if log.config_compilation_mode:
-            logdata["compilation_mode"] = log.config_compilation_mode
-        if log.non_default_args is not None:
-            logdata["non_default_args"] = redact_value(log.non_default_args)
-        if log.errors:
-            logdata["errors"] = [redact_text(e) for e in log.errors]
-        data["log"] = logdata
+        data["log"] = _log_table(ctx, log)
     if url is not None:
         data["url"] = url
-
-    if env is not None:
-        data["env"] = env_collector.select(env)
+    if parsed.env is not None:
+        data["env"] = env_collector.select(parsed.env)
         if env_from:
             data["env_from"] = env_from
     elif proc is not None and proc.env_error:
@@ -236,7 +281,7 @@ def build(
         data["packages_error"] = packages_error
     if proc is not None and proc.decode_notes:
         data["decode_notes"] = proc.decode_notes
-    return data, problem
+    return data, parsed.problem
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,10 +299,79 @@ def clean(value: Any) -> Any:
     return value
 
 
+@dataclass
+class _Server:
+    """Where one server's command line and environment come from."""
+
+    source: str
+    proc: Proc | None = None
+    argv: list[str] | None = None
+    env: dict[str, str] | None = None
+    env_from: str | None = None
+
+
+def _from_cmd(ctx: Context, sec: Section) -> _Server | Section:
+    assert ctx.vllm_cmd is not None
+    try:
+        argv = split_command(ctx.vllm_cmd)
+    except ValueError as err:
+        data = {"source": "cmd", "argv_raw": redact_command_line(ctx.vllm_cmd), "args_error": redact_text(str(err))}
+        if ctx.vllm_version:
+            data.update(version=ctx.vllm_version, version_from="option --vllm-version")
+        sec.data = clean(data)
+        sec.status, sec.reason = "partial", "the --vllm-cmd command could not be split"
+        return sec
+    return _Server("cmd", argv=argv, env=dict(os.environ),
+                   env_from="this process plus the command's VAR=value prefixes")
+
+
+def _from_pid(ctx: Context, sec: Section) -> _Server | Section:
+    assert ctx.vllm_pid is not None
+    if not ctx.live:
+        return Section(status="skipped", reason="--vllm-pid reads a live process; not possible under --root")
+    proc = inspect(ctx.vllm_pid, sec.unreadable)
+    if proc is None:
+        sec.status, sec.reason = "error", f"process {ctx.vllm_pid} could not be read"
+        return sec
+    return _Server("pid", proc=proc)
+
+
+def _from_discovery(ctx: Context, sec: Section) -> _Server | Section:
+    if not ctx.live:
+        return Section(status="skipped", reason="process discovery cannot honour --root")
+    found = discover(sec.unreadable)
+    if len(found) > 1:
+        return _several(ctx, found, sec)
+    if not found:
+        sec.status, sec.reason = "absent", "no vLLM server running"
+        return sec
+    return _Server("discovered", proc=found[0])
+
+
+def _from_url(ctx: Context) -> _Server:
+    """A URL names a server; when it runs here, its process (matched by port) gives arguments and environment."""
+    server = _Server("log" if ctx.vllm_log is not None else "url")
+    port = _url_port(ctx.vllm_url) if ctx.vllm_url and ctx.live else None
+    for candidate in discover({}) if port else []:
+        command = locate(candidate.argv)
+        if normalise(command.args, None, program=command.program or "").args.get("port", DEFAULT_PORT) == port:
+            server.proc = candidate
+            break
+    return server
+
+
+def _server(ctx: Context, sec: Section) -> _Server | Section:
+    if ctx.vllm_pid is not None:
+        return _from_pid(ctx, sec)
+    if ctx.vllm_cmd is not None:
+        return _from_cmd(ctx, sec)
+    if all(v is None for v in (ctx.vllm_log, ctx.vllm_url)):
+        return _from_discovery(ctx, sec)
+    return _from_url(ctx)
+
+
 def collect(ctx: Context) -> Section:
     sec = Section()
-    named = any(v is not None for v in (ctx.vllm_pid, ctx.vllm_cmd, ctx.vllm_log, ctx.vllm_url))
-
     log: LogFacts | None = None
     if ctx.vllm_log is not None:
         raw, err = read_input_file(ctx.vllm_log, 64 << 20)
@@ -266,56 +380,13 @@ def collect(ctx: Context) -> Section:
         else:
             log = parse_log(decode(raw))
     url = query_url(ctx.vllm_url) if ctx.vllm_url else None
-
-    proc: Proc | None = None
-    argv: list[str] | None = None
-    env: dict[str, str] | None = None
-    env_from: str | None = None
-    source = "log" if ctx.vllm_log is not None else "url"
-
-    if ctx.vllm_pid is not None:
-        source = "pid"
-        if not ctx.live:
-            return Section(status="skipped", reason="--vllm-pid reads a live process; not possible under --root")
-        proc = inspect(ctx.vllm_pid, sec.unreadable)
-        if proc is None:
-            sec.status, sec.reason = "error", f"process {ctx.vllm_pid} could not be read"
-            return sec
-    elif ctx.vllm_cmd is not None:
-        source = "cmd"
-        try:
-            argv = split_command(ctx.vllm_cmd)
-        except ValueError as err:
-            data = {"source": "cmd", "argv_raw": redact_command_line(ctx.vllm_cmd), "args_error": redact_text(str(err))}
-            if ctx.vllm_version:
-                data.update(version=ctx.vllm_version, version_from="option --vllm-version")
-            sec.data = clean(data)
-            sec.status, sec.reason = "partial", "the --vllm-cmd command could not be split"
-            return sec
-        env, env_from = dict(os.environ), "this process plus the command's VAR=value prefixes"
-    elif not named:
-        if not ctx.live:
-            return Section(status="skipped", reason="process discovery cannot honour --root")
-        found = discover(sec.unreadable)
-        if len(found) > 1:
-            return _several(ctx, found, sec)
-        if not found:
-            sec.status, sec.reason = "absent", "no vLLM server running"
-            return sec
-        proc, source = found[0], "discovered"
-    elif ctx.vllm_url and ctx.live:
-        # A URL names a server; when it runs here, its process gives arguments and environment.
-        port = _url_port(ctx.vllm_url)
-        for candidate in discover({}) if port else []:
-            cand_args = normalise(locate(candidate.argv).args, None, program=locate(candidate.argv).program or "")
-            if cand_args.args.get("port", DEFAULT_PORT) == port:
-                proc = candidate
-                break
-
-    if proc is not None:
-        argv, env, env_from = proc.argv, proc.env, None
-    data, problem = build(ctx, source=source, argv=argv, env=env, env_from=env_from, proc=proc, log=log, url=url,
-                          unreadable=sec.unreadable)
+    server = _server(ctx, sec)
+    if isinstance(server, Section):
+        return server
+    if server.proc is not None:
+        server.argv, server.env, server.env_from = server.proc.argv, server.proc.env, None
+    data, problem = build(ctx, source=server.source, argv=server.argv, env=server.env, env_from=server.env_from,
+                          proc=server.proc, log=log, url=url, unreadable=sec.unreadable)
     sec.data = clean(data)
     if url is not None and not url.get("reachable"):
         sec.unreadable[redact_url(ctx.vllm_url or "")] = url.get("error", "unreachable")

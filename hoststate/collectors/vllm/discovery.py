@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hoststate import procfiles
-from hoststate.collectors.vllm.args import locate
+from hoststate.collectors.vllm.argv import locate
 from hoststate.io import Reader, reason_of
 
 

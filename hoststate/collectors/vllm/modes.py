@@ -57,9 +57,9 @@ def parse_comp_mode(value: Any) -> int | None:
     return None
 
 
-def _has_piecewise(mode: str) -> bool:
+def has_piecewise(mode: str) -> bool:
     return mode in ("PIECEWISE", "FULL_AND_PIECEWISE")
 
 
-def _has_full(mode: str) -> bool:
+def has_full(mode: str) -> bool:
     return mode.startswith("FULL")

@@ -1,0 +1,495 @@
+"""A vLLM server command line as vLLM's own parser reads it, by version: split, locate, normalise.
+
+Follows FlexibleArgumentParser: ``--model`` vs the positional model, dashes/underscores, aliases,
+``-O`` by version, dotted keys merged into one JSON value appended last (so they win over a full JSON
+value given anywhere), ``--config`` below the command line, booleans and ``--no-``, last one wins.
+Pure functions, no I/O except reading a ``--config`` file through a loader the caller may replace.
+Nothing raises: what vLLM's parser would refuse is recorded in ``Normalised.refusals``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hoststate.collectors.vllm.modes import parse_cg_mode
+from hoststate.collectors.vllm.options import (
+    BOOL,
+    FALSE_BY_DEFAULT,
+    FLOAT,
+    INT,
+    INTLIST,
+    JSON,
+    LIST,
+    MAXLEN,
+    OPTIONS,
+    STR,
+    convert,
+    human_int,
+    loose_value,
+)
+from hoststate.collectors.vllm.versions import Rules, rules_for
+
+# --------------------------------------------------------------------------------------------
+# Commands: find the vLLM part of a command line
+
+#: Module entry points that run the OpenAI server (``python -m <module> ...``).
+SERVER_MODULES: dict[str, str] = {
+    "vllm.entrypoints.openai.api_server": "api_server",
+    "vllm.entrypoints.cli.main": "cli",
+    "vllm": "cli",
+}
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+
+
+@dataclass
+class Command:
+    """A command line split into its ``VAR=value`` prefixes, the launcher, and vLLM's own arguments."""
+
+    env: dict[str, str]
+    launcher: list[str]
+    program: str | None  # "vllm serve", "api_server" or None when it is not a vLLM server command
+    args: list[str]
+
+
+def split_command(text: str) -> list[str]:
+    """shlex split as a shell would; ValueError on unbalanced quotes (the message says so)."""
+    try:
+        return shlex.split(text, posix=True)
+    except ValueError as err:
+        raise ValueError(f"cannot split the command: {err}") from None
+
+
+def _prefix_env(argv: list[str]) -> tuple[dict[str, str], int]:
+    """``env VAR=value ...`` / ``VAR=value ...`` prefixes and the index after them."""
+    env: dict[str, str] = {}
+    i = 1 if argv and argv[0] == "env" else 0
+    while i < len(argv) and (m := _ASSIGN.match(argv[i])):
+        env[m.group(1)] = m.group(2)
+        i += 1
+    return env, i
+
+
+def locate(argv: list[str]) -> Command:
+    """Find ``vllm serve`` / ``python -m vllm.entrypoints.openai.api_server`` in argv (after env/wrappers)."""
+    env, i = _prefix_env(argv)
+    for j in range(i, len(argv)):
+        tok, nxt = argv[j], argv[j + 1] if j + 1 < len(argv) else None
+        if tok.rsplit("/", 1)[-1] == "vllm" and nxt == "serve":
+            return Command(env, argv[i:j + 2], "vllm serve", argv[j + 2:])
+        if tok != "-m" or nxt not in SERVER_MODULES:
+            continue
+        if SERVER_MODULES[nxt] == "api_server":
+            return Command(env, argv[i:j + 2], "api_server", argv[j + 2:])
+        if j + 2 < len(argv) and argv[j + 2] == "serve":
+            return Command(env, argv[i:j + 3], "vllm serve", argv[j + 3:])
+    return Command(env, argv[i:], None, [])
+
+
+# --------------------------------------------------------------------------------------------
+# The normaliser
+
+
+@dataclass
+class Normalised:
+    """vLLM's view of a command's arguments: ``args`` by dest name, what vLLM's parser would refuse
+    (``refusals``), what hoststate could not read (``errors``), and notes."""
+
+    args: dict[str, Any] = field(default_factory=dict)
+    refusals: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def model(self) -> str | None:
+        model = self.args.get("model")
+        return model if isinstance(model, str) else None
+
+
+ConfigLoader = Callable[[str], Mapping[str, Any]]
+
+
+def load_yaml_config(path: str) -> Mapping[str, Any]:
+    """A ``--config`` YAML file as a mapping: PyYAML when installed, else flat ``key: value`` lines."""
+    with open(path, encoding="utf-8") as fh:
+        return parse_config_text(fh.read(), path)
+
+
+def parse_config_text(text: str, path: str) -> Mapping[str, Any]:
+    """The text of a ``--config`` YAML file as a mapping (``path`` names it in errors)."""
+    try:
+        import yaml  # optional: not a runtime dependency
+    except ImportError:
+        return _flat_yaml(text, path)
+    data = yaml.safe_load(text) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {path}: not a mapping")
+    return data
+
+
+def _flat_yaml(text: str, path: str) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].rstrip()
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if line.startswith((" ", "\t", "-")) or ":" not in line:
+            raise ValueError(f"--config {path}: only flat 'key: value' lines can be read without PyYAML")
+        key, _, value = line.partition(":")
+        value = value.strip().strip("'\"") if value.strip()[:1] in "'\"" else value.strip()
+        data[key.strip()] = {"true": True, "false": False}.get(value.lower(), value)
+    return data
+
+
+def _config_tokens(data: Mapping[str, Any]) -> list[str]:
+    """Config-file keys as option tokens, the way vLLM's ``_pull_args_from_config`` writes them."""
+    tokens: list[str] = []
+    for key, value in data.items():
+        flag = "--" + str(key).replace("_", "-")
+        if value is True:
+            tokens.append(flag)
+        elif value is False:
+            tokens.append("--no-" + flag[2:])
+        elif isinstance(value, list):
+            tokens += [flag, *(str(v) for v in value)]
+        elif isinstance(value, dict):
+            tokens += [flag, json.dumps(value)]
+        else:
+            tokens += [flag, str(value)]
+    return tokens
+
+
+def _dash_key(token: str) -> str:
+    """``--tensor_parallel_size=2`` -> ``--tensor-parallel-size=2``: underscores become dashes up to '.'/'='."""
+    key, eq, value = token.partition("=")
+    head, dot, rest = key.partition(".")
+    return head[:2] + head[2:].replace("_", "-") + dot + rest + eq + value
+
+
+def _is_option(token: str) -> bool:
+    return token.startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", token)
+
+
+def _merge(original: dict[str, Any], update: dict[str, Any], prefix: str, dups: list[str]) -> None:
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(original.get(k), dict):
+            _merge(original[k], v, f"{prefix}{k}.", dups)
+        elif isinstance(v, list) and isinstance(original.get(k), list):
+            original[k] = original[k] + v
+        else:
+            if k in original:
+                dups.append(prefix + k)
+            original[k] = v
+
+
+def _dest_of(option: str, rules: Rules) -> tuple[str | None, bool]:
+    """(dest, negated) for an option string, or (None, False) when unknown."""
+    if option in rules.aliases:
+        return rules.aliases[option], False
+    if option.startswith("--"):
+        name = option[2:].replace("-", "_")
+        if name in OPTIONS:
+            return name, False
+        if name.startswith("no_") and OPTIONS.get(name[3:]) == BOOL:
+            return name[3:], True
+    return None, False
+
+
+def _config_file(tokens: list[str], program: str, loader: ConfigLoader, out: Normalised) -> list[str]:
+    """``--config FILE``: its options go first (right after a positional model), so the command line wins."""
+    for idx, tok in enumerate(tokens):
+        if tok != "--config" and not tok.startswith("--config="):
+            continue
+        path = tok.split("=", 1)[1] if "=" in tok else (tokens[idx + 1] if idx + 1 < len(tokens) else "")
+        end = idx + 1 if "=" in tok else idx + 2
+        try:
+            pulled = _config_tokens(loader(path))
+        except (OSError, ValueError) as err:
+            out.errors.append(f"--config {path}: {err}")
+            pulled = []
+        except Exception as err:  # a YAML parser error is not an OSError/ValueError
+            out.errors.append(f"--config {path}: {type(err).__name__}: {err}".splitlines()[0])
+            pulled = []
+        out.args["config"] = path
+        head = 1 if program == "vllm serve" and tokens and not _is_option(tokens[0]) and idx > 0 else 0
+        return tokens[:head] + pulled + tokens[head:idx] + tokens[end:]
+    return tokens
+
+
+def _o_number(value: str, rules: Rules, out: Normalised) -> list[str]:
+    """``-O<n>`` as the tokens this version rewrites it to; a value it refuses is recorded (no tokens)."""
+    if rules.o_number == "optimization_level":
+        return ["--optimization-level", value]  # the value is checked at config time
+    if value not in rules.o_values:
+        choices = ", ".join(sorted(rules.o_values))
+        out.refusals.append(f"-O{value}: unknown -O value {value!r} (vLLM {rules.version} accepts {choices})")
+        return []
+    if rules.o_number == "full":
+        return ["--compilation-config", json.dumps({"level": int(value)})]
+    key = "level" if rules.o_number == "dotted-level" else "mode"
+    return [f"-O.{key}={value}"]
+
+
+def _o_spelling(tokens: list[str], i: int, rules: Rules) -> int:
+    """How many tokens at ``i`` are an ``-O<n>`` / ``-O n`` spelling (0 when none)."""
+    tok = tokens[i]
+    if tok.startswith("-O") and len(tok) > 2 and tok[2] != ".":
+        return 1
+    if tok != "-O" or i + 1 >= len(tokens):
+        return 0
+    if tokens[i + 1] in rules.o_values and rules.o_number != "full":
+        return 2
+    return 0
+
+
+def _o_dotted(tok: str, rules: Rules, out: Normalised) -> str | None:
+    """``-O.x=y`` by version: the token to read, or None when this version refuses it."""
+    name = tok.split("=", 1)[0]
+    if rules.o_dotted == "error":
+        out.refusals.append(f"{name}: -O.<key> is an error in vLLM {rules.version}; use -cc.<key>=<value>")
+        return None
+    if rules.o_dotted == "deprecated":
+        out.notes.append(f"{name}: -O.<key> is deprecated in vLLM {rules.version}, read as -cc.<key>")
+        return "-cc" + tok[2:]
+    return tok
+
+
+@dataclass
+class _Pass1:
+    """FlexibleArgumentParser's pre-pass: rewritten tokens and the dotted keys merged by root."""
+
+    processed: list[str] = field(default_factory=list)
+    dotted: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dups: list[str] = field(default_factory=list)
+
+
+def _dotted(tokens: list[str], i: int, tok: str, state: _Pass1, out: Normalised) -> int:
+    """One ``--x.a.b v`` / ``-cc.a=v`` / ``key+ a,b`` token merged into its root; the next index."""
+    key_part, eq, value_str = tok.partition("=")
+    nxt = i + 1
+    if not eq:
+        if i + 1 >= len(tokens):
+            out.refusals.append(f"{key_part}: expected a value")
+            return nxt
+        value_str, nxt = tokens[i + 1], i + 2
+    value: Any
+    if key_part.endswith("+"):
+        key_part = key_part[:-1]
+        value = [loose_value(v) for v in value_str.split(",")]
+    else:
+        value = loose_value(value_str)
+    root, *keys = key_part.split(".")
+    for k in reversed(keys):
+        value = {k: value}
+    _merge(state.dotted.setdefault(root, {}), value, root + ".", state.dups)
+    return nxt
+
+
+def _pass1(tokens: list[str], rules: Rules, out: Normalised) -> list[str]:
+    """Spellings, ``-O`` and dotted keys; the dotted roots are appended last, as vLLM does."""
+    state = _Pass1()
+    i = 0
+    while i < len(tokens):
+        tok: str | None = tokens[i]
+        assert tok is not None
+        taken = _o_spelling(tokens, i, rules)
+        if taken:
+            value = tok[3:] if tok.startswith("-O=") else tok[2:] if taken == 1 else tokens[i + 1]
+            tokens[i:i + taken] = _o_number(value, rules, out)  # re-read: the result may be a dotted key
+            continue
+        if tok.startswith("--") and len(tok) > 2:
+            tok = _dash_key(tok)
+        elif tok.startswith("-O."):
+            tok = _o_dotted(tok, rules, out)
+            if tok is None:
+                i += 1 if "=" in tokens[i] else 2
+                continue
+        if _is_option(tok) and "." in tok.split("=", 1)[0]:
+            i = _dotted(tokens, i, tok, state, out)
+            continue
+        state.processed.append(tok)
+        i += 1
+    if state.dups:
+        out.notes.append("duplicate dotted keys, the last one wins: " + ", ".join(state.dups))
+    for root, value in state.dotted.items():
+        state.processed += [root, json.dumps(value)]
+    return state.processed
+
+
+def _kind(dest: str) -> str:
+    return OPTIONS.get(dest, JSON if dest.endswith("_config") else STR)
+
+
+def _take_bool(dest: str, option: str, negated: bool, eq: str, inline: str, out: Normalised) -> None:
+    """``--flag`` / ``--no-flag``; vLLM's store_true flags take no value (``--flag=true`` is refused)."""
+    if eq:
+        out.refusals.append(f"{option}: ignored explicit argument {inline!r} (the flag takes no value)")
+        return
+    out.args[dest] = not negated
+    if negated and dest in FALSE_BY_DEFAULT:
+        del out.args[dest]  # back at the parser default: not a non-default argument
+
+
+def _take_list(tokens: list[str], i: int, dest: str, option: str, eq: str, inline: str, out: Normalised) -> int:
+    values = [inline] if eq else []
+    j = i + 1
+    if not eq:
+        while j < len(tokens) and not _is_option(tokens[j]):
+            values.append(tokens[j])
+            j += 1
+    if not values:
+        out.refusals.append(f"{option}: expected at least one argument")
+    elif _kind(dest) == INTLIST:
+        try:
+            out.args[dest] = [human_int(v) for part in values for v in part.split(",") if v]
+        except ValueError:
+            out.refusals.append(f"{option}: invalid int list {' '.join(values)!r}")
+    else:
+        out.args[dest] = values
+    return j
+
+
+def _take_value(tokens: list[str], i: int, dest: str, option: str, eq: str, inline: str, out: Normalised) -> int:
+    kind = _kind(dest)
+    if eq:
+        text, nxt = inline, i + 1
+    elif i + 1 < len(tokens) and (not _is_option(tokens[i + 1]) or kind in (INT, MAXLEN, FLOAT)):
+        text, nxt = tokens[i + 1], i + 2
+    else:
+        out.refusals.append(f"{option}: expected one argument")
+        return i + 1
+    try:
+        out.args[dest] = convert(dest, kind, text)
+    except ValueError as err:
+        out.refusals.append(str(err))
+    return nxt
+
+
+def _unknown_option(tokens: list[str], i: int, option: str, eq: str, inline: str, out: Normalised) -> int:
+    """An option vLLM's parser does not have: refused ("unrecognized arguments"), recorded by name."""
+    name = option.lstrip("-").replace("-", "_")
+    out.refusals.append(f"unrecognized arguments: {option}")
+    if eq:
+        out.args[name] = loose_value(inline)
+        return i + 1
+    if i + 1 < len(tokens) and not _is_option(tokens[i + 1]):
+        out.args[name] = loose_value(tokens[i + 1])
+        return i + 2
+    out.args[name] = True
+    return i + 1
+
+
+def _pass2(tokens: list[str], rules: Rules, out: Normalised) -> list[str]:
+    """argparse: options to dests, last one wins; returns the positionals."""
+    positionals: list[str] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if not _is_option(tok) or tok == "-":
+            positionals.append(tok)
+            i += 1
+            continue
+        option, eq, inline = tok.partition("=")
+        dest, negated = _dest_of(option, rules)
+        if dest is None:
+            i = _unknown_option(tokens, i, option, eq, inline, out)
+            continue
+        if dest in rules.missing_options:
+            out.refusals.append(f"unrecognized arguments: {option} (not an option of vLLM {rules.version})")
+        if _kind(dest) == BOOL:
+            _take_bool(dest, option, negated, eq, inline, out)
+            i += 1
+        elif _kind(dest) in (LIST, INTLIST):
+            i = _take_list(tokens, i, dest, option, eq, inline, out)
+        else:
+            i = _take_value(tokens, i, dest, option, eq, inline, out)
+    return positionals
+
+
+def _serve_model_option(tokens: list[str], program: str, rules: Rules, out: Normalised) -> list[str]:
+    """``vllm serve ... --model M``: from 0.12 vLLM moves M to the front as the positional model
+    (0.33 refuses the option); before, ``--model`` is an ordinary option."""
+    if program != "vllm serve" or rules.serve_model_option == "option":
+        return tokens
+    for idx, tok in enumerate(tokens):
+        if tok == "--model" or tok.startswith("--model="):
+            if rules.serve_model_option == "refused":
+                out.refusals.append(f"--model: vLLM {rules.version} takes the model as `vllm serve MODEL`")
+                return tokens
+            if "=" in tok:
+                return [tok.split("=", 1)[1], *tokens[:idx], *tokens[idx + 1:]]
+            return [*tokens[idx + 1:idx + 2], *tokens[:idx], *tokens[idx + 2:]]
+    return tokens
+
+
+def _model(positionals: list[str], program: str, out: Normalised) -> None:
+    """The positional model of ``vllm serve`` wins over ``--model``; other positionals are refused."""
+    if program == "vllm serve" and positionals:
+        option = out.args.get("model")
+        if option is not None and option != positionals[0]:
+            out.notes.append(f"both a positional model and --model were given; vLLM uses {positionals[0]!r}")
+        out.args["model"] = positionals[0]
+        positionals = positionals[1:]
+    if positionals:
+        out.refusals.append("unrecognized arguments: " + " ".join(positionals))
+    if "model" not in out.args and program == "api_server":
+        out.notes.append("no --model: the api_server default (facebook/opt-125m) applies")
+
+
+def _version_values(out: Normalised, rules: Rules) -> None:
+    """Values this version's parser refuses although the option exists."""
+    if out.args.get("max_model_len") == "auto" and not rules.max_model_len_auto:
+        out.refusals.append(f"--max-model-len: invalid human_readable_int value: 'auto' (vLLM {rules.version})")
+
+
+#: compilation_config keys that only convert to a graph mode while ``legacy_graph_flags`` holds.
+LEGACY_GRAPH_KEYS = ("full_cuda_graph", "use_cudagraph")
+
+
+def ignored_compilation_keys(rules: Rules) -> tuple[str, ...]:
+    """compilation_config keys this version accepts and ignores (they are no longer fields)."""
+    return () if rules.legacy_graph_flags else LEGACY_GRAPH_KEYS
+
+
+def _compilation_keys(out: Normalised, rules: Rules) -> None:
+    cc = out.args.get("compilation_config")
+    if not isinstance(cc, dict):
+        return
+    for key in ignored_compilation_keys(rules):
+        if key in cc:
+            out.notes.append(f"compilation_config.{key} is not a field in vLLM {rules.version}; vLLM ignores it")
+    if "level" in cc and not rules.level_accepted:
+        out.refusals.append(f"compilation_config.level is not accepted by vLLM {rules.version} (use mode)")
+    if rules.mode_key == "level" and "mode" in cc:
+        out.notes.append(f"compilation_config.mode is not a field in vLLM {rules.version} (level is)")
+    if "cudagraph_mode" in cc and parse_cg_mode(cc["cudagraph_mode"]) is None:
+        out.refusals.append(f"compilation_config.cudagraph_mode: unknown mode {cc['cudagraph_mode']!r}")
+    if "cudagraph_mode" in cc and rules.family == "v10.0":
+        out.notes.append(f"compilation_config.cudagraph_mode does not exist in vLLM {rules.version}; ignored")
+
+
+def normalise(
+    argv: list[str],
+    version: str | None = None,
+    *,
+    program: str = "vllm serve",
+    config_loader: ConfigLoader = load_yaml_config,
+) -> Normalised:
+    """vLLM's arguments (after ``vllm serve`` or the api_server module) as ``{dest: value}``."""
+    rules, _ = rules_for(version)
+    out = Normalised()
+    tokens = _serve_model_option(list(argv), program, rules, out)
+    tokens = _config_file(tokens, program, config_loader, out)
+    tokens = _pass1(tokens, rules, out)
+    _model(_pass2(tokens, rules, out), program, out)
+    _version_values(out, rules)
+    _compilation_keys(out, rules)
+    return out
+
+
+__all__ = ["BOOL", "FLOAT", "INT", "JSON", "LIST", "STR", "Command", "ConfigLoader", "Normalised", "load_yaml_config",
+           "locate", "normalise", "split_command"]

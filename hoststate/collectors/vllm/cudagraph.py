@@ -1,0 +1,368 @@
+"""The CUDA graph mode a vLLM command line declares, or vLLM's reason for refusing it.
+
+Resolution is a list of steps in the order vLLM's ``VllmConfig.__post_init__`` applies them; each
+step reads one field (an argument, an environment variable or a model fact), may change the mode,
+says why, and may refuse. What a step does in a given version is a column of the version table
+(versions.py). Runtime downgrades after the attention backend is chosen are not derivable from
+arguments: the log's observed mode records those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hoststate.collectors.vllm.model import UNKNOWN, ModelFacts
+from hoststate.collectors.vllm.modes import COMP_NAMES, has_full, has_piecewise, parse_cg_mode, parse_comp_mode
+from hoststate.collectors.vllm.versions import DEFAULT_OPT_LEVEL, OPT_LEVEL_CUDAGRAPH, Rules, rules_for
+
+VLLM_COMPILE = 3
+_TRUE = ("1", "true", "yes", "on")
+_POOLING_TASKS = ("embed", "embedding", "classify", "score", "reward", "pooling")
+#: Speculative methods async scheduling accepts (EAGLE/MTP kinds).
+_ASYNC_SPEC_METHODS = ("eagle", "eagle3", "mtp", "deepseek_mtp", "ernie_mtp", "qwen3_next_mtp", "glm4_moe_mtp",
+                       "longcat_flash_mtp", "mimo_mtp", "pangu_ultra_moe_mtp")
+
+
+@dataclass
+class Declared:
+    """The declared CUDA graph mode (None when vLLM refuses), why, and the rules used."""
+
+    mode: str | None
+    because: str
+    rules_version: str
+    compilation_mode: str | None = None
+    problems: list[str] = field(default_factory=list)
+    #: vLLM's reason for refusing the command line, in words; then ``mode`` is None.
+    refused: str | None = None
+    #: Model facts the mode depends on that were unknown, and what was assumed.
+    assumes: list[str] = field(default_factory=list)
+
+
+class Refused(Exception):
+    """A step found that vLLM refuses the command line."""
+
+
+@dataclass
+class Resolution:
+    """What the steps read and write."""
+
+    rules: Rules
+    args: Mapping[str, Any]
+    env: Mapping[str, str]
+    model: ModelFacts
+    cc: Mapping[str, Any]
+    mode: str = "NONE"
+    comp: int | None = None
+    opt: int = DEFAULT_OPT_LEVEL
+    eager: bool = False
+    why: list[str] = field(default_factory=list)
+    assumes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def tag(self) -> str:
+        return f"vLLM {self.rules.version}"
+
+    def set(self, mode: str, because: str) -> None:
+        if mode != self.mode:
+            because = f"{because}: {self.mode} -> {mode}" if self.why else because
+        self.mode = mode
+        self.why.append(because)
+
+    def fact(self, name: str, value: bool | None, assumed: bool) -> bool:
+        """A model fact; an unknown one takes ``assumed`` and the assumption is recorded."""
+        if value is not None:
+            return value
+        self.assumes.append(f"{name}={'yes' if assumed else 'no'} assumed ({self.model.source})")
+        return assumed
+
+
+Step = Callable[[Resolution], None]
+
+
+def _int(value: Any, default: int = 1) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _spec_method(r: Resolution) -> str | None:
+    spec = r.args.get("speculative_config")
+    method = spec.get("method") if isinstance(spec, Mapping) else None
+    return method if isinstance(method, str) else None
+
+
+# -- steps that refuse ------------------------------------------------------------------------
+
+
+def _expert_parallel(r: Resolution) -> None:
+    """``--enable-expert-parallel`` needs experts: vLLM refuses it on a dense model."""
+    if r.args.get("enable_expert_parallel") and not r.fact("moe", r.model.moe, assumed=True):
+        raise Refused("Number of experts in the model must be greater than 0 when expert parallelism is enabled")
+
+
+def _memory_fraction(r: Resolution) -> None:
+    """``--gpu-memory-utilization`` is a fraction in (0, 1]."""
+    value = r.args.get("gpu_memory_utilization")
+    if isinstance(value, float | int) and not 0 < value <= 1:
+        raise Refused(f"gpu_memory_utilization {value}: input should be greater than 0 and at most 1")
+
+
+def _speculative_method(r: Resolution) -> None:
+    """A speculative method the version does not know is refused."""
+    method = _spec_method(r)
+    if method is not None and method not in r.rules.spec_methods:
+        raise Refused(f"speculative_config.method {method!r} is not a method of {r.tag}")
+
+
+def _decode_context_parallel(r: Resolution) -> None:
+    """DCP > 1 without MLA splits the KV heads: TP must exceed them and DCP fit in TP // heads."""
+    dcp = _int(r.args.get("decode_context_parallel_size"))
+    if dcp <= 1 or r.fact("mla", r.model.mla, assumed=False):
+        return
+    tp = _int(r.args.get("tensor_parallel_size"))
+    heads = r.model.kv_heads
+    if heads is None:
+        r.assumes.append(f"kv_heads unknown: decode context parallel {dcp} assumed to fit ({r.model.source})")
+        return
+    if tp <= heads:
+        raise Refused(f"tensor parallel size {tp} must be greater than total num kv heads {heads} "
+                      "when enable decode context parallel for GQA/MQA")
+    if dcp > tp // heads:
+        raise Refused(f"decode context parallel size must be at most tensor parallel size {tp} // "
+                      f"total num kv heads {heads} = {tp // heads}")
+
+
+def _async_scheduling(r: Resolution) -> None:
+    """``--async-scheduling`` with pipeline parallelism or a non-EAGLE/MTP speculative method is refused."""
+    if not r.args.get("async_scheduling"):
+        return
+    if _int(r.args.get("pipeline_parallel_size")) > 1:
+        raise Refused("Async scheduling is not yet compatible with pipeline_parallel_size > 1")
+    method = _spec_method(r)
+    if method is not None and method not in _ASYNC_SPEC_METHODS:
+        raise Refused(f"async scheduling is only supported with EAGLE/MTP speculative decoding, not {method!r}")
+
+
+# -- steps that decide the mode ---------------------------------------------------------------
+
+
+def _enforce_eager(r: Resolution) -> None:
+    """``--enforce-eager``: no graphs; 0.12+ also optimization level O0 (an explicit mode survives)."""
+    if r.args.get("enforce_eager"):
+        r.eager = True
+        if r.rules.family == "opt":
+            r.opt = 0
+
+
+def _optimization_level(r: Resolution) -> None:
+    """``-O<n>`` / ``--optimization-level`` (0.12+): 0-3, anything else is refused at config time."""
+    value = r.args.get("optimization_level")
+    if value is None or r.rules.family != "opt":
+        return
+    level = int(value) if str(value).isdigit() else -1
+    if level not in OPT_LEVEL_CUDAGRAPH:
+        raise Refused(f"optimization_level {value!r}: input should be 0, 1, 2 or 3")
+    if not r.eager:
+        r.opt = level
+
+
+def _compilation_mode(r: Resolution) -> None:
+    """compilation_config.mode / level; unset: VLLM_COMPILE above O0 (0.12+), level 3 before."""
+    raw = r.cc.get(r.rules.mode_key)
+    if raw is None and r.rules.level_accepted and r.rules.mode_key == "mode":
+        raw = r.cc.get("level")
+    r.comp = parse_comp_mode(raw) if raw is not None else None
+    if r.comp is None and isinstance(raw, int) and not isinstance(raw, bool):
+        r.comp = raw  # a level outside 0-3 (``-O4`` up to 0.11.0) is accepted and compiles nothing
+    if r.eager and r.rules.family != "opt":
+        r.comp = 0
+    if r.comp is None:
+        r.comp = (VLLM_COMPILE if r.opt > 0 else 0) if r.rules.family == "opt" else VLLM_COMPILE
+
+
+def _torch_compile_disable(r: Resolution) -> None:
+    """TORCH_COMPILE_DISABLE=1: compilation mode NONE at config time (0.33 only)."""
+    if r.env.get("TORCH_COMPILE_DISABLE", "").lower() not in _TRUE:
+        return
+    if r.rules.torch_compile_disable:
+        r.comp = 0
+        r.why.append("TORCH_COMPILE_DISABLE=1: compilation mode NONE")
+    else:
+        r.why.append(f"TORCH_COMPILE_DISABLE=1 has no config-time effect in {r.tag}")
+
+
+def _default_mode(r: Resolution) -> None:
+    """The version's default graph mode."""
+    if r.rules.family == "opt":
+        src = f"optimization level O{r.opt}" + ("" if "optimization_level" in r.args or r.eager else " (default)")
+        r.set(OPT_LEVEL_CUDAGRAPH[r.opt], f"{r.tag}: {src} -> {OPT_LEVEL_CUDAGRAPH[r.opt]}")
+    elif r.comp != VLLM_COMPILE:
+        r.set("NONE", f"{r.tag}: compilation {r.rules.mode_key} {r.comp} (not 3) -> no CUDA graphs by default")
+    elif r.rules.family == "v11":
+        r.set("FULL_AND_PIECEWISE", f"{r.tag}: default with compilation {r.rules.mode_key} 3 -> FULL_AND_PIECEWISE")
+    else:
+        r.set("PIECEWISE", f"{r.tag}: default with compilation level 3 on V1 -> PIECEWISE")
+
+
+def _legacy_flags(r: Resolution) -> None:
+    """``use_cudagraph`` / ``full_cuda_graph`` (converted to a mode up to 0.11.0)."""
+    if not r.rules.legacy_graph_flags or "cudagraph_mode" in r.cc and r.rules.family != "v10.0":
+        return
+    if r.cc.get("use_cudagraph") is False:
+        r.set("NONE", "compilation_config.use_cudagraph=false")
+    elif r.cc.get("full_cuda_graph") is True and r.comp == VLLM_COMPILE:
+        r.set("FULL" if r.rules.family != "v11" else "FULL_AND_PIECEWISE", "compilation_config.full_cuda_graph=true")
+
+
+def _explicit_mode(r: Resolution) -> None:
+    """An explicit compilation_config.cudagraph_mode beats the default."""
+    explicit = parse_cg_mode(r.cc.get("cudagraph_mode")) if "cudagraph_mode" in r.cc else None
+    if explicit and r.rules.family != "v10.0":
+        r.mode = explicit
+        r.why.append(f"explicit compilation_config.cudagraph_mode={explicit}")
+
+
+def _graphs_without_compile(r: Resolution) -> None:
+    """Graphs while the compilation mode is not VLLM_COMPILE, by version."""
+    how = r.rules.graphs_without_compile
+    if r.comp == VLLM_COMPILE or r.mode == "NONE" or how == "refused":
+        return
+    because = f"compilation mode {COMP_NAMES.get(r.comp or 0)} (not VLLM_COMPILE)"
+    if how == "none" or r.mode == "PIECEWISE":
+        r.set("NONE", because)
+    elif r.mode == "FULL_AND_PIECEWISE":
+        r.set("FULL_DECODE_ONLY", because)
+
+
+def _v2_model_runner(r: Resolution) -> None:
+    """Model Runner V2 without VLLM_COMPILE captures no graphs (0.33)."""
+    if not r.rules.v2_runner_needs_compile or r.env.get("VLLM_USE_V2_MODEL_RUNNER", "").lower() not in _TRUE:
+        return
+    if r.comp != VLLM_COMPILE and r.mode != "NONE":
+        r.set("NONE", "VLLM_USE_V2_MODEL_RUNNER=1 with a compilation mode below VLLM_COMPILE")
+
+
+def _context_parallel(r: Resolution) -> None:
+    """Decode/prefill context parallel > 1 does not take full graphs (0.11.1-0.12)."""
+    cp = max(_int(r.args.get("decode_context_parallel_size")), _int(r.args.get("prefill_context_parallel_size")))
+    if r.rules.context_parallel_piecewise and cp > 1 and has_full(r.mode):
+        r.set("PIECEWISE", f"context parallel size {cp} > 1")
+
+
+def _is_pooling(r: Resolution) -> bool:
+    runner, task = r.args.get("runner"), r.args.get("task")
+    if runner in ("pooling", "generate"):
+        return runner == "pooling"
+    if task in _POOLING_TASKS:
+        return True
+    if task == "generate":
+        return False
+    convert = r.args.get("convert")
+    if r.rules.convert_makes_pooling and isinstance(convert, str) and convert not in ("none", "auto"):
+        return True
+    return r.fact("pooling", r.model.pooling, assumed=False)
+
+
+def _pooling(r: Resolution) -> None:
+    """Pooling runners take no full graphs."""
+    if has_full(r.mode) and r.rules.family != "v10" and _is_pooling(r):
+        r.set("PIECEWISE", "pooling model")
+
+
+def _encoder_decoder(r: Resolution) -> None:
+    """Encoder-decoder models take no full mixed graphs."""
+    if not has_full(r.mode) or r.rules.family == "v10":
+        return
+    if r.fact("encoder_decoder", r.model.encoder_decoder, assumed=False):
+        r.set(r.rules.encoder_decoder_mode, "encoder-decoder model")
+
+
+def _eager_mode(r: Resolution) -> None:
+    if r.eager:
+        r.set("NONE", "--enforce-eager: no CUDA graphs" + (" (optimization level O0)" if r.rules.family == "opt"
+                                                             else ""))
+
+
+def _all2all(r: Resolution) -> None:
+    """deepep_high_throughput all2all with DP > 1 takes no graphs (0.33: MoE models only)."""
+    backend = r.args.get("all2all_backend")
+    if backend is None and r.rules.all2all_env:
+        backend = r.env.get("VLLM_ALL2ALL_BACKEND")
+    if backend != "deepep_high_throughput" or _int(r.args.get("data_parallel_size")) <= 1 or r.mode == "NONE":
+        return
+    if r.rules.all2all_moe_only and not r.fact("moe", r.model.moe, assumed=True):
+        return
+    r.set("NONE", "all2all deepep_high_throughput with data parallel > 1")
+
+
+def _fuse_attn_quant(r: Resolution) -> None:
+    """pass_config.fuse_attn_quant empties splitting_ops: piecewise modes become FULL (0.12+)."""
+    passes = r.cc.get("pass_config")
+    on = isinstance(passes, Mapping) and any(passes.get(key) is True for key in r.rules.attn_fusion_keys)
+    if on and r.comp == VLLM_COMPILE and "splitting_ops" not in r.cc \
+            and has_piecewise(r.mode):
+        r.set("FULL", "pass_config.fuse_attn_quant=true (splitting_ops emptied)")
+
+
+def _empty_splitting_ops(r: Resolution) -> None:
+    """``splitting_ops=[]``: no piecewise graphs."""
+    if r.cc.get("splitting_ops") != [] or r.comp != VLLM_COMPILE:
+        return
+    if r.rules.empty_splitting_ops == "piecewise-to-full":
+        if r.mode == "PIECEWISE":
+            r.set("FULL", "splitting_ops=[]")
+    elif has_piecewise(r.mode):
+        r.set("NONE" if r.mode == "PIECEWISE" else "FULL", "splitting_ops=[]")
+
+
+def _piecewise_needs_compile(r: Resolution) -> None:
+    """Before 0.12, piecewise graphs without VLLM_COMPILE fail a startup assertion."""
+    if has_piecewise(r.mode) and r.comp != VLLM_COMPILE:
+        raise Refused(f"piecewise CUDA graphs need compilation {r.rules.mode_key} 3 (VLLM_COMPILE); "
+                      f"cudagraph_mode={r.mode}")
+
+
+def _capture_sizes(r: Resolution) -> None:
+    """Graphs with a maximum capture size of 0 or no capture sizes fail an assertion."""
+    if r.mode == "NONE":
+        return
+    cc_sizes = r.cc.get("cudagraph_capture_sizes")
+    sizes = r.args.get("cudagraph_capture_sizes", cc_sizes)
+    if r.args.get("max_cudagraph_capture_size", r.cc.get("max_cudagraph_capture_size")) == 0:
+        raise Refused("Maximum cudagraph size should be greater than or equal to 1 when using cuda graph")
+    if sizes == []:
+        raise Refused("cudagraph_capture_sizes should contain at least one element when using cuda graph")
+
+
+STEPS: tuple[Step, ...] = (
+    _memory_fraction, _speculative_method, _expert_parallel, _decode_context_parallel, _async_scheduling,
+    _enforce_eager, _optimization_level, _compilation_mode, _torch_compile_disable, _default_mode, _legacy_flags,
+    _explicit_mode, _graphs_without_compile, _v2_model_runner, _context_parallel, _pooling, _encoder_decoder,
+    _eager_mode, _all2all, _fuse_attn_quant, _empty_splitting_ops, _piecewise_needs_compile, _capture_sizes,
+)
+
+
+def declare(args: Mapping[str, Any], env: Mapping[str, str] | None = None, version: str | None = None,
+            model: ModelFacts = UNKNOWN) -> Declared:
+    """The declared CUDA graph mode of normalised ``args`` under ``env`` for vLLM ``version``."""
+    rules, note = rules_for(version)
+    cc = args.get("compilation_config")
+    r = Resolution(rules, args, env or {}, model, cc if isinstance(cc, Mapping) else {})
+    if note:
+        r.why.append(note)
+    refused = None
+    try:
+        for step in STEPS:
+            step(r)
+    except Refused as err:
+        refused = f"{r.tag} refuses: {err}"
+    return Declared(
+        mode=None if refused else r.mode,
+        because="; ".join(r.why),
+        rules_version=rules.version,
+        compilation_mode=COMP_NAMES.get(r.comp) if r.comp is not None and not refused else None,
+        problems=r.problems,
+        refused=refused,
+        assumes=sorted(set(r.assumes)),
+    )

@@ -1,0 +1,129 @@
+"""vLLM's server options: dest name -> value type, and how one value is converted.
+
+The long spelling of a dest is ``--`` + the dest with dashes; booleans also take ``--no-``. Which
+options a given version lacks is a column of the version table (versions.py), not of this table.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+BOOL, INT, FLOAT, STR, JSON, LIST, INTLIST, MAXLEN = "bool", "int", "float", "str", "json", "list", "intlist", "maxlen"
+
+OPTIONS: dict[str, str] = {
+    # model and loading
+    "model": STR, "tokenizer": STR, "revision": STR, "tokenizer_mode": STR, "dtype": STR, "quantization": STR,
+    "load_format": STR, "download_dir": STR, "served_model_name": LIST, "trust_remote_code": BOOL, "seed": INT,
+    "runner": STR, "convert": STR, "task": STR, "hf_token": STR, "hf_overrides": JSON, "max_model_len": MAXLEN,
+    "skip_tokenizer_init": BOOL, "generation_config": STR, "override_generation_config": JSON,
+    "model_loader_extra_config": JSON, "max_logprobs": INT, "enable_sleep_mode": BOOL, "config_format": STR,
+    "kv_cache_dtype": STR, "calculate_kv_scales": BOOL, "rope_scaling": JSON, "limit_mm_per_prompt": JSON,
+    "mm_processor_kwargs": JSON, "mm_processor_cache_gb": FLOAT, "pooler_config": JSON,
+    "override_pooler_config": JSON, "logits_processors": LIST, "enable_lora": BOOL, "max_loras": INT,
+    "max_lora_rank": INT, "lora_modules": LIST, "fully_sharded_loras": BOOL, "ignore_patterns": LIST,
+    # parallelism
+    "tensor_parallel_size": INT, "pipeline_parallel_size": INT, "data_parallel_size": INT,
+    "data_parallel_size_local": INT, "decode_context_parallel_size": INT, "prefill_context_parallel_size": INT,
+    "data_parallel_address": STR, "data_parallel_rpc_port": INT, "data_parallel_backend": STR,
+    "data_parallel_start_rank": INT, "data_parallel_hybrid_lb": BOOL, "data_parallel_external_lb": BOOL,
+    "enable_expert_parallel": BOOL, "enable_eplb": BOOL, "eplb_config": JSON, "all2all_backend": STR,
+    "distributed_executor_backend": STR, "disable_custom_all_reduce": BOOL, "enable_dbo": BOOL, "headless": BOOL,
+    "worker_cls": STR, "enable_multimodal_encoder_data_parallel": BOOL,
+    # memory and scheduling
+    "gpu_memory_utilization": FLOAT, "kv_cache_memory_bytes": INT, "swap_space": FLOAT, "cpu_offload_gb": FLOAT,
+    "block_size": INT, "num_gpu_blocks_override": INT, "enable_prefix_caching": BOOL,
+    "prefix_caching_hash_algo": STR, "max_num_seqs": INT, "max_num_batched_tokens": INT,
+    "enable_chunked_prefill": BOOL, "max_num_partial_prefills": INT, "long_prefill_token_threshold": INT,
+    "scheduling_policy": STR, "async_scheduling": BOOL, "disable_cascade_attn": BOOL, "disable_sliding_window": BOOL,
+    "disable_hybrid_kv_cache_manager": BOOL, "disable_chunked_mm_input": BOOL, "num_scheduler_steps": INT,
+    "performance_mode": STR,
+    # compilation and graphs
+    "enforce_eager": BOOL, "compilation_config": JSON, "optimization_level": STR, "max_seq_len_to_capture": INT,
+    "cuda_graph_sizes": INTLIST, "cudagraph_capture_sizes": INTLIST, "max_cudagraph_capture_size": INT,
+    "attention_backend": STR, "attention_config": JSON,
+    # speculative decoding, KV transfer, structured outputs
+    "speculative_config": JSON, "kv_transfer_config": JSON, "kv_events_config": JSON,
+    "structured_outputs_config": JSON, "additional_config": JSON, "guided_decoding_backend": STR,
+    # observability
+    "disable_log_stats": BOOL, "disable_log_requests": BOOL, "enable_log_requests": BOOL, "enable_log_outputs": BOOL,
+    "otlp_traces_endpoint": STR, "collect_detailed_traces": STR, "use_tqdm_on_load": BOOL,
+    # server
+    "host": STR, "port": INT, "uds": STR, "api_key": LIST, "root_path": STR, "ssl_keyfile": STR, "ssl_certfile": STR,
+    "ssl_ca_certs": STR, "allowed_origins": JSON, "allow_credentials": BOOL, "middleware": LIST,
+    "uvicorn_log_level": STR, "disable_uvicorn_access_log": BOOL, "disable_fastapi_docs": BOOL,
+    "api_server_count": INT, "disable_frontend_multiprocessing": BOOL, "enable_auto_tool_choice": BOOL,
+    "tool_call_parser": STR, "reasoning_parser": STR, "chat_template": STR, "response_role": STR,
+    "enable_request_id_headers": BOOL, "enable_prompt_tokens_details": BOOL, "enable_force_include_usage": BOOL,
+    "enable_server_load_tracking": BOOL, "return_tokens_as_token_ids": BOOL, "max_log_len": INT,
+    "config": STR,
+}
+
+#: Flags whose parser default is False: ``--no-X`` (or a last ``--no-X``) leaves vLLM's value at its
+#: default, so, like vLLM's own "non-default args", the normalised arguments do not hold it.
+FALSE_BY_DEFAULT: frozenset[str] = frozenset({
+    "enforce_eager", "trust_remote_code", "skip_tokenizer_init", "enable_expert_parallel", "enable_dbo",
+    "enable_eplb", "disable_sliding_window", "disable_cascade_attn", "disable_log_stats", "disable_custom_all_reduce",
+    "enable_lora", "fully_sharded_loras", "enable_sleep_mode", "calculate_kv_scales",
+    "enable_multimodal_encoder_data_parallel", "data_parallel_hybrid_lb", "data_parallel_external_lb",
+    "disable_chunked_mm_input", "enable_auto_tool_choice", "disable_uvicorn_access_log", "disable_fastapi_docs",
+    "enable_request_id_headers", "enable_log_outputs", "enable_prompt_tokens_details",
+    "disable_frontend_multiprocessing", "allow_credentials", "return_tokens_as_token_ids",
+    "enable_server_load_tracking", "enable_force_include_usage", "headless",
+})
+
+
+def human_int(text: str) -> int:
+    """vLLM's human_readable_int: ``1k`` = 1000, ``1K`` = 1024, ``25.6k`` = 25600; ValueError otherwise."""
+    text = text.strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text)
+    if m:
+        number, suffix = m.groups()
+        if suffix.islower():
+            return int(float(number) * {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}[suffix])
+        return int(number) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[suffix]
+    return int(text)
+
+
+def loose_value(text: str) -> Any:
+    """A dotted or unknown option's value as vLLM reads it: JSON, then a human int, else the string."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return human_int(text)
+    except ValueError:
+        return text
+
+
+def convert(dest: str, kind: str, text: str) -> Any:
+    """One option value converted by its type; raises ValueError with a message for a bad value."""
+    if kind == INT:
+        try:
+            return human_int(text)
+        except ValueError:
+            raise ValueError(f"--{dest.replace('_', '-')}: invalid int value {text!r}") from None
+    if kind == MAXLEN:
+        if text.strip().lower() == "auto":
+            return "auto"
+        try:
+            return human_int(text) if text.strip() != "-1" else -1
+        except ValueError:
+            raise ValueError(f"--max-model-len: invalid value {text!r}") from None
+    if kind == FLOAT:
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"--{dest.replace('_', '-')}: invalid float value {text!r}") from None
+    if kind == JSON:
+        stripped = text.strip()
+        try:
+            value = json.loads(stripped)
+        except ValueError as err:
+            raise ValueError(f"--{dest.replace('_', '-')}: invalid JSON ({err.msg} at column {err.colno})") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"--{dest.replace('_', '-')}: expected a JSON object, got {type(value).__name__}")
+        return value
+    return text
