@@ -153,10 +153,11 @@ def test_normaliser_rules(argv, expected):
 
 
 def test_model_option_by_version():
-    """0.11: the positional model wins over --model; 0.12 moves --model to the front (a second positional
-    is refused, --model alone is the model); 0.33 refuses --model."""
-    parsed = normalise(["A", "--model", "B"], "0.11.0")
+    """0.10: the positional model wins over --model; 0.11 refuses --model; 0.12 moves it to the front (a
+    second positional is refused, --model alone is the model); 0.33 refuses --model."""
+    parsed = normalise(["A", "--model", "B"], "0.10.2")
     assert parsed.args["model"] == "A" and any("positional" in n for n in parsed.notes)
+    assert any("positional argument" in r for r in normalise(["--model", "B"], "0.11.0").refusals)
     assert normalise(["-tp", "2", "--model", "B"], "0.12.0").args == {"model": "B", "tensor_parallel_size": 2}
     assert normalise(["--model=B"], "0.12.0").args == {"model": "B"}
     assert any("--model" in r for r in normalise(["--model", "B"], "0.33.0").refusals)

@@ -224,7 +224,7 @@ def _o_number(value: str, rules: Rules, out: Normalised) -> list[str]:
     """``-O<n>`` as the tokens this version rewrites it to; a value it refuses is recorded (no tokens)."""
     if rules.o_number == "optimization_level":
         return ["--optimization-level", value]  # the value is checked at config time
-    if value not in rules.o_values:
+    if value not in rules.o_values and not (rules.o_any_int and value.isdigit()):
         choices = ", ".join(sorted(rules.o_values))
         out.refusals.append(f"-O{value}: unknown -O value {value!r} (vLLM {rules.version} accepts {choices})")
         return []
@@ -411,15 +411,16 @@ def _pass2(tokens: list[str], rules: Rules, out: Normalised) -> list[str]:
 
 
 def _serve_model_option(tokens: list[str], program: str, rules: Rules, out: Normalised) -> list[str]:
-    """``vllm serve ... --model M``: from 0.12 vLLM moves M to the front as the positional model
-    (0.33 refuses the option); before, ``--model`` is an ordinary option."""
+    """``vllm serve ... --model M``: an ordinary option up to 0.10; refused by 0.11 and 0.33; 0.12 moves
+    M to the front as the positional model (so a second positional is refused)."""
     if program != "vllm serve" or rules.serve_model_option == "option":
         return tokens
     for idx, tok in enumerate(tokens):
-        if tok == "--model" or tok.startswith("--model="):
-            if rules.serve_model_option == "refused":
-                out.refusals.append(f"--model: vLLM {rules.version} takes the model as `vllm serve MODEL`")
-                return tokens
+        if tok == "--model" and rules.serve_model_option == "refused":  # ``--model=M`` passes that check
+            out.refusals.append(f"--model: with `vllm serve`, vLLM {rules.version} takes the model as a positional "
+                                "argument or in a config file")
+            return tokens
+        if rules.serve_model_option == "moved" and (tok == "--model" or tok.startswith("--model=")):
             if "=" in tok:
                 return [tok.split("=", 1)[1], *tokens[:idx], *tokens[idx + 1:]]
             return [*tokens[idx + 1:idx + 2], *tokens[:idx], *tokens[idx + 2:]]
@@ -448,11 +449,47 @@ def _version_values(out: Normalised, rules: Rules) -> None:
 
 #: compilation_config keys that only convert to a graph mode while ``legacy_graph_flags`` holds.
 LEGACY_GRAPH_KEYS = ("full_cuda_graph", "use_cudagraph")
+#: pass_config keys 0.12 renamed: the old spelling sets the new field.
+PASS_RENAMES = {"enable_attn_fusion": "fuse_attn_quant", "enable_noop": "eliminate_noops",
+                "enable_sequence_parallelism": "enable_sp", "enable_async_tp": "fuse_gemm_comms",
+                "enable_fi_allreduce_fusion": "fuse_allreduce_rms", "enable_fusion": "fuse_norm_quant"}
 
 
 def ignored_compilation_keys(rules: Rules) -> tuple[str, ...]:
-    """compilation_config keys this version accepts and ignores (they are no longer fields)."""
-    return () if rules.legacy_graph_flags else LEGACY_GRAPH_KEYS
+    """compilation_config keys (dotted below pass_config) this version accepts and ignores: they are
+    not fields of its CompilationConfig."""
+    keys: tuple[str, ...] = () if rules.legacy_graph_flags else LEGACY_GRAPH_KEYS
+    if rules.mode_key == "level":
+        keys += ("mode",)
+    if not rules.attn_fusion_keys:
+        keys += tuple(f"pass_config.{new}" for new in PASS_RENAMES.values())
+    return keys
+
+
+def compilation_config_view(cc: Mapping[str, Any], rules: Rules) -> dict[str, Any]:
+    """``compilation_config`` as the version's CompilationConfig holds it after parsing: ignored keys
+    dropped, ``level`` also setting ``mode`` (0.11.1+), the legacy flags converted (up to 0.11.0), old
+    pass_config spellings renamed (0.12+), graph modes by name. This is what vLLM's "non-default
+    args" show, so it is what tests/test_vllm_oracle.py compares."""
+    ignored = ignored_compilation_keys(rules)
+    out = {k: v for k, v in cc.items() if k not in ignored}
+    if isinstance(out.get("pass_config"), Mapping):
+        passes = {k: v for k, v in out["pass_config"].items() if f"pass_config.{k}" not in ignored}
+        if rules.attn_fusion_keys:
+            passes = {PASS_RENAMES.get(k, k): v for k, v in passes.items()}
+        out["pass_config"] = passes
+        if not passes:
+            del out["pass_config"]  # nothing vLLM reads: the defaults stand
+    if "level" in out and rules.mode_key == "mode" and "mode" not in out:
+        out["mode"] = out["level"]
+    if rules.legacy_graph_flags and rules.family == "v11" and "cudagraph_mode" not in out:
+        if out.get("use_cudagraph") is False:
+            out["cudagraph_mode"] = "NONE"
+        elif out.get("full_cuda_graph") is True:
+            out["cudagraph_mode"] = "FULL"
+    if "cudagraph_mode" in out:
+        out["cudagraph_mode"] = parse_cg_mode(out["cudagraph_mode"])
+    return out
 
 
 def _compilation_keys(out: Normalised, rules: Rules) -> None:
@@ -460,12 +497,12 @@ def _compilation_keys(out: Normalised, rules: Rules) -> None:
     if not isinstance(cc, dict):
         return
     for key in ignored_compilation_keys(rules):
-        if key in cc:
+        head, _, sub = key.partition(".")
+        here = cc.get(head) if sub else cc
+        if isinstance(here, Mapping) and (sub or head) in here:
             out.notes.append(f"compilation_config.{key} is not a field in vLLM {rules.version}; vLLM ignores it")
     if "level" in cc and not rules.level_accepted:
         out.refusals.append(f"compilation_config.level is not accepted by vLLM {rules.version} (use mode)")
-    if rules.mode_key == "level" and "mode" in cc:
-        out.notes.append(f"compilation_config.mode is not a field in vLLM {rules.version} (level is)")
     if "cudagraph_mode" in cc and parse_cg_mode(cc["cudagraph_mode"]) is None:
         out.refusals.append(f"compilation_config.cudagraph_mode: unknown mode {cc['cudagraph_mode']!r}")
     if "cudagraph_mode" in cc and rules.family == "v10.0":

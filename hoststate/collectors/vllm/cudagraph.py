@@ -20,9 +20,6 @@ from hoststate.collectors.vllm.versions import DEFAULT_OPT_LEVEL, OPT_LEVEL_CUDA
 VLLM_COMPILE = 3
 _TRUE = ("1", "true", "yes", "on")
 _POOLING_TASKS = ("embed", "embedding", "classify", "score", "reward", "pooling")
-#: Speculative methods async scheduling accepts (EAGLE/MTP kinds).
-_ASYNC_SPEC_METHODS = ("eagle", "eagle3", "mtp", "deepseek_mtp", "ernie_mtp", "qwen3_next_mtp", "glm4_moe_mtp",
-                       "longcat_flash_mtp", "mimo_mtp", "pangu_ultra_moe_mtp")
 
 
 @dataclass
@@ -57,6 +54,8 @@ class Resolution:
     comp: int | None = None
     opt: int = DEFAULT_OPT_LEVEL
     eager: bool = False
+    #: The graph mode was given (cudagraph_mode, or a flag 0.11.0 converts), not a default.
+    explicit: bool = False
     why: list[str] = field(default_factory=list)
     assumes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -118,7 +117,7 @@ def _speculative_method(r: Resolution) -> None:
 def _decode_context_parallel(r: Resolution) -> None:
     """DCP > 1 without MLA splits the KV heads: TP must exceed them and DCP fit in TP // heads."""
     dcp = _int(r.args.get("decode_context_parallel_size"))
-    if dcp <= 1 or r.fact("mla", r.model.mla, assumed=False):
+    if dcp <= 1 or not r.rules.dcp_head_check or r.fact("mla", r.model.mla, assumed=False):
         return
     tp = _int(r.args.get("tensor_parallel_size"))
     heads = r.model.kv_heads
@@ -140,8 +139,9 @@ def _async_scheduling(r: Resolution) -> None:
     if _int(r.args.get("pipeline_parallel_size")) > 1:
         raise Refused("Async scheduling is not yet compatible with pipeline_parallel_size > 1")
     method = _spec_method(r)
-    if method is not None and method not in _ASYNC_SPEC_METHODS:
-        raise Refused(f"async scheduling is only supported with EAGLE/MTP speculative decoding, not {method!r}")
+    if method is not None and method not in r.rules.async_spec_methods:
+        allowed = "EAGLE/MTP speculative decoding" if r.rules.async_spec_methods else "no speculative decoding"
+        raise Refused(f"async scheduling is only supported with {allowed}, not {method!r}")
 
 
 # -- steps that decide the mode ---------------------------------------------------------------
@@ -175,7 +175,7 @@ def _compilation_mode(r: Resolution) -> None:
     r.comp = parse_comp_mode(raw) if raw is not None else None
     if r.comp is None and isinstance(raw, int) and not isinstance(raw, bool):
         r.comp = raw  # a level outside 0-3 (``-O4`` up to 0.11.0) is accepted and compiles nothing
-    if r.eager and r.rules.family != "opt":
+    if r.comp is None and (r.eager or _v0_engine(r)) and r.rules.family != "opt":
         r.comp = 0
     if r.comp is None:
         r.comp = (VLLM_COMPILE if r.opt > 0 else 0) if r.rules.family == "opt" else VLLM_COMPILE
@@ -192,9 +192,15 @@ def _torch_compile_disable(r: Resolution) -> None:
         r.why.append(f"TORCH_COMPILE_DISABLE=1 has no config-time effect in {r.tag}")
 
 
+def _v0_engine(r: Resolution) -> bool:
+    return r.rules.v0_env and r.env.get("VLLM_USE_V1", "").lower() in ("0", "false")
+
+
 def _default_mode(r: Resolution) -> None:
     """The version's default graph mode."""
-    if r.rules.family == "opt":
+    if _v0_engine(r):
+        r.set("NONE", f"VLLM_USE_V1=0: the V0 engine of {r.tag} captures no graphs by default")
+    elif r.rules.family == "opt":
         src = f"optimization level O{r.opt}" + ("" if "optimization_level" in r.args or r.eager else " (default)")
         r.set(OPT_LEVEL_CUDAGRAPH[r.opt], f"{r.tag}: {src} -> {OPT_LEVEL_CUDAGRAPH[r.opt]}")
     elif r.comp != VLLM_COMPILE:
@@ -205,22 +211,28 @@ def _default_mode(r: Resolution) -> None:
         r.set("PIECEWISE", f"{r.tag}: default with compilation level 3 on V1 -> PIECEWISE")
 
 
-def _legacy_flags(r: Resolution) -> None:
-    """``use_cudagraph`` / ``full_cuda_graph`` (converted to a mode up to 0.11.0)."""
-    if not r.rules.legacy_graph_flags or "cudagraph_mode" in r.cc and r.rules.family != "v10.0":
-        return
-    if r.cc.get("use_cudagraph") is False:
-        r.set("NONE", "compilation_config.use_cudagraph=false")
-    elif r.cc.get("full_cuda_graph") is True and r.comp == VLLM_COMPILE:
-        r.set("FULL" if r.rules.family != "v11" else "FULL_AND_PIECEWISE", "compilation_config.full_cuda_graph=true")
-
-
 def _explicit_mode(r: Resolution) -> None:
     """An explicit compilation_config.cudagraph_mode beats the default."""
     explicit = parse_cg_mode(r.cc.get("cudagraph_mode")) if "cudagraph_mode" in r.cc else None
     if explicit and r.rules.family != "v10.0":
-        r.mode = explicit
+        r.mode, r.explicit = explicit, True
         r.why.append(f"explicit compilation_config.cudagraph_mode={explicit}")
+
+
+def _legacy_flags(r: Resolution) -> None:
+    """``use_cudagraph=false`` / ``full_cuda_graph=true``, converted to NONE / FULL up to 0.11.0 (0.11.0
+    refuses them next to an explicit cudagraph_mode; 0.10 reads full_cuda_graph only with level 3)."""
+    if not r.rules.legacy_graph_flags:
+        return
+    for key, value, mode in (("use_cudagraph", False, "NONE"), ("full_cuda_graph", True, "FULL")):
+        if r.cc.get(key) is not value:
+            continue
+        if r.explicit and r.rules.family == "v11":
+            raise Refused(f"{key} and cudagraph_mode are mutually exclusive, prefer cudagraph_mode since "
+                          f"{key} is deprecated")
+        if r.rules.family == "v11" or mode == "NONE" or r.comp == VLLM_COMPILE:
+            r.set(mode, f"compilation_config.{key}={str(value).lower()}")
+            r.explicit = r.rules.family == "v11"
 
 
 def _graphs_without_compile(r: Resolution) -> None:
@@ -264,15 +276,21 @@ def _is_pooling(r: Resolution) -> bool:
     return r.fact("pooling", r.model.pooling, assumed=False)
 
 
+def _model_rule_applies(r: Resolution) -> bool:
+    """Full graphs are replaced for pooling / encoder-decoder models: 0.11 only in the default mode."""
+    return has_full(r.mode) and r.rules.family not in ("v10.0", "v10") and not (
+        r.explicit and r.rules.model_rules_default_only)
+
+
 def _pooling(r: Resolution) -> None:
     """Pooling runners take no full graphs."""
-    if has_full(r.mode) and r.rules.family != "v10" and _is_pooling(r):
+    if _model_rule_applies(r) and _is_pooling(r):
         r.set("PIECEWISE", "pooling model")
 
 
 def _encoder_decoder(r: Resolution) -> None:
     """Encoder-decoder models take no full mixed graphs."""
-    if not has_full(r.mode) or r.rules.family == "v10":
+    if not _model_rule_applies(r):
         return
     if r.fact("encoder_decoder", r.model.encoder_decoder, assumed=False):
         r.set(r.rules.encoder_decoder_mode, "encoder-decoder model")
@@ -325,7 +343,7 @@ def _piecewise_needs_compile(r: Resolution) -> None:
 
 def _capture_sizes(r: Resolution) -> None:
     """Graphs with a maximum capture size of 0 or no capture sizes fail an assertion."""
-    if r.mode == "NONE":
+    if r.mode == "NONE" or not r.rules.capture_size_checks:
         return
     cc_sizes = r.cc.get("cudagraph_capture_sizes")
     sizes = r.args.get("cudagraph_capture_sizes", cc_sizes)
@@ -337,8 +355,8 @@ def _capture_sizes(r: Resolution) -> None:
 
 STEPS: tuple[Step, ...] = (
     _memory_fraction, _speculative_method, _expert_parallel, _decode_context_parallel, _async_scheduling,
-    _enforce_eager, _optimization_level, _compilation_mode, _torch_compile_disable, _default_mode, _legacy_flags,
-    _explicit_mode, _graphs_without_compile, _v2_model_runner, _context_parallel, _pooling, _encoder_decoder,
+    _enforce_eager, _optimization_level, _compilation_mode, _torch_compile_disable, _default_mode, _explicit_mode,
+    _legacy_flags, _graphs_without_compile, _v2_model_runner, _context_parallel, _pooling, _encoder_decoder,
     _eager_mode, _all2all, _fuse_attn_quant, _empty_splitting_ops, _piecewise_needs_compile, _capture_sizes,
 )
 

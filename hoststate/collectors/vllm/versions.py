@@ -25,8 +25,10 @@ class Rules:
     #: What ``-O<n>`` means: "full" (``--compilation-config <n>``), "dotted-level" / "dotted-mode"
     #: (``-O.level=n`` / ``-O.mode=n``) or "optimization_level" (``--optimization-level n``).
     o_number: str
-    #: ``-O<n>`` values this version accepts (others are refused by its parser).
+    #: ``-O<n>`` values this version accepts (others are refused by its parser); with ``o_any_int`` any
+    #: integer is accepted as the compilation level (above 3 it compiles nothing: NONE).
     o_values: frozenset[str]
+    o_any_int: bool
     #: ``-O.x=y``: "ok" (``-O`` is --compilation-config), "deprecated" (rewritten to ``-cc.x``), "error".
     o_dotted: str
     #: The compilation_config key that holds the compilation mode, and whether ``level`` is still read.
@@ -67,6 +69,16 @@ class Rules:
     #: pass_config keys that turn on attention+quant fusion, which empties splitting_ops so piecewise
     #: modes become FULL (0.12+; ``enable_attn_fusion`` is 0.12's deprecated spelling). Empty: no such rule.
     attn_fusion_keys: tuple[str, ...]
+    #: Pooling / encoder-decoder models replace full graphs only in the default mode (0.11), not an explicit one.
+    model_rules_default_only: bool
+    #: Speculative methods ``--async-scheduling`` accepts (0.11.0: none; 0.12: EAGLE/MTP kinds).
+    async_spec_methods: frozenset[str]
+    #: Decode context parallel without MLA must split the KV heads (TP > heads, DCP <= TP // heads).
+    dcp_head_check: bool
+    #: ``VLLM_USE_V1=0`` selects the V0 engine: no compilation and no graphs by default (up to 0.11.0).
+    v0_env: bool
+    #: Graphs with an empty capture-size list or a maximum capture size of 0 fail an assertion (0.12+).
+    capture_size_checks: bool
     #: Options this version's parser does not have (dest names): using one is refused.
     missing_options: frozenset[str] = frozenset()
 
@@ -77,34 +89,42 @@ _ALIASES_012 = {**{k: v for k, v in _ALIASES_010.items() if k != "-O"}, "-dcp": 
                 "-O": "optimization_level", "-cc": "compilation_config"}
 _ALIASES_033 = {**_ALIASES_012, "-ac": "attention_config", "-sc": "speculative_config"}
 _O_0_3 = frozenset("0123")
-_SPEC_METHODS = frozenset({"ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3", "mtp",
-                           "deepseek_mtp", "mimo_mtp", "glm4_moe_mtp", "ernie_mtp", "qwen3_next_mtp",
-                           "longcat_flash_mtp", "pangu_ultra_moe_mtp"})
+_SPEC_METHODS_0110 = frozenset({"ngram", "eagle", "eagle3", "medusa", "mlp_speculator", "draft_model", "deepseek_mtp",
+                                "ernie_mtp", "qwen3_next_mtp", "mimo_mtp", "longcat_flash_mtp", "mtp"})
+_EAGLE_MTP = frozenset({"eagle", "eagle3", "mtp", "deepseek_mtp", "mimo_mtp", "glm4_moe_mtp", "ernie_mtp",
+                        "qwen3_next_mtp", "longcat_flash_mtp", "pangu_ultra_moe_mtp"})
+_SPEC_METHODS = _EAGLE_MTP | {"ngram", "medusa", "mlp_speculator", "draft_model", "suffix"}
 
 #: The rows, oldest first. The first row names every field; each later one only what changed.
 ROWS: tuple[dict[str, Any], ...] = (
-    {"version": "0.10.0", "family": "v10.0", "o_number": "full", "o_values": frozenset("01234"), "o_dotted": "ok",
+    {"version": "0.10.0", "family": "v10.0", "o_number": "full", "o_values": frozenset("01234"), "o_any_int": False,
+     "o_dotted": "ok",
      "mode_key": "level", "level_accepted": True, "aliases": _ALIASES_010, "graphs_without_compile": "refused",
      "empty_splitting_ops": "piecewise-to-full", "legacy_graph_flags": True,
      "context_parallel_piecewise": False, "torch_compile_disable": False, "all2all_env": True,
      "all2all_moe_only": False, "v2_runner_needs_compile": False, "convert_makes_pooling": True,
      "encoder_decoder_mode": "PIECEWISE", "serve_model_option": "option", "max_model_len_auto": False,
-     "spec_methods": _SPEC_METHODS, "attn_fusion_keys": (),
+     "spec_methods": _SPEC_METHODS_0110, "attn_fusion_keys": (), "model_rules_default_only": True,
+     "async_spec_methods": frozenset(), "dcp_head_check": False, "v0_env": True, "capture_size_checks": False,
      "missing_options": frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
                                    "performance_mode", "all2all_backend", "attention_config",
                                    "decode_context_parallel_size"})},
     {"version": "0.10.1", "family": "v10"},
-    {"version": "0.10.2", "o_number": "dotted-level",
+    {"version": "0.10.2", "o_number": "dotted-level", "o_any_int": True,
      "aliases": _ALIASES_010 | {"-dcp": "decode_context_parallel_size"},
      "missing_options": frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
                                    "performance_mode", "all2all_backend", "attention_config"})},
-    {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False},
-    {"version": "0.11.1", "o_number": "dotted-mode", "o_values": _O_0_3, "mode_key": "mode",
+    {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "serve_model_option": "refused"},
+    {"version": "0.11.1", "o_number": "dotted-mode", "o_values": _O_0_3, "o_any_int": False, "mode_key": "mode",
+     "v0_env": False,
      "empty_splitting_ops": "split", "legacy_graph_flags": False, "context_parallel_piecewise": True,
+     "spec_methods": _SPEC_METHODS_0110 | {"suffix"},
      "missing_options": frozenset({"optimization_level", "performance_mode", "attention_config"})},
     {"version": "0.12.0", "family": "opt", "o_number": "optimization_level", "o_dotted": "deprecated",
      "aliases": _ALIASES_012, "graphs_without_compile": "none", "serve_model_option": "moved",
-     "attn_fusion_keys": ("fuse_attn_quant", "enable_attn_fusion"),
+     "attn_fusion_keys": ("fuse_attn_quant", "enable_attn_fusion"), "model_rules_default_only": False,
+     "capture_size_checks": True, "spec_methods": _SPEC_METHODS, "async_spec_methods": _EAGLE_MTP,
+     "dcp_head_check": True,
      "missing_options": frozenset({"performance_mode", "attention_config"})},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
