@@ -1,0 +1,164 @@
+"""hoststate against vLLM itself: every command line that scripts/vllm_oracle.py resolved with an
+unmodified vLLM (fixtures/vllm/oracle/<version>.json) must read the same here.
+
+For each recorded case: where vLLM starts, hoststate's normalised arguments equal vLLM's
+non-default args and the declared CUDA graph mode equals vLLM's final cudagraph_mode; where vLLM
+refuses, hoststate records a refusal and declares no mode. The model facts come from the recorded
+config.json through hoststate's own reader (model.facts_from_config), not from the oracle's labels.
+Cases that still differ are listed, with the reason, in fixtures/vllm/oracle-known-differences.json
+and run as strict expected failures: fixing one makes the test fail until its entry is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hoststate.collectors.vllm.argv import compilation_config_view, load_yaml_config, locate, normalise
+from hoststate.collectors.vllm.cudagraph import declare
+from hoststate.collectors.vllm.model import facts_from_config
+from hoststate.collectors.vllm.versions import rules_for
+
+REPO = Path(__file__).resolve().parent.parent
+ORACLE = REPO / "fixtures" / "vllm" / "oracle"
+KNOWN = REPO / "fixtures" / "vllm" / "oracle-known-differences.json"
+#: vLLM's parser keeps the positional model in ``model_tag`` and copies it to ``model``; hoststate
+#: has only ``model``.
+VLLM_ONLY_DESTS = ("model_tag",)
+#: vLLM consumes ``--config FILE`` before parsing (its options are merged in); hoststate also records the path.
+HOSTSTATE_ONLY_DESTS = ("config",)
+
+
+def _files() -> list[Path]:
+    return sorted(ORACLE.glob("*.json"))
+
+
+def _known() -> dict[str, str]:
+    if not KNOWN.exists():
+        return {}
+    data = json.loads(KNOWN.read_text())
+    return {f"{row['version']}::{row['id']}::{row['check']}": row["reason"] for row in data["cases"]}
+
+
+def _cases() -> list[Any]:
+    known = _known()
+    params = []
+    for path in _files():
+        data = json.loads(path.read_text())
+        for case in data["cases"]:
+            if case["outcome"] not in ("ok", "refused"):
+                continue  # the oracle could not run vLLM (see test_oracle_errors_are_few)
+            for check in ("args", "mode") if case["outcome"] == "ok" else ("refused",):
+                key = f"{data['vllm_version']}::{case['id']}::{check}"
+                marks = [pytest.mark.xfail(strict=True, reason=known[key])] if key in known else []
+                params.append(pytest.param(data, case, check, id=key, marks=marks))
+    return params
+
+
+def _config_loader(path: str) -> Any:
+    return load_yaml_config(path if os.path.isabs(path) else str(REPO / path))
+
+
+def hoststate_view(data: dict[str, Any], case: dict[str, Any]) -> tuple[Any, Any]:
+    """(Normalised, Declared) for one recorded case, read the way the collector reads a --vllm-cmd."""
+    version = data["vllm_version"]
+    command = locate(case["argv"])
+    parsed = normalise(command.args, version, program=command.program or "", config_loader=_config_loader)
+    model = data["models"].get(case["model"], {})
+    facts = facts_from_config(model.get("config", {}), model.get("files", {}).get("modules.json"))
+    declared = declare(parsed.args, {**command.env, **case["env"]}, version, facts)
+    return parsed, declared
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def _defaults(data: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Each config-object field's default, for dests vLLM records as a whole config object (its
+    compilation_config dump holds every field): the value most of the version's cases hold."""
+    seen: dict[str, dict[str, Counter[str]]] = {}
+    for case in data["cases"]:
+        for dest, value in case.get("non_default_args", {}).items():
+            if isinstance(value, dict):
+                for key, field_value in value.items():
+                    seen.setdefault(dest, {}).setdefault(key, Counter())[json.dumps(field_value, sort_keys=True)] += 1
+    return {dest: {k: c.most_common(1)[0][0] for k, c in fields.items()} for dest, fields in seen.items()}
+
+
+def _subset(mine: Any, theirs: Any) -> bool:
+    """Every field hoststate set holds the same value in vLLM's object (nested objects likewise)."""
+    if isinstance(mine, dict) and isinstance(theirs, dict):
+        return all(k in theirs and _subset(v, theirs[k]) for k, v in mine.items())
+    return _jsonable(mine) == theirs
+
+
+def args_agree(data: dict[str, Any], case: dict[str, Any], args: dict[str, Any]) -> list[str]:
+    """Differences between hoststate's normalised args and vLLM's non-default args ([] when equal).
+
+    Plain dests must be equal. A dest vLLM records as a whole config object (every field, defaults
+    included) agrees when every field hoststate set holds the same value there, and every field of
+    the object that differs from its default was set by hoststate."""
+    rules = rules_for(data["vllm_version"])[0]
+    theirs = {k: v for k, v in case["non_default_args"].items() if k not in VLLM_ONLY_DESTS}
+    mine = {k: v for k, v in args.items() if k not in HOSTSTATE_ONLY_DESTS}
+    if isinstance(mine.get("compilation_config"), dict):
+        mine["compilation_config"] = compilation_config_view(mine["compilation_config"], rules)
+        if not mine["compilation_config"]:
+            del mine["compilation_config"]
+    defaults = _defaults(data)
+    problems = [f"{k}: only hoststate has it" for k in mine if k not in theirs]
+    problems += [f"{k}: only vLLM has it" for k in theirs if k not in mine]
+    for dest in set(mine) & set(theirs):
+        if not (isinstance(theirs[dest], dict) and dest in defaults and isinstance(mine[dest], dict)):
+            if _jsonable(mine[dest]) != theirs[dest]:
+                problems.append(f"{dest}: hoststate {mine[dest]!r}, vLLM {theirs[dest]!r}")
+            continue
+        if not _subset(mine[dest], theirs[dest]):
+            problems.append(f"{dest}: hoststate {mine[dest]!r} not in vLLM's {theirs[dest]!r}")
+        for key, value in theirs[dest].items():
+            if json.dumps(value, sort_keys=True) != defaults[dest].get(key) and key not in mine[dest]:
+                problems.append(f"{dest}.{key}: vLLM holds {value!r}, hoststate did not set it")
+    return problems
+
+
+def test_the_oracle_data_is_there_and_large_enough():
+    files = _files()
+    assert files, f"no recorded vLLM results under {ORACLE}"
+    for path in files:
+        data = json.loads(path.read_text())
+        assert data["generated_by"] == "scripts/vllm_oracle.py"
+        assert len(data["cases"]) >= 100, path.name
+        assert path.stem == data["vllm_version"]
+
+
+def test_oracle_errors_are_few():
+    """A case the oracle could not run says nothing about vLLM; they are left out above, so they must stay rare."""
+    for path in _files():
+        cases = json.loads(path.read_text())["cases"]
+        errors = [c["id"] for c in cases if c["outcome"] not in ("ok", "refused")]
+        assert len(errors) <= len(cases) // 20, (path.name, errors)
+
+
+def test_known_differences_name_recorded_cases():
+    keys = {p.id for p in _cases()}
+    assert set(_known()) <= keys, set(_known()) - keys
+
+
+@pytest.mark.parametrize(("data", "case", "check"), _cases())
+def test_hoststate_reads_the_command_line_as_vllm_does(data, case, check):
+    parsed, declared = hoststate_view(data, case)
+    if check == "refused":
+        refused = parsed.refusals or declared.refused
+        assert refused, f"vLLM refuses ({case['stage']}: {case['error']}) but hoststate declares {declared.mode}"
+        return
+    assert not parsed.refusals and not declared.refused, (parsed.refusals, declared.refused)
+    if check == "args":
+        assert args_agree(data, case, parsed.args) == []
+    else:
+        assert declared.mode == case["cudagraph_mode"], declared.because
