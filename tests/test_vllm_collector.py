@@ -242,3 +242,22 @@ def test_no_source_under_root_is_skipped_and_absent_when_nothing_runs(monkeypatc
 def test_unknown_pid_is_an_error_with_reason():
     sec = vllm_collector.collect(Context(vllm_pid=2**22 + 12345))
     assert sec.status == "error" and sec.unreadable
+
+
+def test_what_ran_is_recorded_under_observed_from_the_log():
+    log = FIXTURES / "vllm" / "logs" / "v0.12.0-moe-tp8.log"
+    sec = vllm_collector.collect(Context(root="/nonexistent", vllm_log=str(log)))
+    observed = sec.data["observed"]
+    assert observed["attention_backend"] == "FLASH_ATTN" and observed["nccl_version"] == "2.27.3"
+    assert observed["kv_cache_tokens"] == 10565248 and observed["graphs_captured"] == 86
+    assert observed["moe_default_config"] == [
+        "E=128,N=96,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"]
+    assert sec.data["cudagraph"]["observed"] == "FULL_AND_PIECEWISE" and sec.data["version"] == "0.12.0"
+
+
+def test_a_fifo_or_device_as_vllm_log_is_refused_not_read(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/zero", str(tmp_path)):
+        sec = vllm_collector.collect(Context(root="/nonexistent", vllm_log=path))  # would block or fill memory
+        assert sec.unreadable == {path: "not a regular file"} and sec.status == "partial"

@@ -13,6 +13,7 @@ import contextlib
 import os
 import stat
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,7 @@ from hoststate.collectors.vllm.argv import Command, ConfigLoader, locate, normal
 from hoststate.collectors.vllm.cudagraph import declare
 from hoststate.collectors.vllm.discovery import Proc, discover, inspect
 from hoststate.collectors.vllm.http import query_url
-from hoststate.collectors.vllm.log import LogFacts, parse_log
+from hoststate.collectors.vllm.log import LogFacts, parse_log, read_log
 from hoststate.collectors.vllm.model import read_facts
 from hoststate.collectors.vllm.versions import rules_for
 from hoststate.io import decode, reason_of
@@ -263,6 +264,11 @@ def build(
         data["args"] = redact_value(parsed.args)
     _identity(ctx, data, parsed.args, log, url)
     cudagraph = _cudagraph(ctx, parsed, version, log)
+    if log is not None and (log.ran or log.attention_backends):
+        ran = dict(log.ran)
+        if log.attention_backends:
+            ran["attention_backend"] = log.attention_backends[-1]  # the one selected last
+        data["observed"] = redact_value(ran)
     if cudagraph:
         data["cudagraph"] = cudagraph
     if log is not None:
@@ -374,11 +380,13 @@ def collect(ctx: Context) -> Section:
     sec = Section()
     log: LogFacts | None = None
     if ctx.vllm_log is not None:
-        raw, err = read_input_file(ctx.vllm_log, 64 << 20)
-        if raw is None:
+        deadline = time.monotonic() + ctx.timeout * 0.8  # leave time to assemble the section
+        text, err, notes = read_log(ctx.vllm_log, deadline)
+        if text is None:
             sec.unreadable[ctx.vllm_log] = err or "unreadable"
         else:
-            log = parse_log(decode(raw))
+            log = parse_log(text, deadline)
+            log.errors[:0] = notes
     url = query_url(ctx.vllm_url) if ctx.vllm_url else None
     server = _server(ctx, sec)
     if isinstance(server, Section):

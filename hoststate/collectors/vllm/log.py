@@ -1,5 +1,18 @@
-"""What a vLLM server log says about the server: version, non-default args, engine config, and the
-CUDA graph mode it actually captured (pure functions on text, tested on real-format excerpts).
+"""What a vLLM server log says about the server: version, non-default args, engine config, the CUDA
+graph mode it actually captured, and what ran (KV cache, graphs, backends, all-reduce, NCCL, MoE
+configs). Pure functions on text, tested on real-format excerpts of each version.
+
+Only vLLM's own records count, and only those of the last server start. A record is a line in
+vLLM's logger format, ``[(Proc pid=N) ][PREFIX]LEVEL MM-DD HH:MM:SS [file.py:LINE] message``
+(the process prefix since 0.10, ``VLLM_LOGGING_PREFIX``, ANSI colours and DEBUG's relative file
+paths tolerated), whose message *starts* with the fact's wording and whose file is the one that
+logs it in vLLM's source (``core.py`` for the engine config, ``api_server.py`` for the version...).
+A logged prompt is a record of another file whose message starts elsewhere, and a multi-line
+message's continuation lines (vLLM writes them after ``\r\n`` with the first line's prefix) are
+skipped, so request text cannot claim a version, a mode or a capture. The last start is the last
+``vLLM API server version`` record (else the last group of engine-config records); its facts end
+where the API server starts listening (``Starting vLLM API server``): no request is served before.
+Lines longer than MAX_LINE are skipped unread, so parsing stays linear in the input.
 
 The engine config line prints ``compilation_config`` as JSON up to 0.11.x and as a Python dict repr
 with enum reprs (``<CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>``) from 0.12; both are read. The line
@@ -11,25 +24,64 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
+import stat
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from hoststate.collectors.vllm.modes import COMP_NAMES, parse_cg_mode, parse_comp_mode
+from hoststate.io import reason_of
 
-_VERSION_LINES = (
-    re.compile(r"vLLM API server version (\S+)"),
-    re.compile(r"Initializing a V\d LLM engine \(v([^)\s]+)\)"),
-    re.compile(r"Initializing an LLM engine \(v([^)\s]+)\)"),
-)
-_NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
-_ENGINE_CONFIG = re.compile(r"Initializing an? (?:V\d )?LLM engine \(v[^)]*\) with config: (.*)$")
-_DOWNGRADE = re.compile(r"CUDAGraphMode\.(\w+) is not supported(.*?); setting cudagraph_mode=(\w+)")
-_CAPTURE = re.compile(r"Capturing CUDA graphs? \(([^,()]+), (\w+)\)")
-_CAPTURE_OLD = re.compile(r"Capturing CUDA graph shapes")
-_CAPTURE_DONE = re.compile(r"Graph capturing finished in ([\d.]+) secs?")
-_BACKEND = re.compile(r"Using ([A-Za-z_][\w ]*?) (?:[Aa]ttention )?backend")
+#: Longest line read; longer ones (a logged 50 MB prompt) are skipped without being matched.
+MAX_LINE = 256 << 10
 _ENUM = re.compile(r"<(\w+(?:\.\w+)*): [^<>]*>")
+_ANSI = re.compile(r"\x1b\[[0-9;]{0,32}[A-Za-z]")
+#: ``(EngineCore_DP0 pid=7) `` / ``(RayWorkerWrapper pid=7, ip=10.0.0.1) `` added by vLLM's worker processes.
+_PROC = r"(?:\((?P<proc>[^()\r\n]{1,100}?) pid=\d{1,10}(?:, ip=[^()\r\n]{0,64})?\) )?"
+_RECORD = re.compile(
+    _PROC + r"[^\r\n]{0,64}?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})? "
+    r"\[?(?P<file>[\w./-]{1,300}?):\d{1,7}\] "  # before 0.9 the file had no opening bracket
+)
+_BARE = re.compile(_PROC)
+
+#: Each fact: (name, files that log it in vLLM's source, message pattern matched at the message start).
+_API = ("api_server.py", "serve.py", "main.py")
+_FACTS: tuple[tuple[str, tuple[str, ...] | None, re.Pattern[str]], ...] = tuple(
+    (name, files, re.compile(pattern)) for name, files, pattern in (
+        ("start", _API, r"vLLM API server version (\S{1,64})"),
+        ("listening", _API, r"Starting vLLM API server"),
+        ("non_default", ("utils.py", "api_server.py", "serve.py", "arg_utils.py"), r"non-default args: (\{.*\})\s*$"),
+        ("engine", ("core.py", "llm_engine.py"),
+         r"Initializing an? (?:V\d )?LLM engine \(v([^)\s]{1,64})\) with config: (.*)$"),
+        ("downgrade", ("gpu_model_runner.py", "model_runner.py", "cudagraph_utils.py", "compilation.py", "vllm.py"),
+         r"CUDAGraphMode\.(\w{1,32}) is not supported([^;]{0,400}); setting cudagraph_mode=(\w{1,32})"),
+        ("captured", ("gpu_model_runner.py", "model_runner.py", "cudagraph_utils.py"),
+         r"Graph capturing finished in ([\d.]{1,12}) secs?(?:, took ([\d.]{1,12}) GiB)?"),
+        ("attention", ("cuda.py", "rocm.py", "xpu.py", "selector.py", "interface.py"),
+         r"Using (Flash Attention|[A-Za-z_][\w ]{0,40}?) (?:[Aa]ttention )?backend\b"),
+        ("kv_memory", ("gpu_worker.py", "worker.py"), r"Available KV cache memory: ([\d.]{1,16}) GiB"),
+        ("kv_tokens", ("kv_cache_utils.py",), r"GPU KV cache size: ([\d,]{1,20}) tokens"),
+        ("concurrency", ("kv_cache_utils.py", "executor_base.py"),
+         r"Maximum concurrency for ([\d,]{1,20}) tokens per request: ([\d.]{1,16})x"),
+        ("kv_blocks", ("executor_base.py", "llm_engine.py", "loggers.py", "core.py"),
+         r"(?:# GPU blocks: |Engine \d+: vllm cache_config_info with initialization after num_gpu_blocks is: )"
+         r"(\d{1,12})"),
+        ("nccl", ("pynccl.py",), r"vLLM is using nccl==(\S{1,32})"),
+        ("allreduce", ("custom_all_reduce.py", "parallel.py", "cuda_communicator.py"),
+         r"(?:Custom allreduce is disabled|Disabled the custom all-reduce(?: kernel)?) (?:because |due to |since )?"
+         r"(.{0,300}?)(?:\.? To silence this warning.*)?$"),
+        ("moe_default", ("fused_moe.py",),
+         r"Using default MoE config\. Performance might be sub-optimal! Config file not found at (.{1,4000})$"),
+        ("moe_tuned", ("fused_moe.py",), r"Using configuration from (.{1,2000}) for MoE layer"),
+        ("moe_backend", None, r"(Using (?!configuration from|default MoE config)[^\r\n]{0,200}MoE[^\r\n]{0,120})$"),
+    )
+)
+_JSON_NAME = re.compile(r"([^/'\"]{1,400}\.json)")
+_BAR = r"(?:: *\d{1,3}%[^\r\n]{0,200}? (\d{1,9})/(\d{1,9}))?"  # tqdm: ``: 100%|####| 67/67 [...]``
+_CAPTURE = re.compile(r"Capturing CUDA graphs? \(([^,()]{1,64}), (\w{1,32})\)" + _BAR)
+_CAPTURE_OLD = re.compile(r"Capturing CUDA graph shapes" + _BAR)
 
 #: Engine-config keys kept in the snapshot (the rest is long and mostly repeats the arguments).
 CONFIG_KEYS: tuple[str, ...] = (
@@ -112,9 +164,11 @@ def parse_value(text: str) -> Any:
         return text
 
 
+
+
 @dataclass
 class LogFacts:
-    """What one server log says; ``errors`` lists what could not be read (never raised)."""
+    """What one server log says about its last start; ``errors`` lists what could not be read."""
 
     version: str | None = None
     non_default_args: dict[str, Any] | None = None
@@ -127,6 +181,8 @@ class LogFacts:
     captured_mode: str | None = None
     capture_finished: bool = False
     attention_backends: list[str] = field(default_factory=list)
+    #: What actually ran (``vllm.observed``): KV cache, graphs, backends, all-reduce, NCCL, MoE configs.
+    ran: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -154,49 +210,191 @@ def mode_from_captures(kinds: set[tuple[str, str]]) -> str | None:
     return None
 
 
-def parse_log(text: str) -> LogFacts:
-    """Every fact parse_log knows how to find in a server log; later lines win (a restarted server)."""
-    facts = LogFacts()
-    kinds: set[tuple[str, str]] = set()
-    for line in text.splitlines():
-        for pattern in _VERSION_LINES:
-            m = pattern.search(line)
-            if m:
-                facts.version = m.group(1).lstrip("v")
-        m = _NON_DEFAULT.search(line)
+@dataclass(frozen=True)
+class Line:
+    """One log line as vLLM's: a record (``file``, ``message``) or bare process output (a progress bar)."""
+
+    file: str | None
+    message: str
+
+
+def classify(raw: str) -> Line:
+    """A line as a vLLM record or as bare output (the worker prefix removed); ANSI colours dropped."""
+    text = _ANSI.sub("", raw) if "\x1b" in raw else raw
+    m = _RECORD.match(text)
+    if m:
+        return Line(m.group("file").rsplit("/", 1)[-1], text[m.end():])
+    return Line(None, text[_BARE.match(text).end():])  # type: ignore[union-attr]  # it matches empty
+
+
+def _fact(line: Line) -> tuple[str, re.Match[str]] | None:
+    if line.file is None:
+        return None
+    for name, files, pattern in _FACTS:
+        if files is not None and line.file not in files:
+            continue
+        m = pattern.match(line.message)
         if m:
-            try:
-                value = parse_pyrepr(m.group(1))
-                if isinstance(value, dict):
-                    facts.non_default_args = value
-            except ValueError as err:
-                facts.errors.append(f"non-default args: {err}")
-        m = _ENGINE_CONFIG.search(line)
-        if m:
-            _engine_config(m.group(1), facts)
-            kinds = set()  # a new engine: earlier captures belonged to an earlier start
-            facts.captures, facts.downgrades, facts.downgraded_to = [], [], None
-        m = _DOWNGRADE.search(line)
-        if m:
-            text = f"{m.group(1)} -> {m.group(3)}{m.group(2)}".strip()
-            if text not in facts.downgrades:  # every TP rank prints the same warning
-                facts.downgrades.append(text)
-            facts.downgraded_to = parse_cg_mode(m.group(3)) or m.group(3)
-        m = _CAPTURE.search(line)
-        if m:
-            kind = (m.group(1).strip(), m.group(2).upper())
-            if kind not in kinds:
-                kinds.add(kind)
-                facts.captures.append(f"{kind[0]}, {kind[1]}")
-        elif _CAPTURE_OLD.search(line) and "graph shapes" not in facts.captures:
-            facts.captures.append("graph shapes")
-        if _CAPTURE_DONE.search(line):
-            facts.capture_finished = True
-        m = _BACKEND.search(line)
-        if m and m.group(1) not in facts.attention_backends:
-            facts.attention_backends.append(m.group(1))
-    facts.captured_mode = mode_from_captures(kinds)
-    return facts
+            return name, m
+    return None
+
+
+def split_lines(text: str, errors: list[str]) -> list[str]:
+    """The lines that may be vLLM's own: continuation lines of multi-line messages (after a line ending
+    in ``\\r``) and lines longer than MAX_LINE are dropped (counted in ``errors``)."""
+    out: list[str] = []
+    long_lines = 0
+    after_cr = False
+    for raw in text.split("\n"):
+        continuation, after_cr = after_cr, raw.endswith("\r")
+        if continuation:
+            continue
+        if len(raw) > MAX_LINE:
+            long_lines += 1
+            continue
+        out.append(raw.rstrip("\r"))
+    if long_lines:
+        errors.append(f"{long_lines} line(s) longer than {MAX_LINE} characters skipped")
+    return out
+
+
+def last_start(lines: list[Line], facts: list[tuple[str, re.Match[str]] | None]) -> tuple[int, int]:
+    """(first, end) indices of the last server start: from its version record (else its first
+    engine-config record) to the record that says the API server listens (else the end)."""
+    starts = [i for i, f in enumerate(facts) if f and f[0] == "start"]
+    if starts:
+        first = starts[-1]
+    else:
+        first, seen_end = 0, True
+        for i, f in enumerate(facts):
+            if f and f[0] == "engine" and seen_end:
+                first, seen_end = i, False
+            elif f and f[0] in ("listening", "captured") or (lines[i].file == "core.py" and
+                                                          lines[i].message.startswith("init engine")):
+                seen_end = True
+    end = next((i + 1 for i in range(first, len(facts)) if facts[i] and facts[i][0] == "listening"), len(facts))
+    return first, end
+
+
+def parse_log(text: str, deadline: float | None = None) -> LogFacts:
+    """Every fact parse_log knows how to find in the last server start of a log; never raises.
+
+    ``deadline`` (time.monotonic) stops a very large log early; what was read so far is kept and
+    ``errors`` says so.
+    """
+    result = LogFacts()
+    raws = split_lines(text, result.errors)
+    lines: list[Line] = []
+    for n, raw in enumerate(raws):
+        if deadline is not None and n % 2048 == 0 and time.monotonic() > deadline:
+            result.errors.append(f"stopped at the deadline after {n} lines")
+            break
+        lines.append(classify(raw))
+    facts = [_fact(line) for line in lines]
+    first, end = last_start(lines, facts)
+    state = _State()
+    for line, fact in zip(lines[first:end], facts[first:end], strict=True):
+        if fact is not None:
+            _apply(fact[0], fact[1], result, state)
+        elif line.file is None:
+            _progress(line.message, result, state)
+    result.captured_mode = mode_from_captures(set(state.kinds))
+    if state.kinds or state.old_count:
+        result.ran["graphs_captured"] = sum(state.kinds.values()) + state.old_count
+        if state.kinds:
+            result.ran["graph_captures"] = {f"{k}, {m}": c for (k, m), c in state.kinds.items()}
+    return result
+
+
+@dataclass
+class _State:
+    kinds: dict[tuple[str, str], int] = field(default_factory=dict)
+    old_count: int = 0
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _least(ran: dict[str, Any], key: str, value: float) -> None:
+    """Every rank (or DP engine) logs its own figure: the least is what bounds the server."""
+    value = int(value) if float(value).is_integer() and key != "kv_cache_memory_gib" else value
+    ran[key] = min(ran[key], value) if key in ran else value
+
+
+def _append(ran: dict[str, Any], key: str, value: str) -> None:
+    ran.setdefault(key, [])
+    if value not in ran[key]:
+        ran[key].append(value)
+
+
+def _apply(name: str, m: re.Match[str], out: LogFacts, state: _State) -> None:  # noqa: C901  (one branch per record kind; to be split into a table)
+    ran = out.ran
+    if name == "start":
+        out.version = m.group(1).lstrip("v")
+    elif name == "non_default":
+        try:
+            value = parse_pyrepr(m.group(1))
+            if isinstance(value, dict):
+                out.non_default_args = value
+        except ValueError as err:
+            out.errors.append(f"non-default args: {err}")
+    elif name == "engine":
+        out.version = out.version or m.group(1).lstrip("v")
+        _engine_config(m.group(2), out)
+    elif name == "downgrade":
+        text = f"{m.group(1)} -> {m.group(3)}{m.group(2)}".strip()
+        if text not in out.downgrades:  # every TP rank prints the same warning
+            out.downgrades.append(text)
+        out.downgraded_to = parse_cg_mode(m.group(3)) or m.group(3)
+    elif name == "captured":
+        out.capture_finished = True
+        ran["graph_capture_secs"] = _number(m.group(1))
+        if m.group(2):
+            ran["graph_memory_gib"] = _number(m.group(2))
+    elif name == "attention":
+        backend = m.group(1).strip()
+        if backend not in out.attention_backends:
+            out.attention_backends.append(backend)
+    elif name == "kv_memory":
+        _least(ran, "kv_cache_memory_gib", _number(m.group(1)))
+    elif name == "kv_tokens":
+        _least(ran, "kv_cache_tokens", _number(m.group(1)))
+    elif name == "concurrency":
+        ran["max_model_len"] = int(_number(m.group(1)))
+        _least(ran, "max_concurrency", _number(m.group(2)))
+    elif name == "kv_blocks":
+        _least(ran, "kv_cache_blocks", _number(m.group(1)))
+    elif name == "nccl":
+        ran["nccl_version"] = m.group(1)
+    elif name == "allreduce":
+        ran["custom_all_reduce"] = "disabled"
+        _append(ran, "custom_all_reduce_disabled_because", m.group(1).strip().rstrip(".") or "not said")
+    elif name in ("moe_default", "moe_tuned"):  # a path, or (0.12) a list of paths; the file name says the shape
+        for found in _JSON_NAME.findall(m.group(1)) or [m.group(1).rsplit("/", 1)[-1]]:
+            _append(ran, "moe_default_config" if name == "moe_default" else "moe_tuned_config", found)
+    elif name == "moe_backend":
+        _append(ran, "moe_backends", m.group(1).strip().rstrip("."))
+
+
+def _progress(message: str, out: LogFacts, state: _State) -> None:
+    """A capture progress bar (tqdm redraws it after ``\\r``; the last drawing counts)."""
+    segments = [s for s in message.split("\r") if s.strip()]
+    if not segments:
+        return
+    last = segments[-1].strip()
+    m = _CAPTURE.match(last)
+    if m:
+        kind = (m.group(1).strip(), m.group(2).upper())
+        if kind not in state.kinds:
+            out.captures.append(f"{kind[0]}, {kind[1]}")
+        state.kinds[kind] = int(m.group(3)) if m.group(3) else state.kinds.get(kind, 0)
+        return
+    m = _CAPTURE_OLD.match(last)
+    if m:
+        if "graph shapes" not in out.captures:
+            out.captures.append("graph shapes")
+        state.old_count = int(m.group(1)) if m.group(1) else state.old_count
 
 
 def _engine_config(text: str, facts: LogFacts) -> None:
@@ -211,9 +409,98 @@ def _engine_config(text: str, facts: LogFacts) -> None:
         return
     if "cudagraph_mode" in cc:
         facts.config_cudagraph_mode = parse_cg_mode(cc["cudagraph_mode"])
+    sizes = cc.get("cudagraph_capture_sizes")
+    if isinstance(sizes, list) and all(isinstance(x, int) for x in sizes):
+        facts.ran["graph_capture_sizes"] = sorted(sizes)
     for key in ("mode", "level"):
         if cc.get(key) is not None:
             comp = parse_comp_mode(cc[key])
             if comp is not None:
                 facts.config_compilation_mode = COMP_NAMES[comp]
                 break
+
+
+# --------------------------------------------------------------------------------------------
+# Reading a log file: a bounded window that holds the last server start
+
+#: Most of a log that is read. A log grows with every request after the start; the start's records
+#: (config, KV cache, graphs) come within its first few MB.
+MAX_LOG_BYTES = 32 << 20
+_CHUNK = 1 << 20
+_MARKERS = ((b"vLLM API server version ", "start"), (b"LLM engine (v", "engine"))
+
+
+def _line_at(fd: int, pos: int, size: int) -> tuple[int, str] | None:
+    """(start offset, text) of the line holding byte ``pos``, or None when it is longer than MAX_LINE
+    or continues a multi-line message (the line before it ends with ``\\r``)."""
+    lo = max(0, pos - MAX_LINE)
+    before = os.pread(fd, pos - lo, lo)
+    cut = before.rfind(b"\n")
+    if cut < 0 and lo > 0:
+        return None
+    start = lo + cut + 1
+    if start >= 2 and os.pread(fd, 1, start - 2) == b"\r":
+        return None
+    after = os.pread(fd, min(MAX_LINE, size - start), start)
+    end = after.find(b"\n")
+    return start, after[: end if end >= 0 else len(after)].decode("utf-8", "backslashreplace")
+
+
+def _last_start_offset(fd: int, size: int, deadline: float | None) -> tuple[int | None, str | None]:
+    """Offset of the last start record (API server version, else engine config), scanning back from the end."""
+    engine: int | None = None
+    keep = max(len(m) for m, _ in _MARKERS)
+    end = size
+    while end > 0:
+        if deadline is not None and time.monotonic() > deadline:
+            return engine, "stopped looking for the last server start at the deadline"
+        lo = max(0, end - _CHUNK)
+        block = os.pread(fd, min(end + keep, size) - lo, lo)
+        for marker, name in _MARKERS:
+            at = block.rfind(marker)
+            while at >= 0:
+                line = _line_at(fd, lo + at, size)
+                fact = _fact(classify(line[1])) if line else None
+                if fact and fact[0] == name:
+                    if name == "start":
+                        return line[0], None  # type: ignore[index]
+                    if engine is None:
+                        engine = line[0]  # type: ignore[index]
+                    break
+                at = block.rfind(marker, 0, at)
+        end = lo
+    return engine, None
+
+
+def read_log(path: str, deadline: float | None = None) -> tuple[str | None, str | None, list[str]]:
+    """(text, error, notes) of a server log the user named: a regular file only (a FIFO, directory or
+    device is refused at once); at most MAX_LOG_BYTES from the last server start (else the tail)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as err:
+        return None, reason_of(err), []
+    notes: list[str] = []
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, "not a regular file", []
+        size = st.st_size
+        start = 0
+        if size > MAX_LOG_BYTES:
+            found, why = _last_start_offset(fd, size, deadline)
+            if why:
+                notes.append(why)
+            if found is None:
+                start = size - MAX_LOG_BYTES
+                notes.append(f"log of {size} bytes without a server start record: its last {MAX_LOG_BYTES} bytes read")
+            else:
+                start = found
+                notes.append(f"log of {size} bytes: read from the last server start (byte {found}), "
+                             f"at most {MAX_LOG_BYTES} bytes")
+        data = os.pread(fd, min(MAX_LOG_BYTES, size - start), start)
+        return data.decode("utf-8", "backslashreplace"), None, notes
+    except OSError as err:
+        return None, reason_of(err), notes
+    finally:
+        os.close(fd)
+
