@@ -352,12 +352,17 @@ def _finding(policy: Policy, path: Path, old: Any, new: Any, baseline: Mapping[s
         if why is not None:
             return Finding(format_path(path), "unreadable", old, f"<unreadable: {why}>",
                            severity, pattern, _UNREADABLE.format(side="current snapshot", reason=reason))
-        return Finding(format_path(path), "removed", old, None, severity, pattern, reason)
+        return Finding(format_path(path), "removed", old, None, _one_side(rule, severity), pattern, reason)
     why = _unreadable_why(baseline, path)
     if why is not None:
         return Finding(format_path(path), "unreadable", f"<unreadable: {why}>", new, severity,
                        pattern, _UNREADABLE.format(side="baseline", reason=reason))
-    return Finding(format_path(path), "added", None, new, severity, pattern, reason)
+    return Finding(format_path(path), "added", None, new, _one_side(rule, severity), pattern, reason)
+
+
+def _one_side(rule: Rule | None, severity: str) -> str:
+    """A value present on one side only is rated by the rule's ``one_side`` severity when it has one."""
+    return rule.one_side if rule is not None and rule.one_side else severity
 
 
 #: An unreadable value is rated by its rule as if it had changed: what could not be read is not known to match,

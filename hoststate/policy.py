@@ -20,7 +20,7 @@ from hoststate.paths import Path, split_path
 SEVERITIES = ("invalidating", "warning", "info", "ignore")
 RANK = {s: i for i, s in enumerate(SEVERITIES)}
 DEFAULT_POLICY = "default_policy.toml"
-_RULE_KEYS = {"path", "severity", "reason", "tolerance", "compare"}
+_RULE_KEYS = {"path", "severity", "reason", "tolerance", "compare", "one_side"}
 
 
 class Pattern:
@@ -117,6 +117,9 @@ class Rule:
     compare: str = "sequence"
     origin: str = ""
     pattern: Pattern | None = field(default=None, compare=False, repr=False)
+    #: Severity when only one side has a value (added/removed), when it differs from ``severity``: a
+    #: reading present on one side only (a log given once) is not a measured change.
+    one_side: str | None = None
 
     def matches(self, parts: Path) -> bool:
         return self.pattern is not None and self.pattern.match(parts)
@@ -156,12 +159,16 @@ def parse_rules(doc: dict[str, Any], origin: str) -> list[Rule]:
         compare = item.get("compare", "sequence")
         if compare not in ("sequence", "set"):
             raise PolicyError(f"{where}: 'compare' must be 'sequence' or 'set'", origin)
+        one_side = item.get("one_side")
+        if one_side is not None and one_side not in SEVERITIES:
+            raise PolicyError(f"{where}: one_side {one_side!r} is not one of {', '.join(SEVERITIES)}", origin)
         try:
             pattern = Pattern(split_path(path))
         except ValueError as err:
             raise PolicyError(f"{where}: bad pattern: {err}", origin) from err
         rules.append(
-            Rule(path, severity, reason, None if tolerance is None else float(tolerance), compare, origin, pattern)
+            Rule(path, severity, reason, None if tolerance is None else float(tolerance), compare, origin, pattern,
+                 one_side)
         )
     return rules
 

@@ -115,6 +115,7 @@ def test_user_files_come_first(tmp_path):
     ({"path": "a", "severity": "info", "tolerance": -1}, "'tolerance' must be a non-negative number"),
     ({"path": "a", "severity": "info", "tolerance": True}, "'tolerance' must be a non-negative number"),
     ({"path": "a", "severity": "info", "compare": "bag"}, "'compare' must be"),
+    ({"path": "a", "severity": "info", "one_side": "maybe"}, "one_side 'maybe' is not one of"),
     ({"path": "a", "severity": "info", "sevrity": "x"}, "unknown key(s) ['sevrity']"),
 ])
 def test_malformed_rules_name_the_rule(rule, message):

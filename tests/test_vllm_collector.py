@@ -261,3 +261,63 @@ def test_a_fifo_or_device_as_vllm_log_is_refused_not_read(tmp_path):
     for path in (str(fifo), "/dev/zero", str(tmp_path)):
         sec = vllm_collector.collect(Context(root="/nonexistent", vllm_log=path))  # would block or fill memory
         assert sec.unreadable == {path: "not a regular file"} and sec.status == "partial"
+
+
+def _observed_snapshot(tmp_path, text: str | None, name: str) -> dict:
+    ctx = {"root": "/nonexistent", "vllm_cmd": "vllm serve Qwen/Qwen3-30B-A3B-FP8 -tp 8", "vllm_version": "0.12.0"}
+    if text is not None:
+        log = tmp_path / f"{name}.log"
+        log.write_text(text, encoding="utf-8")
+        ctx["vllm_log"] = str(log)
+    sec = vllm_collector.collect(Context(**ctx))
+    return {"vllm": sec.data, "collectors": {"vllm": {"status": sec.status}}}
+
+
+MOE_LOG = FIXTURES / "vllm" / "logs" / "v0.12.0-moe-tp8.log"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "path", "severity"),
+    [
+        ("GPU KV cache size: 10,565,248 tokens", "GPU KV cache size: 10,000,000 tokens",
+         "vllm.observed.kv_cache_tokens", "invalidating"),  # -5.3 %
+        ("GPU KV cache size: 10,565,248 tokens", "GPU KV cache size: 10,400,000 tokens",
+         "vllm.observed.kv_cache_tokens", "ignore"),  # -1.6 %: within the 2 % tolerance
+        ("Using FLASH_ATTN attention backend", "Using FLASHINFER attention backend",
+         "vllm.observed.attention_backend", "invalidating"),
+        ("(decode, FULL): 100%|██████████| 35/35", "(decode, FULL): 100%|██████████| 19/19",
+         "vllm.observed.graphs_captured", "invalidating"),
+        ("Capturing CUDA graphs (decode, FULL)", "Capturing CUDA graphs (decode, PIECEWISE)",
+         "vllm.cudagraph.observed", "invalidating"),
+        ("vLLM is using nccl==2.27.3", "vLLM is using nccl==2.26.2", "vllm.observed.nccl_version", "invalidating"),
+        ("Using DeepGEMM backend for FP8 MoE", "Using Triton backend for FP8 MoE", "vllm.observed.moe_backends",
+         "invalidating"),
+        ("Using default MoE config.", "Ignoring default MoE config.", "vllm.observed.moe_default_config",
+         "invalidating"),
+        ("Custom allreduce is disabled", "Custom allreduce was fine", "vllm.observed.custom_all_reduce",
+         "invalidating"),
+        ("Graph capturing finished in 8 secs", "Graph capturing finished in 11 secs",
+         "vllm.observed.graph_capture_secs", "ignore"),
+    ],
+)
+def test_what_ran_is_rated_when_both_sides_have_a_log(tmp_path, old, new, path, severity):
+    from hoststate import diff
+
+    text = MOE_LOG.read_text(encoding="utf-8")
+    assert old in text
+    base = _observed_snapshot(tmp_path, text, "base")
+    cur = _observed_snapshot(tmp_path, text.replace(old, new), "cur")
+    found = {f.path: f.severity for f in diff.compare(base, cur, include_ignored=True).findings}
+    assert found[path] == severity
+
+
+def test_what_ran_on_one_side_only_is_a_warning(tmp_path):
+    from hoststate import diff
+
+    with_log = _observed_snapshot(tmp_path, MOE_LOG.read_text(encoding="utf-8"), "base")
+    without = _observed_snapshot(tmp_path, None, "cur")
+    for base, cur in ((with_log, without), (without, with_log)):
+        found = {f.path: f.severity for f in diff.compare(base, cur).findings if ".observed" in f.path}
+        for path in ("vllm.observed.kv_cache_tokens", "vllm.observed.attention_backend", "vllm.cudagraph.observed",
+                     "vllm.observed.graphs_captured", "vllm.observed.nccl_version", "vllm.observed.custom_all_reduce"):
+            assert found[path] == "warning", path

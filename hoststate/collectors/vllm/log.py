@@ -299,6 +299,9 @@ def parse_log(text: str, deadline: float | None = None) -> LogFacts:
         elif line.file is None:
             _progress(line.message, result, state)
     result.captured_mode = mode_from_captures(set(state.kinds))
+    if result.version or result.config:  # a start was read: silence is a reading too
+        result.ran.setdefault("custom_all_reduce", "not disabled")
+        result.ran.setdefault("moe_default_config", [])
     if state.kinds or state.old_count:
         result.ran["graphs_captured"] = sum(state.kinds.values()) + state.old_count
         if state.kinds:
