@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -441,10 +442,12 @@ def test_servers_coming_and_going_while_snapping(fake_vllm, tmp_path):
     """Short-lived vLLM-like processes start and exit all through discovery: every snap is written and
     the vllm collector never fails (a vanished process is skipped or recorded)."""
     stop = threading.Event()
+    ours: set[str] = set()
 
     def churn() -> None:
         while not stop.is_set():
             batch = [fake_vllm("--model", "m", "--port", str(18200 + i), f"0.0{i}", wait=False) for i in range(4)]
+            ours.update(str(child.pid) for child in batch)
             for child in batch:
                 child.wait(timeout=60)
 
@@ -456,7 +459,10 @@ def test_servers_coming_and_going_while_snapping(fake_vllm, tmp_path):
             snap = snap_cli(tmp_path, "--only", "vllm", "--timeout", "20")
             st = status(snap, "vllm")
             assert st["status"] in ("ok", "partial", "absent"), st
-            assert all(v in ("ESRCH", "EACCES", "ENOENT") for v in st.get("unreadable", {}).values()), st
+            # other vLLM-like processes on a shared host may be discovered too: judge only ours
+            mine = {k: v for k, v in st.get("unreadable", {}).items()
+                    if (re.match(r"proc/(\d+)", k) or [None, None])[1] in ours}
+            assert all(v in ("ESRCH", "EACCES", "ENOENT") for v in mine.values()), st
             seen.add(st["status"])
     finally:
         stop.set()

@@ -321,3 +321,17 @@ def test_what_ran_on_one_side_only_is_a_warning(tmp_path):
         for path in ("vllm.observed.kv_cache_tokens", "vllm.observed.attention_backend", "vllm.cudagraph.observed",
                      "vllm.observed.graphs_captured", "vllm.observed.nccl_version", "vllm.observed.custom_all_reduce"):
             assert found[path] == "warning", path
+
+
+def test_a_vllm_cmd_config_that_is_not_a_regular_file_is_refused(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    good = tmp_path / "ok.yaml"
+    good.write_text("tensor-parallel-size: 4\n")
+    for path, reason in ((fifo, "not a regular file"), ("/dev/zero", "not a regular file"), (good, None)):
+        sec = vllm_collector.collect(Context(root="/nonexistent", vllm_cmd=f"vllm serve m --config {path}",
+                                             vllm_version="0.12.0"))
+        if reason is None:
+            assert sec.data["args"]["tensor_parallel_size"] == 4 and not sec.unreadable
+        else:
+            assert sec.unreadable == {f"--config {path}": reason} and "not read" in sec.data["args_error"]
