@@ -229,7 +229,7 @@ def test_log_alone_gives_args_and_redacts_them():
 
 def test_missing_log_is_unreadable_not_fatal(tmp_path):
     sec = vllm_collector.collect(Context(root="/nonexistent", vllm_log=str(tmp_path / "none.log")))
-    assert sec.status == "partial" and list(sec.unreadable.values()) == ["ENOENT"]
+    assert sec.status == "partial" and sec.unreadable[str(tmp_path / "none.log")] == "ENOENT"
 
 
 def test_no_source_under_root_is_skipped_and_absent_when_nothing_runs(monkeypatch):
@@ -260,7 +260,8 @@ def test_a_fifo_or_device_as_vllm_log_is_refused_not_read(tmp_path):
     os.mkfifo(fifo)
     for path in (str(fifo), "/dev/zero", str(tmp_path)):
         sec = vllm_collector.collect(Context(root="/nonexistent", vllm_log=path))  # would block or fill memory
-        assert sec.unreadable == {path: "not a regular file"} and sec.status == "partial"
+        assert sec.unreadable[path] == "not a regular file" and sec.status == "partial"
+        assert sec.unreadable["observed"] == "--vllm-log not a regular file"
 
 
 def _observed_snapshot(tmp_path, text: str | None, name: str) -> dict:
@@ -335,3 +336,15 @@ def test_a_vllm_cmd_config_that_is_not_a_regular_file_is_refused(tmp_path):
             assert sec.data["args"]["tensor_parallel_size"] == 4 and not sec.unreadable
         else:
             assert sec.unreadable == {f"--config {path}": reason} and "not read" in sec.data["args_error"]
+
+
+def test_an_unreadable_log_leaves_what_ran_unreadable_not_removed(tmp_path):
+    from hoststate import diff
+
+    base = _observed_snapshot(tmp_path, MOE_LOG.read_text(encoding="utf-8"), "base")
+    sec = vllm_collector.collect(Context(root="/nonexistent", vllm_cmd="vllm serve Qwen/Qwen3-30B-A3B-FP8 -tp 8",
+                                         vllm_version="0.12.0", vllm_log=str(tmp_path / "missing.log")))
+    cur = {"vllm": sec.data, "collectors": {"vllm": {"status": sec.status, "unreadable": sec.unreadable}}}
+    found = {f.path: (f.change, f.severity) for f in diff.compare(base, cur).findings}
+    assert found["vllm.observed.kv_cache_tokens"] == ("unreadable", "invalidating")
+    assert found["vllm.cudagraph.observed"] == ("unreadable", "invalidating")

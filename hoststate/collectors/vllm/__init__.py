@@ -384,6 +384,8 @@ def collect(ctx: Context) -> Section:
         text, err, notes = read_log(ctx.vllm_log, deadline)
         if text is None:
             sec.unreadable[ctx.vllm_log] = err or "unreadable"
+            for path in ("observed", "cudagraph.observed"):  # what the log would have said is unknown, not gone
+                sec.unreadable[path] = f"--vllm-log {err or 'unreadable'}"
         else:
             log = parse_log(text, deadline)
             log.errors[:0] = notes
