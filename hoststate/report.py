@@ -252,11 +252,16 @@ def _short(f: Finding, rel: str) -> str:
     return f"{rel} {show_value(f.old, 40)} -> {show_value(f.new, 40)}"
 
 
+def _short_gpu(key: str) -> str:
+    """A GPU's UUID cut to its first group (``GPU-7de10c90``); position keys (a bus id, ``GPU3``) stay whole."""
+    return key[:12] if key.startswith("GPU-") else key
+
+
 def _rel(parts: tuple[str, ...], skip: int) -> str:
     """The path below the subsystem, with a GPU's UUID cut to its first group (``GPU-7de10c90``)."""
     keys = list(parts[skip:])
     if parts[:2] == ("gpu", "devices") and len(parts) > 2:
-        keys = [parts[2][:12], *parts[3:]]
+        keys = [_short_gpu(parts[2]), *parts[3:]]
     return safe(".".join(keys))
 
 
@@ -326,7 +331,8 @@ def _gpu(findings: list[Finding]) -> str:
     gone = sorted(u for u, changes in per_uuid.items() if changes == {"removed"})
     came = sorted(u for u, changes in per_uuid.items() if changes == {"added"})
     whole = set(gone) | set(came)
-    whole_items = [f"{len(ids)} GPU{'s' if len(ids) != 1 else ''} {word} ({', '.join(safe(u[:12]) for u in ids)})"
+    whole_items = [f"{len(ids)} GPU{'s' if len(ids) != 1 else ''} {word} "
+                   f"({', '.join(safe(_short_gpu(u)) for u in ids)})"
                    for word, ids in (("removed", gone), ("added", came)) if ids]
     rest = [f for f in findings if _parts(f)[1:2] != ("devices",) or len(_parts(f)) < 3 or _parts(f)[2] not in whole]
     items = whole_items + [_short(f, _rel(_parts(f), 1)) for f in sorted(rest, key=importance)[:6]]
