@@ -302,10 +302,9 @@ class Reader:
         finally:
             os.close(fd)
 
-    def lstat(self, rel: str, *, record: bool = True) -> os.stat_result | None:
-        """stat of ``rel`` itself (a symlink is not followed), or None."""
+    def _fstat(self, rel: str, flags: int, record: bool) -> os.stat_result | None:
         try:
-            fd = self.open(rel, os.O_PATH | os.O_NOFOLLOW)
+            fd = self.open(rel, os.O_PATH | flags)
         except OSError as err:
             self._record(rel, err, record)
             return None
@@ -313,6 +312,10 @@ class Reader:
             return os.fstat(fd)
         finally:
             os.close(fd)
+
+    def lstat(self, rel: str, *, record: bool = True) -> os.stat_result | None:
+        """stat of ``rel`` itself (a symlink is not followed), or None."""
+        return self._fstat(rel, os.O_NOFOLLOW, record)
 
     def readlink(self, rel: str, *, record: bool = True) -> str | None:
         """A symlink's target text (never followed), or None with the reason recorded."""
@@ -341,15 +344,7 @@ class Reader:
 
     def stat(self, rel: str, *, record: bool = True) -> os.stat_result | None:
         """stat of what ``rel`` resolves to (inside the root), or None with the reason recorded."""
-        try:
-            fd = self.open(rel, os.O_PATH)
-        except OSError as err:
-            self._record(rel, err, record)
-            return None
-        try:
-            return os.fstat(fd)
-        finally:
-            os.close(fd)
+        return self._fstat(rel, 0, record)
 
 
 #: Caps for files a user names. The largest snapshot a host produces is tens of KiB (an 8-GPU host with
