@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from hoststate.collectors.vllm.argv import locate, normalise, split_command
+from hoststate.collectors.vllm.argv import compilation_config_view, locate, normalise, split_command
 from hoststate.collectors.vllm.cudagraph import declare
+from hoststate.collectors.vllm.model import ModelFacts
 from hoststate.collectors.vllm.modes import parse_cg_mode
 from hoststate.collectors.vllm.options import human_int
 from hoststate.collectors.vllm.versions import VERSIONS, rules_for
@@ -153,8 +155,8 @@ def test_normaliser_rules(argv, expected):
 
 
 def test_model_option_by_version():
-    """0.10: the positional model wins over --model; 0.11 refuses --model; 0.12 moves it to the front (a
-    second positional is refused, --model alone is the model); 0.33 refuses --model."""
+    """0.10: the positional model wins over --model; 0.11.0 refuses --model; 0.11.1 and 0.12 move it to the
+    front (a second positional is refused, --model alone is the model); 0.33 refuses --model."""
     parsed = normalise(["A", "--model", "B"], "0.10.2")
     assert parsed.args["model"] == "A" and any("positional" in n for n in parsed.notes)
     assert any("positional argument" in r for r in normalise(["--model", "B"], "0.11.0").refusals)
@@ -307,3 +309,106 @@ def test_snap_records_a_refused_command_and_guard_refuses_to_start_it(tmp_path):
                     "0.12.0", "--vllm-cmd", "vllm serve M", "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')",
                     cwd=tmp_path)
     assert ok.returncode == 0 and marker.exists(), ok.stderr
+
+
+# -- vLLM 0.11.1 against 0.11.0: each expectation below is what vLLM 0.11.1 / 0.11.0 itself gave for the same
+# command line (scripts/vllm_oracle.py), on models other than the recorded cases' where it matters --------------
+
+_LLAMA = ModelFacts(moe=False, pooling=False, encoder_decoder=False, kv_heads=8, mla=False, source="test")
+_GQA4 = replace(_LLAMA, moe=True, kv_heads=4)  # Qwen3-30B-A3B: 4 KV heads
+_MLA = replace(_LLAMA, moe=True, kv_heads=128, mla=True)  # DeepSeek-V3
+_POOLING = replace(_LLAMA, pooling=True)
+_ENC_DEC = replace(_LLAMA, encoder_decoder=True)
+_ATTN_FUSION = "-O.pass_config.enable_attn_fusion=true"
+_EAGLE3 = "'{\"method\": \"eagle3\", \"model\": \"E3\", \"num_speculative_tokens\": 2}'"
+_NGRAM = "'{\"method\": \"ngram\", \"num_speculative_tokens\": 3, \"prompt_lookup_max\": 4}'"
+
+# (id, command, version, model facts, declared mode or "refused: <phrase of the reason>")
+RULES_0_11_1 = [
+    # ModelConfig.verify_with_parallel_config: DCP without MLA needs TP > KV heads and DCP <= TP // KV heads
+    ("dcp-fits-0.11.1", "vllm serve M -tp 8 -dcp 2", "0.11.1", _GQA4, "PIECEWISE"),
+    ("dcp-too-large-0.11.1", "vllm serve M -tp 8 -dcp 4", "0.11.1", _GQA4, "refused: at most tensor parallel size 8"),
+    ("dcp-tp-not-above-heads-0.11.1", "vllm serve M -tp 4 -dcp 2", "0.11.1", _LLAMA,
+     "refused: tensor parallel size 4 must be greater than total num kv heads 8"),
+    ("dcp-mla-exempt-0.11.1", "vllm serve M -tp 8 -dcp 2", "0.11.1", _MLA, "PIECEWISE"),
+    ("dcp-unchecked-0.11.0", "vllm serve M -tp 8 -dcp 4", "0.11.0", _GQA4, "FULL_AND_PIECEWISE"),
+    # VllmConfig._set_cudagraph_sizes: asserted only while graphs are on
+    ("sizes-empty-0.11.1", "vllm serve M -O.cudagraph_capture_sizes=[] -O.cudagraph_mode=PIECEWISE", "0.11.1",
+     _LLAMA, "refused: at least one element"),
+    ("sizes-empty-no-graphs-0.11.1", "vllm serve M -O.cudagraph_capture_sizes=[] -O.cudagraph_mode=NONE", "0.11.1",
+     _LLAMA, "NONE"),
+    ("sizes-empty-0.11.0", "vllm serve M -O.cudagraph_capture_sizes=[] -O.cudagraph_mode=PIECEWISE", "0.11.0",
+     _LLAMA, "PIECEWISE"),
+    ("max-size-0-dotted-0.11.1", "vllm serve M -O.max_cudagraph_capture_size=0 -O.cudagraph_mode=FULL_DECODE_ONLY",
+     "0.11.1", _LLAMA, "refused: greater than or equal to 1"),
+    ("max-size-0-no-graphs-0.11.1", "vllm serve M --max-cudagraph-capture-size 0 -O.cudagraph_mode=NONE", "0.11.1",
+     _LLAMA, "NONE"),
+    # VllmConfig.__post_init__: async scheduling takes EagleModelTypes only (0.11.0: no speculation at all)
+    ("async-eagle3-0.11.1", f"vllm serve M --async-scheduling --speculative-config {_EAGLE3}", "0.11.1", _LLAMA,
+     "FULL_AND_PIECEWISE"),
+    ("async-ngram-0.11.1", f"vllm serve M --async-scheduling --speculative-config {_NGRAM}", "0.11.1", _LLAMA,
+     "refused: EAGLE/MTP"),
+    ("async-eagle3-0.11.0", f"vllm serve M --async-scheduling --speculative-config {_EAGLE3}", "0.11.0", _LLAMA,
+     "refused: no speculative decoding"),
+    # VllmConfig.__post_init__: pooling / encoder-decoder models lose full graphs even when the mode is explicit
+    ("pooling-explicit-fdo-0.11.1", "vllm serve M -O.cudagraph_mode=FULL_DECODE_ONLY", "0.11.1", _POOLING,
+     "PIECEWISE"),
+    ("pooling-explicit-none-0.11.1", "vllm serve M -O.cudagraph_mode=NONE", "0.11.1", _POOLING, "NONE"),
+    ("pooling-explicit-fdo-0.11.0", "vllm serve M -O.cudagraph_mode=FULL_DECODE_ONLY", "0.11.0", _POOLING,
+     "FULL_DECODE_ONLY"),
+    ("enc-dec-explicit-fdo-0.11.1", "vllm serve M -O.cudagraph_mode=FULL_DECODE_ONLY", "0.11.1", _ENC_DEC,
+     "PIECEWISE"),
+    ("enc-dec-explicit-fdo-0.11.0", "vllm serve M -O.cudagraph_mode=FULL_DECODE_ONLY", "0.11.0", _ENC_DEC,
+     "FULL_DECODE_ONLY"),
+    # CompilationConfig.set_splitting_ops_for_attn_fusion: splitting_ops emptied, piecewise modes -> FULL
+    ("attn-fusion-piecewise-0.11.1", f"vllm serve M {_ATTN_FUSION} -O.cudagraph_mode=PIECEWISE", "0.11.1", _LLAMA,
+     "FULL"),
+    ("attn-fusion-fdo-0.11.1", f"vllm serve M {_ATTN_FUSION} -O.cudagraph_mode=FULL_DECODE_ONLY", "0.11.1", _LLAMA,
+     "FULL_DECODE_ONLY"),
+    ("attn-fusion-mode-1-0.11.1", f"vllm serve M {_ATTN_FUSION} -O.mode=1", "0.11.1", _LLAMA, "NONE"),
+    ("attn-fusion-own-splitting-ops-0.11.1",
+     "vllm serve M --compilation-config '{\"pass_config\": {\"enable_attn_fusion\": true}, "
+     "\"splitting_ops\": [\"vllm::unified_attention\"]}'", "0.11.1", _LLAMA, "FULL_AND_PIECEWISE"),
+    ("fuse-attn-quant-not-a-field-0.11.1", "vllm serve M -O.pass_config.fuse_attn_quant=true", "0.11.1", _LLAMA,
+     "FULL_AND_PIECEWISE"),
+    ("attn-fusion-piecewise-0.11.0", f"vllm serve M {_ATTN_FUSION} -O.cudagraph_mode=PIECEWISE", "0.11.0", _LLAMA,
+     "PIECEWISE"),
+]
+
+
+@pytest.mark.parametrize(("cmd", "version", "facts", "expected"), [r[1:] for r in RULES_0_11_1],
+                         ids=[r[0] for r in RULES_0_11_1])
+def test_0_11_1_rules_against_0_11_0(cmd, version, facts, expected):
+    command = locate(split_command(cmd))
+    parsed = normalise(command.args, version, program=command.program)
+    assert parsed.refusals == [] and parsed.errors == []
+    declared = declare(parsed.args, command.env, version, facts)
+    if expected.startswith("refused: "):
+        assert declared.mode is None and expected.removeprefix("refused: ") in (declared.refused or ""), declared
+    else:
+        assert declared.refused is None and declared.mode == expected, declared.because
+
+
+def test_0_11_1_moves_model_option_to_the_front():
+    """FlexibleArgumentParser.parse_args of 0.11.1 moves ``--model M`` / ``--model=M`` to the front, so
+    it is the model wherever it stands and a positional model next to it is a stray positional."""
+    parsed = normalise(["-tp", "2", "--model", "L", "--enforce-eager"], "0.11.1")
+    assert parsed.refusals == []
+    assert parsed.args == {"model": "L", "tensor_parallel_size": 2, "enforce_eager": True}
+    assert normalise(["A", "-tp", "2", "--model=B"], "0.11.1").refusals == ["unrecognized arguments: A"]
+    assert any("positional argument" in r for r in normalise(["-tp", "2", "--model", "L"], "0.11.0").refusals)
+
+
+def test_pass_config_spellings_by_version():
+    """0.11.1's PassConfig has ``enable_attn_fusion`` and ignores ``fuse_attn_quant`` (a 0.12 name); 0.12 reads
+    the old spelling into the new field."""
+    cc = {"pass_config": {"enable_attn_fusion": True}}
+    assert compilation_config_view(cc, rules_for("0.11.1")[0]) == cc
+    assert compilation_config_view(cc, rules_for("0.12.0")[0]) == {"pass_config": {"fuse_attn_quant": True}}
+    parsed = normalise(["M", "-O.pass_config.fuse_attn_quant=true"], "0.11.1")
+    assert any("pass_config.fuse_attn_quant is not a field" in n for n in parsed.notes), parsed.notes
+    assert compilation_config_view(parsed.args["compilation_config"], rules_for("0.11.1")[0]) == {}
+    declared = declare(parsed.args, {}, "0.11.1", _LLAMA)
+    assert declared.mode == "FULL_AND_PIECEWISE"
+    fused = declare(normalise(["M", _ATTN_FUSION], "0.11.1").args, {}, "0.11.1", _LLAMA)
+    assert fused.mode == "FULL" and "pass_config.enable_attn_fusion=true" in fused.because

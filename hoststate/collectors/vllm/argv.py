@@ -411,8 +411,8 @@ def _pass2(tokens: list[str], rules: Rules, out: Normalised) -> list[str]:
 
 
 def _serve_model_option(tokens: list[str], program: str, rules: Rules, out: Normalised) -> list[str]:
-    """``vllm serve ... --model M``: an ordinary option up to 0.10; refused by 0.11 and 0.33; 0.12 moves
-    M to the front as the positional model (so a second positional is refused)."""
+    """``vllm serve ... --model M``: an ordinary option up to 0.10; refused by 0.11.0 and 0.33; 0.11.1-0.12
+    move M to the front as the positional model (so a second positional is refused)."""
     if program != "vllm serve" or rules.serve_model_option == "option":
         return tokens
     for idx, tok in enumerate(tokens):
@@ -461,7 +461,7 @@ def ignored_compilation_keys(rules: Rules) -> tuple[str, ...]:
     keys: tuple[str, ...] = () if rules.legacy_graph_flags else LEGACY_GRAPH_KEYS
     if rules.mode_key == "level":
         keys += ("mode",)
-    if not rules.attn_fusion_keys:
+    if not rules.pass_config_renamed:
         keys += tuple(f"pass_config.{new}" for new in PASS_RENAMES.values())
     return keys
 
@@ -475,7 +475,7 @@ def compilation_config_view(cc: Mapping[str, Any], rules: Rules) -> dict[str, An
     out = {k: v for k, v in cc.items() if k not in ignored}
     if isinstance(out.get("pass_config"), Mapping):
         passes = {k: v for k, v in out["pass_config"].items() if f"pass_config.{k}" not in ignored}
-        if rules.attn_fusion_keys:
+        if rules.pass_config_renamed:
             passes = {PASS_RENAMES.get(k, k): v for k, v in passes.items()}
         out["pass_config"] = passes
         if not passes:

@@ -315,12 +315,12 @@ def _all2all(r: Resolution) -> None:
 
 
 def _fuse_attn_quant(r: Resolution) -> None:
-    """pass_config.fuse_attn_quant empties splitting_ops: piecewise modes become FULL (0.12+)."""
+    """Attention+quant fusion (pass_config.enable_attn_fusion 0.11.1, fuse_attn_quant 0.12+) empties
+    splitting_ops: piecewise modes become FULL."""
     passes = r.cc.get("pass_config")
-    on = isinstance(passes, Mapping) and any(passes.get(key) is True for key in r.rules.attn_fusion_keys)
-    if on and r.comp == VLLM_COMPILE and "splitting_ops" not in r.cc \
-            and has_piecewise(r.mode):
-        r.set("FULL", "pass_config.fuse_attn_quant=true (splitting_ops emptied)")
+    keys = [key for key in r.rules.attn_fusion_keys if isinstance(passes, Mapping) and passes.get(key) is True]
+    if keys and r.comp == VLLM_COMPILE and "splitting_ops" not in r.cc and has_piecewise(r.mode):
+        r.set("FULL", f"pass_config.{keys[0]}=true (splitting_ops emptied)")
 
 
 def _empty_splitting_ops(r: Resolution) -> None:

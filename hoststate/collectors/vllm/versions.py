@@ -59,25 +59,34 @@ class Rules:
     convert_makes_pooling: bool
     #: Encoder-decoder models with full graphs: "PIECEWISE" (0.11-0.12) or "FULL_DECODE_ONLY" (0.33).
     encoder_decoder_mode: str
-    #: ``vllm serve ... --model M``: "option" (an option; a positional model wins), "moved" (moved to the
-    #: front as the positional model, so a second positional is refused, 0.12) or "refused" (0.33).
+    #: ``vllm serve ... --model M``: "option" (an option; a positional model wins), "refused" (0.11.0 and
+    #: 0.33) or "moved" (FlexibleArgumentParser.parse_args moves M to the front as the positional model,
+    #: so a second positional is refused; 0.11.1-0.12).
     serve_model_option: str
     #: ``--max-model-len auto`` is accepted.
     max_model_len_auto: bool
     #: Speculative methods the version knows (others are refused).
     spec_methods: frozenset[str]
     #: pass_config keys that turn on attention+quant fusion, which empties splitting_ops so piecewise
-    #: modes become FULL (0.12+; ``enable_attn_fusion`` is 0.12's deprecated spelling). Empty: no such rule.
+    #: modes become FULL (CompilationConfig.set_splitting_ops_for_attn_fusion: 0.11.1 ``enable_attn_fusion``;
+    #: 0.12 ``fuse_attn_quant``, ``enable_attn_fusion`` its deprecated spelling). Empty: no such rule.
     attn_fusion_keys: tuple[str, ...]
-    #: Pooling / encoder-decoder models replace full graphs only in the default mode (0.11), not an explicit one.
+    #: pass_config's ``enable_*`` keys were renamed (``enable_attn_fusion`` -> ``fuse_attn_quant`` ...), the
+    #: old spelling setting the new field (0.12+). Before, the new names are not fields and are ignored.
+    pass_config_renamed: bool
+    #: Pooling / encoder-decoder models replace full graphs only in the default mode (0.11.0), not an explicit
+    #: one; from 0.11.1 VllmConfig.__post_init__ checks any mode with full graphs.
     model_rules_default_only: bool
-    #: Speculative methods ``--async-scheduling`` accepts (0.11.0: none; 0.12: EAGLE/MTP kinds).
+    #: Speculative methods ``--async-scheduling`` accepts (0.11.0: none; 0.11.1+: EAGLE/MTP kinds,
+    #: VllmConfig.__post_init__ checks EagleModelTypes).
     async_spec_methods: frozenset[str]
-    #: Decode context parallel without MLA must split the KV heads (TP > heads, DCP <= TP // heads).
+    #: Decode context parallel without MLA must split the KV heads (TP > heads, DCP <= TP // heads;
+    #: ModelConfig.verify_with_parallel_config, 0.11.1+).
     dcp_head_check: bool
     #: ``VLLM_USE_V1=0`` selects the V0 engine: no compilation and no graphs by default (up to 0.11.0).
     v0_env: bool
-    #: Graphs with an empty capture-size list or a maximum capture size of 0 fail an assertion (0.12+).
+    #: Graphs with an empty capture-size list or a maximum capture size of 0 fail an assertion
+    #: (VllmConfig._set_cudagraph_sizes, 0.11.1+).
     capture_size_checks: bool
     #: Options this version's parser does not have (dest names): using one is refused.
     missing_options: frozenset[str] = frozenset()
@@ -104,7 +113,8 @@ ROWS: tuple[dict[str, Any], ...] = (
      "context_parallel_piecewise": False, "torch_compile_disable": False, "all2all_env": True,
      "all2all_moe_only": False, "v2_runner_needs_compile": False, "convert_makes_pooling": True,
      "encoder_decoder_mode": "PIECEWISE", "serve_model_option": "option", "max_model_len_auto": False,
-     "spec_methods": _SPEC_METHODS_0110, "attn_fusion_keys": (), "model_rules_default_only": True,
+     "spec_methods": _SPEC_METHODS_0110, "attn_fusion_keys": (), "pass_config_renamed": False,
+     "model_rules_default_only": True,
      "async_spec_methods": frozenset(), "dcp_head_check": False, "v0_env": True, "capture_size_checks": False,
      "missing_options": frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
                                    "performance_mode", "all2all_backend", "attention_config",
@@ -118,13 +128,13 @@ ROWS: tuple[dict[str, Any], ...] = (
     {"version": "0.11.1", "o_number": "dotted-mode", "o_values": _O_0_3, "o_any_int": False, "mode_key": "mode",
      "v0_env": False,
      "empty_splitting_ops": "split", "legacy_graph_flags": False, "context_parallel_piecewise": True,
-     "spec_methods": _SPEC_METHODS_0110 | {"suffix"},
+     "spec_methods": _SPEC_METHODS, "serve_model_option": "moved", "attn_fusion_keys": ("enable_attn_fusion",),
+     "model_rules_default_only": False, "capture_size_checks": True, "async_spec_methods": _EAGLE_MTP,
+     "dcp_head_check": True,
      "missing_options": frozenset({"optimization_level", "performance_mode", "attention_config"})},
     {"version": "0.12.0", "family": "opt", "o_number": "optimization_level", "o_dotted": "deprecated",
-     "aliases": _ALIASES_012, "graphs_without_compile": "none", "serve_model_option": "moved",
-     "attn_fusion_keys": ("fuse_attn_quant", "enable_attn_fusion"), "model_rules_default_only": False,
-     "capture_size_checks": True, "spec_methods": _SPEC_METHODS, "async_spec_methods": _EAGLE_MTP,
-     "dcp_head_check": True,
+     "aliases": _ALIASES_012, "graphs_without_compile": "none",
+     "attn_fusion_keys": ("fuse_attn_quant", "enable_attn_fusion"), "pass_config_renamed": True,
      "missing_options": frozenset({"performance_mode", "attention_config"})},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
