@@ -20,9 +20,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import enum
+import importlib
 import io
 import json
 import os
+import pickle
 import re
 import shlex
 import sys
@@ -182,8 +184,6 @@ def build_parser(argv: list[str]) -> tuple[Any, list[str], str]:
             raise SystemExit(f"unsupported module {argv[2]}")
         parser = make_arg_parser(flexible(description="vLLM OpenAI-Compatible RESTful API server."))
         return parser, argv[3:], "api_server"
-    import importlib
-
     parser = flexible(description="vLLM CLI")
     subparsers = parser.add_subparsers(required=False, dest="subparser")
     for modname in ("vllm.entrypoints.cli.serve",):
@@ -354,11 +354,63 @@ def run_case(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
     return json.loads(text)
 
 
+def memoise_model_inspection() -> None:
+    """Keep vLLM's answer about each model class for the whole run, where vLLM does not.
+
+    vLLM inspects a model class (is it a text generation model, a pooling model, ...) by
+    re-importing itself in a subprocess, about 10 s here.  From 0.11.0 on vLLM keeps each
+    answer in VLLM_CACHE_ROOT/modelinfos, shared by every case of a run; before that (0.10.2)
+    every case paid for it again.  There the answer, still computed by vLLM's own subprocess,
+    is kept in the same run-wide cache directory, keyed by module and class.
+    """
+    registry = importlib.import_module("vllm.model_executor.models.registry")
+    lazy = registry._LazyRegisteredModel
+    if hasattr(lazy, "_load_modelinfo_from_cache"):
+        return  # vLLM keeps its own cache
+    inspect = lazy.inspect_model_cls
+
+    def inspect_once(self: Any) -> Any:
+        path = Path(os.environ["VLLM_CACHE_ROOT"]) / "oracle-modelinfos" / f"{self.module_name}.{self.class_name}"
+        if path.exists():
+            return pickle.loads(path.read_bytes())
+        info = inspect(self)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f"{path.name}.{os.getpid()}.tmp"
+        tmp.write_bytes(pickle.dumps(info))
+        tmp.replace(path)
+        return info
+
+    lazy.inspect_model_cls = inspect_once
+    PLATFORM["stubbed"].append("model class inspection kept per class for the run (vLLM before 0.11.0)")
+
+
+def answer_flash_attention() -> None:
+    """Flash-attention 2 and 3 present, as in vLLM's CUDA wheel on capability 9.0, where vLLM asks.
+
+    Before 0.11.0, vLLM picks its V1 or V0 engine at config time, and ``--kv-cache-dtype fp8``
+    keeps V1 only when flash-attention 3 is there (it is on an H100); the kernels cannot load on
+    a machine without CUDA, so vLLM would fall back to V0 (no compilation, no graphs).
+    """
+    import torch
+    import vllm
+
+    if tuple(int(p) for p in re.findall(r"\d+", vllm.__version__)[:2]) >= (0, 11):
+        return  # 0.11.0 no longer asks about the KV-cache dtype at config time
+
+    fa = importlib.import_module("vllm.vllm_flash_attn.flash_attn_interface")
+    fa.FA2_AVAILABLE = fa.FA3_AVAILABLE = True
+    torch.cuda.get_device_capability = lambda device=None: tuple(PLATFORM["capability"])
+    PLATFORM["stubbed"].append("flash-attention 2 and 3 kernels present, torch.cuda.get_device_capability "
+                               "(vLLM before 0.11.0)")
+
+
 def preload() -> None:
     """Import vLLM's parser and engine modules once, before forking, so each case starts fast."""
     build_parser(["vllm", "serve"])
     _import_first("vllm.engine.arg_utils:AsyncEngineArgs")
     _import_first("vllm.usage.usage_lib:UsageContext")
+    memoise_model_inspection()
+    answer_flash_attention()
     patch_host_queries()
 
 
