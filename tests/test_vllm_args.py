@@ -88,6 +88,25 @@ VECTORS = [
     ("pooling-0.11.0", "vllm serve M --runner pooling", "0.11.0", "PIECEWISE", "pooling"),
     ("deepep-ht-dp-0.12.0", "vllm serve M -dp 2 --all2all-backend deepep_high_throughput", "0.12.0", "NONE",
      "deepep"),
+    # 0.10.2: deepep high-throughput keeps piecewise graphs; the legacy flags convert at any level; features the
+    # V1 engine lacks select V0 (no graphs by default)
+    ("deepep-ht-dp-full-0.10.2", "VLLM_ALL2ALL_BACKEND=deepep_high_throughput vllm serve M -dp 2 "
+     "-O.cudagraph_mode=FULL", "0.10.2", "PIECEWISE", "deepep_high_throughput"),
+    ("deepep-ht-dp-piecewise-0.10.2", "VLLM_ALL2ALL_BACKEND=deepep_high_throughput vllm serve M -dp 2", "0.10.2",
+     "PIECEWISE", "level 3 on V1"),
+    ("deepep-ht-dp-full-0.11.0", "VLLM_ALL2ALL_BACKEND=deepep_high_throughput vllm serve M -dp 2 "
+     "-O.cudagraph_mode=FULL", "0.11.0", "NONE", "deepep_high_throughput"),
+    ("full-cuda-graph-O1-0.10.2", "vllm serve M -O1 -O.full_cuda_graph=true", "0.10.2", "FULL", "full_cuda_graph"),
+    ("partial-prefills-v0-0.10.2", "vllm serve M --max-num-partial-prefills 2", "0.10.2", "NONE",
+     "Concurrent Partial Prefill (not in the V1 engine)"),
+    ("partial-prefills-v0-explicit-0.10.2", "vllm serve M --max-num-partial-prefills 2 -O.cudagraph_mode=FULL",
+     "0.10.2", "FULL", "explicit"),
+    ("attention-backend-v0-0.10.2", "VLLM_ATTENTION_BACKEND=XFORMERS vllm serve M", "0.10.2", "NONE",
+     "VLLM_ATTENTION_BACKEND=XFORMERS"),
+    ("attention-backend-v1-0.10.2", "VLLM_ATTENTION_BACKEND=FLASH_ATTN vllm serve M", "0.10.2", "PIECEWISE",
+     "level 3 on V1"),
+    ("sharded-state-v0-0.10.2", "vllm serve M --load-format sharded_state", "0.10.2", "NONE", "sharded_state"),
+    ("use-v1-1-0.10.2", "VLLM_USE_V1=1 vllm serve M", "0.10.2", "PIECEWISE", "level 3 on V1"),
     # the seed's own command (and its vLLM 1.7.dev by the nearest older row)
     ("seed-0.12.0", SEED_ENV + SEED, "0.12.0", "FULL_AND_PIECEWISE", "O2 (default)"),
     ("seed-1.7.dev", SEED_ENV + SEED, "1.7.0.dev0", "FULL_AND_PIECEWISE", "nearest older"),
@@ -155,10 +174,12 @@ def test_normaliser_rules(argv, expected):
 
 
 def test_model_option_by_version():
-    """0.10: the positional model wins over --model; 0.11.0 refuses --model; 0.11.1 and 0.12 move it to the
-    front (a second positional is refused, --model alone is the model); 0.33 refuses --model."""
-    parsed = normalise(["A", "--model", "B"], "0.10.2")
+    """0.10.1: the positional model wins over --model; 0.10.2 and 0.11.0 refuse --model; 0.11.1 and 0.12 move it
+    to the front (a second positional is refused, --model alone is the model); 0.33 refuses --model."""
+    parsed = normalise(["A", "--model", "B"], "0.10.1")
     assert parsed.args["model"] == "A" and any("positional" in n for n in parsed.notes)
+    assert parsed.refusals == []
+    assert any("positional argument" in r for r in normalise(["A", "--model", "B"], "0.10.2").refusals)
     assert any("positional argument" in r for r in normalise(["--model", "B"], "0.11.0").refusals)
     assert normalise(["-tp", "2", "--model", "B"], "0.12.0").args == {"model": "B", "tensor_parallel_size": 2}
     assert normalise(["--model=B"], "0.12.0").args == {"model": "B"}
@@ -286,6 +307,53 @@ def test_declare_refuses_what_vllm_refuses(cmd, reason):
     assert reason in said, (parsed.refusals, declared)
     if not parsed.refusals:
         assert declared.mode is None
+
+
+REFUSED_0102 = [
+    ("vllm serve --model M", "positional argument"),
+    ("vllm serve M -O 4", "expected a JSON object"),
+    ("vllm serve M --enable-dbo", "not an option of vLLM 0.10.2"),
+    ("vllm serve M --speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}'",
+     "'mtp' is not a method"),
+    ("vllm serve M --speculative-config '{\"method\": \"draft_model\", \"model\": \"D\"}'",
+     "draft_model is not supported yet"),
+    ("VLLM_USE_V1=0 vllm serve M --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'",
+     "not supported on vLLM V0"),
+    ("VLLM_USE_V1=1 vllm serve M --max-num-partial-prefills 2",
+     "VLLM_USE_V1=1 is not supported with Concurrent Partial Prefill"),
+    ("VLLM_USE_V1=1 VLLM_ATTENTION_BACKEND=XFORMERS vllm serve M",
+     "VLLM_USE_V1=1 is not supported with VLLM_ATTENTION_BACKEND=XFORMERS"),
+    ("vllm serve M -O '{\"use_cudagraph\": false, \"full_cuda_graph\": true}'", "mutually exclusive"),
+    ("vllm serve M -O '{\"full_cuda_graph\": true, \"cudagraph_mode\": \"PIECEWISE\"}'", "mutually exclusive"),
+    ("VLLM_ALL2ALL_BACKEND=deepep_high_throughput vllm serve M -dp 2 -O1 -O.cudagraph_mode=FULL",
+     "piecewise CUDA graphs need compilation level 3"),
+]
+
+
+@pytest.mark.parametrize(("cmd", "reason"), REFUSED_0102)
+def test_declare_refuses_what_vllm_0_10_2_refuses(cmd, reason):
+    """Each refusal as vLLM 0.10.2's own code raises it (parser, EngineArgs, VllmConfig, CUDA platform)."""
+    command = locate(split_command(cmd))
+    parsed = normalise(command.args, "0.10.2", program=command.program)
+    declared = declare(parsed.args, command.env, "0.10.2")
+    said = "; ".join(parsed.refusals) or declared.refused or ""
+    assert reason in said, (parsed.refusals, declared)
+    assert declared.mode is None or parsed.refusals
+
+
+def test_legacy_flags_are_held_as_a_graph_mode_by_0_10_2():
+    """0.10.2 converts full_cuda_graph / use_cudagraph in CompilationConfig itself: the parsed config holds the mode."""
+    rules = rules_for("0.10.2")[0]
+    for dotted, mode in (("-O.full_cuda_graph=true", "FULL"), ("-O.use_cudagraph=false", "NONE")):
+        cc = normalise(["M", "-O1", dotted], "0.10.2").args["compilation_config"]
+        assert compilation_config_view(cc, rules)["cudagraph_mode"] == mode
+
+
+def test_an_fp8_kv_cache_on_0_10_2_records_what_it_assumes():
+    """vLLM 0.10.2 keeps V1 for an fp8 KV cache only when the attention backend takes it (an H100 does)."""
+    declared = declare(normalise(["M", "--kv-cache-dtype", "fp8"], "0.10.2").args, {}, "0.10.2")
+    assert declared.mode == "PIECEWISE"
+    assert any("kv_cache_dtype fp8" in a for a in declared.assumes)
 
 
 def test_snap_records_a_refused_command_and_guard_refuses_to_start_it(tmp_path):

@@ -482,7 +482,7 @@ def compilation_config_view(cc: Mapping[str, Any], rules: Rules) -> dict[str, An
             del out["pass_config"]  # nothing vLLM reads: the defaults stand
     if "level" in out and rules.mode_key == "mode" and "mode" not in out:
         out["mode"] = out["level"]
-    if rules.legacy_graph_flags and rules.family == "v11" and "cudagraph_mode" not in out:
+    if rules.legacy_graph_flags and rules.legacy_flags_in_config and "cudagraph_mode" not in out:
         if out.get("use_cudagraph") is False:
             out["cudagraph_mode"] = "NONE"
         elif out.get("full_cuda_graph") is True:

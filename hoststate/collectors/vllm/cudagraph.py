@@ -108,10 +108,24 @@ def _memory_fraction(r: Resolution) -> None:
 
 
 def _speculative_method(r: Resolution) -> None:
-    """A speculative method the version does not know is refused."""
+    """A speculative method the version does not know, or knows and does not run, is refused."""
     method = _spec_method(r)
     if method is not None and method not in r.rules.spec_methods:
         raise Refused(f"speculative_config.method {method!r} is not a method of {r.tag}")
+    if method in r.rules.spec_refused_methods:
+        raise Refused(f"speculative decoding with {method} is not supported yet")
+
+
+def _v1_required(r: Resolution) -> None:
+    """``VLLM_USE_V1=1`` with a feature only the V0 engine has is refused (0.10.2)."""
+    if _use_v1_env(r) is True and (feature := _v0_feature(r)):
+        raise Refused(f"VLLM_USE_V1=1 is not supported with {feature}")
+
+
+def _speculative_on_v0(r: Resolution) -> None:
+    """The V0 engine refuses speculative decoding."""
+    if r.args.get("speculative_config") is not None and _v0_engine(r):
+        raise Refused("speculative decoding is not supported on vLLM V0")
 
 
 def _decode_context_parallel(r: Resolution) -> None:
@@ -192,14 +206,45 @@ def _torch_compile_disable(r: Resolution) -> None:
         r.why.append(f"TORCH_COMPILE_DISABLE=1 has no config-time effect in {r.tag}")
 
 
-def _v0_engine(r: Resolution) -> bool:
-    return r.rules.v0_env and r.env.get("VLLM_USE_V1", "").lower() in ("0", "false")
+def _v0_feature(r: Resolution) -> str | None:
+    """A feature the V1 engine lacks, for versions that then fall back to V0 (``v1_attention_backends``)."""
+    backends = r.rules.v1_attention_backends
+    backend = r.env.get("VLLM_ATTENTION_BACKEND")
+    if not backends:
+        return None
+    if backend is not None and backend not in backends:
+        return f"VLLM_ATTENTION_BACKEND={backend}"
+    if _int(r.args.get("max_num_partial_prefills")) != 1:
+        return "Concurrent Partial Prefill"
+    if r.args.get("load_format") == "sharded_state":
+        return "--load_format sharded_state"
+    if str(r.args.get("kv_cache_dtype", "auto")).startswith("fp8"):
+        r.assumes.append("kv_cache_dtype fp8 assumed supported by the V1 attention backend (FlashAttention 3 "
+                         "on capability 9.0, FlashMLA, FlashInfer); otherwise vLLM falls back to V0")
+    return None
+
+
+def _use_v1_env(r: Resolution) -> bool | None:
+    """``VLLM_USE_V1`` from the environment: None when unset."""
+    value = r.env.get("VLLM_USE_V1")
+    return None if value is None else value.strip().lower() not in ("0", "false")
+
+
+def _v0_engine(r: Resolution) -> str | None:
+    """Why the V0 engine runs: ``VLLM_USE_V1=0``, or (``VLLM_USE_V1`` unset) a feature V1 lacks; else None."""
+    if not r.rules.v0_env:
+        return None
+    use_v1 = _use_v1_env(r)
+    if use_v1 is None:
+        feature = _v0_feature(r)
+        return f"{feature} (not in the V1 engine)" if feature else None
+    return None if use_v1 else "VLLM_USE_V1=0"
 
 
 def _default_mode(r: Resolution) -> None:
     """The version's default graph mode."""
-    if _v0_engine(r):
-        r.set("NONE", f"VLLM_USE_V1=0: the V0 engine of {r.tag} captures no graphs by default")
+    if v0 := _v0_engine(r):
+        r.set("NONE", f"{v0}: the V0 engine of {r.tag} captures no graphs by default")
     elif r.rules.family == "opt":
         src = f"optimization level O{r.opt}" + ("" if "optimization_level" in r.args or r.eager else " (default)")
         r.set(OPT_LEVEL_CUDAGRAPH[r.opt], f"{r.tag}: {src} -> {OPT_LEVEL_CUDAGRAPH[r.opt]}")
@@ -220,19 +265,20 @@ def _explicit_mode(r: Resolution) -> None:
 
 
 def _legacy_flags(r: Resolution) -> None:
-    """``use_cudagraph=false`` / ``full_cuda_graph=true``, converted to NONE / FULL up to 0.11.0 (0.11.0
-    refuses them next to an explicit cudagraph_mode; 0.10 reads full_cuda_graph only with level 3)."""
+    """``use_cudagraph=false`` / ``full_cuda_graph=true``, converted to NONE / FULL up to 0.11.0 (0.10.2 and
+    0.11.0 refuse them next to an explicit cudagraph_mode; 0.10.0 reads full_cuda_graph only with level 3)."""
     if not r.rules.legacy_graph_flags:
         return
     for key, value, mode in (("use_cudagraph", False, "NONE"), ("full_cuda_graph", True, "FULL")):
         if r.cc.get(key) is not value:
             continue
-        if r.explicit and r.rules.family == "v11":
+        in_config = r.rules.legacy_flags_in_config
+        if r.explicit and in_config:
             raise Refused(f"{key} and cudagraph_mode are mutually exclusive, prefer cudagraph_mode since "
                           f"{key} is deprecated")
-        if r.rules.family == "v11" or mode == "NONE" or r.comp == VLLM_COMPILE:
+        if in_config or mode == "NONE" or r.comp == VLLM_COMPILE:
             r.set(mode, f"compilation_config.{key}={str(value).lower()}")
-            r.explicit = r.rules.family == "v11"
+            r.explicit = in_config
 
 
 def _graphs_without_compile(r: Resolution) -> None:
@@ -303,7 +349,8 @@ def _eager_mode(r: Resolution) -> None:
 
 
 def _all2all(r: Resolution) -> None:
-    """deepep_high_throughput all2all with DP > 1 takes no graphs (0.33: MoE models only)."""
+    """deepep_high_throughput all2all with DP > 1 takes no graphs (0.33: MoE models only; 0.10.2: no full
+    graphs, PIECEWISE)."""
     backend = r.args.get("all2all_backend")
     if backend is None and r.rules.all2all_env:
         backend = r.env.get("VLLM_ALL2ALL_BACKEND")
@@ -311,7 +358,9 @@ def _all2all(r: Resolution) -> None:
         return
     if r.rules.all2all_moe_only and not r.fact("moe", r.model.moe, assumed=True):
         return
-    r.set("NONE", "all2all deepep_high_throughput with data parallel > 1")
+    if r.rules.all2all_ht_mode == "PIECEWISE" and r.mode == "PIECEWISE":
+        return
+    r.set(r.rules.all2all_ht_mode, "all2all deepep_high_throughput with data parallel > 1")
 
 
 def _fuse_attn_quant(r: Resolution) -> None:
@@ -354,8 +403,9 @@ def _capture_sizes(r: Resolution) -> None:
 
 
 STEPS: tuple[Step, ...] = (
-    _memory_fraction, _speculative_method, _expert_parallel, _decode_context_parallel, _async_scheduling,
-    _enforce_eager, _optimization_level, _compilation_mode, _torch_compile_disable, _default_mode, _explicit_mode,
+    _memory_fraction, _speculative_method, _v1_required, _speculative_on_v0, _expert_parallel,
+    _decode_context_parallel, _async_scheduling, _enforce_eager, _optimization_level, _compilation_mode,
+    _torch_compile_disable, _default_mode, _explicit_mode,
     _legacy_flags, _graphs_without_compile, _v2_model_runner, _context_parallel, _pooling, _encoder_decoder,
     _eager_mode, _all2all, _fuse_attn_quant, _empty_splitting_ops, _piecewise_needs_compile, _capture_sizes,
 )

@@ -45,6 +45,9 @@ class Rules:
     empty_splitting_ops: str
     #: ``full_cuda_graph`` / ``use_cudagraph`` still converted to a cudagraph mode (<= 0.11.0).
     legacy_graph_flags: bool
+    #: The conversion happens in CompilationConfig itself (0.10.2-0.11.0): whatever the compilation level,
+    #: the parsed compilation_config holds the mode, and either flag next to a cudagraph_mode is refused.
+    legacy_flags_in_config: bool
     #: DCP/PCP > 1 with full graphs -> PIECEWISE (0.11.1-0.12).
     context_parallel_piecewise: bool
     #: TORCH_COMPILE_DISABLE=1 sets the compilation mode to NONE at config time (0.33).
@@ -53,6 +56,9 @@ class Rules:
     all2all_env: bool
     #: deepep_high_throughput with DP > 1 -> NONE applies only to MoE models (0.33) instead of any model.
     all2all_moe_only: bool
+    #: What deepep_high_throughput with DP > 1 makes of graphs: "NONE" (any mode) or "PIECEWISE" (full
+    #: modes become PIECEWISE, MoE ops split out of the graphs, 0.10.2).
+    all2all_ht_mode: str
     #: Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1) with a compilation mode below VLLM_COMPILE -> NONE.
     v2_runner_needs_compile: bool
     #: ``--convert`` makes a pooling runner by itself (older) or only with ``--runner pooling``.
@@ -67,6 +73,8 @@ class Rules:
     max_model_len_auto: bool
     #: Speculative methods the version knows (others are refused).
     spec_methods: frozenset[str]
+    #: Known speculative methods the engine refuses at config time.
+    spec_refused_methods: frozenset[str]
     #: pass_config keys that turn on attention+quant fusion, which empties splitting_ops so piecewise
     #: modes become FULL (CompilationConfig.set_splitting_ops_for_attn_fusion: 0.11.1 ``enable_attn_fusion``;
     #: 0.12 ``fuse_attn_quant``, ``enable_attn_fusion`` its deprecated spelling). Empty: no such rule.
@@ -85,6 +93,10 @@ class Rules:
     dcp_head_check: bool
     #: ``VLLM_USE_V1=0`` selects the V0 engine: no compilation and no graphs by default (up to 0.11.0).
     v0_env: bool
+    #: VLLM_ATTENTION_BACKEND values the V1 engine takes; with ``VLLM_USE_V1`` unset, another value, more
+    #: than one concurrent partial prefill or ``--load-format sharded_state`` select the V0 engine, and
+    #: ``VLLM_USE_V1=1`` with one is refused (0.10.2). Empty: no such fallback.
+    v1_attention_backends: frozenset[str]
     #: Graphs with an empty capture-size list or a maximum capture size of 0 fail an assertion
     #: (VllmConfig._set_cudagraph_sizes, 0.11.1+).
     capture_size_checks: bool
@@ -103,28 +115,43 @@ _SPEC_METHODS_0110 = frozenset({"ngram", "eagle", "eagle3", "medusa", "mlp_specu
 _EAGLE_MTP = frozenset({"eagle", "eagle3", "mtp", "deepseek_mtp", "mimo_mtp", "glm4_moe_mtp", "ernie_mtp",
                         "qwen3_next_mtp", "longcat_flash_mtp", "pangu_ultra_moe_mtp"})
 _SPEC_METHODS = _EAGLE_MTP | {"ngram", "medusa", "mlp_speculator", "draft_model", "suffix"}
+_SPEC_METHODS_0102 = frozenset({"ngram", "eagle", "eagle3", "medusa", "mlp_speculator", "draft_model", "deepseek_mtp",
+                                "ernie_mtp", "qwen3_next_mtp"})
+_V1_BACKENDS_0102 = frozenset({
+    "FLASH_ATTN_VLLM_V1", "FLASH_ATTN", "PALLAS", "PALLAS_VLLM_V1", "TRITON_ATTN_VLLM_V1", "TRITON_MLA", "CUTLASS_MLA",
+    "FLASHMLA", "FLASHMLA_VLLM_V1", "FLASH_ATTN_MLA", "FLASHINFER", "FLASHINFER_VLLM_V1", "FLASHINFER_MLA",
+    "ROCM_AITER_MLA", "TORCH_SDPA_VLLM_V1", "FLEX_ATTENTION", "TREE_ATTN", "XFORMERS_VLLM_V1"})
+_MISSING_0102 = frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
+                           "performance_mode", "all2all_backend", "attention_config", "attention_backend",
+                           "data_parallel_external_lb", "enable_dbo", "num_scheduler_steps", "pooler_config",
+                           "prefill_context_parallel_size", "structured_outputs_config"})
 
 #: The rows, oldest first. The first row names every field; each later one only what changed.
 ROWS: tuple[dict[str, Any], ...] = (
     {"version": "0.10.0", "family": "v10.0", "o_number": "full", "o_values": frozenset("01234"), "o_any_int": False,
      "o_dotted": "ok",
      "mode_key": "level", "level_accepted": True, "aliases": _ALIASES_010, "graphs_without_compile": "refused",
-     "empty_splitting_ops": "piecewise-to-full", "legacy_graph_flags": True,
+     "empty_splitting_ops": "piecewise-to-full", "legacy_graph_flags": True, "legacy_flags_in_config": False,
      "context_parallel_piecewise": False, "torch_compile_disable": False, "all2all_env": True,
-     "all2all_moe_only": False, "v2_runner_needs_compile": False, "convert_makes_pooling": True,
+     "all2all_moe_only": False, "all2all_ht_mode": "NONE", "v2_runner_needs_compile": False,
+     "convert_makes_pooling": True,
      "encoder_decoder_mode": "PIECEWISE", "serve_model_option": "option", "max_model_len_auto": False,
-     "spec_methods": _SPEC_METHODS_0110, "attn_fusion_keys": (), "pass_config_renamed": False,
-     "model_rules_default_only": True,
-     "async_spec_methods": frozenset(), "dcp_head_check": False, "v0_env": True, "capture_size_checks": False,
+     "spec_methods": _SPEC_METHODS_0110, "spec_refused_methods": frozenset(), "attn_fusion_keys": (),
+     "pass_config_renamed": False, "model_rules_default_only": True, "async_spec_methods": frozenset(),
+     "dcp_head_check": False, "v0_env": True, "v1_attention_backends": frozenset(), "capture_size_checks": False,
      "missing_options": frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
                                    "performance_mode", "all2all_backend", "attention_config",
                                    "decode_context_parallel_size"})},
     {"version": "0.10.1", "family": "v10"},
-    {"version": "0.10.2", "o_number": "dotted-level", "o_any_int": True,
-     "aliases": _ALIASES_010 | {"-dcp": "decode_context_parallel_size"},
-     "missing_options": frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
-                                   "performance_mode", "all2all_backend", "attention_config"})},
-    {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "serve_model_option": "refused"},
+    {"version": "0.10.2", "o_number": "dotted-level", "o_values": _O_0_3, "o_any_int": True,
+     "aliases": _ALIASES_010 | {"-dcp": "decode_context_parallel_size"}, "serve_model_option": "refused",
+     "legacy_flags_in_config": True, "all2all_ht_mode": "PIECEWISE", "spec_methods": _SPEC_METHODS_0102,
+     "spec_refused_methods": frozenset({"draft_model"}), "v1_attention_backends": _V1_BACKENDS_0102,
+     "missing_options": _MISSING_0102},
+    {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "all2all_ht_mode": "NONE",
+     "spec_methods": _SPEC_METHODS_0110, "v1_attention_backends": frozenset(),
+     "missing_options": _MISSING_0102 - {"enable_dbo", "pooler_config", "structured_outputs_config"}
+     | {"max_seq_len_to_capture"}},
     {"version": "0.11.1", "o_number": "dotted-mode", "o_values": _O_0_3, "o_any_int": False, "mode_key": "mode",
      "v0_env": False,
      "empty_splitting_ops": "split", "legacy_graph_flags": False, "context_parallel_piecewise": True,
@@ -140,6 +167,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
      "all2all_env": False, "all2all_moe_only": True, "v2_runner_needs_compile": True,
      "encoder_decoder_mode": "FULL_DECODE_ONLY", "serve_model_option": "refused", "max_model_len_auto": True,
+     "spec_refused_methods": frozenset(),
      "attn_fusion_keys": ("fuse_attn_quant",), "missing_options": frozenset({"cuda_graph_sizes"})},
 )
 
