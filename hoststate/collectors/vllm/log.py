@@ -28,6 +28,7 @@ import os
 import re
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -295,7 +296,7 @@ def parse_log(text: str, deadline: float | None = None) -> LogFacts:
     state = _State()
     for line, fact in zip(lines[first:end], facts[first:end], strict=True):
         if fact is not None:
-            _apply(fact[0], fact[1], result, state)
+            _HANDLERS[fact[0]](fact[1], result)
         elif line.file is None:
             _progress(line.message, result, state)
     result.captured_mode = mode_from_captures(set(state.kinds))
@@ -331,53 +332,88 @@ def _append(ran: dict[str, Any], key: str, value: str) -> None:
         ran[key].append(value)
 
 
-def _apply(name: str, m: re.Match[str], out: LogFacts, state: _State) -> None:  # noqa: C901  (one branch per record kind; to be split into a table)
-    ran = out.ran
-    if name == "start":
-        out.version = m.group(1).lstrip("v")
-    elif name == "non_default":
-        try:
-            value = parse_pyrepr(m.group(1))
-            if isinstance(value, dict):
-                out.non_default_args = value
-        except ValueError as err:
-            out.errors.append(f"non-default args: {err}")
-    elif name == "engine":
-        out.version = out.version or m.group(1).lstrip("v")
-        _engine_config(m.group(2), out)
-    elif name == "downgrade":
-        text = f"{m.group(1)} -> {m.group(3)}{m.group(2)}".strip()
-        if text not in out.downgrades:  # every TP rank prints the same warning
-            out.downgrades.append(text)
-        out.downgraded_to = parse_cg_mode(m.group(3)) or m.group(3)
-    elif name == "captured":
-        out.capture_finished = True
-        ran["graph_capture_secs"] = _number(m.group(1))
-        if m.group(2):
-            ran["graph_memory_gib"] = _number(m.group(2))
-    elif name == "attention":
-        backend = m.group(1).strip()
-        if backend not in out.attention_backends:
-            out.attention_backends.append(backend)
-    elif name == "kv_memory":
-        _least(ran, "kv_cache_memory_gib", _number(m.group(1)))
-    elif name == "kv_tokens":
-        _least(ran, "kv_cache_tokens", _number(m.group(1)))
-    elif name == "concurrency":
-        ran["max_model_len"] = int(_number(m.group(1)))
-        _least(ran, "max_concurrency", _number(m.group(2)))
-    elif name == "kv_blocks":
-        _least(ran, "kv_cache_blocks", _number(m.group(1)))
-    elif name == "nccl":
-        ran["nccl_version"] = m.group(1)
-    elif name == "allreduce":
-        ran["custom_all_reduce"] = "disabled"
-        _append(ran, "custom_all_reduce_disabled_because", m.group(1).strip().rstrip(".") or "not said")
-    elif name in ("moe_default", "moe_tuned"):  # a path, or (0.12) a list of paths; the file name says the shape
+def _on_start(m: re.Match[str], out: LogFacts) -> None:
+    out.version = m.group(1).lstrip("v")
+
+
+def _on_non_default(m: re.Match[str], out: LogFacts) -> None:
+    try:
+        value = parse_pyrepr(m.group(1))
+    except ValueError as err:
+        out.errors.append(f"non-default args: {err}")
+        return
+    if isinstance(value, dict):
+        out.non_default_args = value
+
+
+def _on_engine(m: re.Match[str], out: LogFacts) -> None:
+    out.version = out.version or m.group(1).lstrip("v")
+    _engine_config(m.group(2), out)
+
+
+def _on_downgrade(m: re.Match[str], out: LogFacts) -> None:
+    text = f"{m.group(1)} -> {m.group(3)}{m.group(2)}".strip()
+    if text not in out.downgrades:  # every TP rank prints the same warning
+        out.downgrades.append(text)
+    out.downgraded_to = parse_cg_mode(m.group(3)) or m.group(3)
+
+
+def _on_captured(m: re.Match[str], out: LogFacts) -> None:
+    out.capture_finished = True
+    out.ran["graph_capture_secs"] = _number(m.group(1))
+    if m.group(2):
+        out.ran["graph_memory_gib"] = _number(m.group(2))
+
+
+def _on_attention(m: re.Match[str], out: LogFacts) -> None:
+    backend = m.group(1).strip()
+    if backend not in out.attention_backends:
+        out.attention_backends.append(backend)
+
+
+def _on_concurrency(m: re.Match[str], out: LogFacts) -> None:
+    out.ran["max_model_len"] = int(_number(m.group(1)))
+    _least(out.ran, "max_concurrency", _number(m.group(2)))
+
+
+def _on_allreduce(m: re.Match[str], out: LogFacts) -> None:
+    out.ran["custom_all_reduce"] = "disabled"
+    _append(out.ran, "custom_all_reduce_disabled_because", m.group(1).strip().rstrip(".") or "not said")
+
+
+def _on_moe_config(key: str) -> Callable[[re.Match[str], LogFacts], None]:
+    """A path, or (0.12) a list of paths; the file name says the shape."""
+    def handle(m: re.Match[str], out: LogFacts) -> None:
         for found in _JSON_NAME.findall(m.group(1)) or [m.group(1).rsplit("/", 1)[-1]]:
-            _append(ran, "moe_default_config" if name == "moe_default" else "moe_tuned_config", found)
-    elif name == "moe_backend":
-        _append(ran, "moe_backends", m.group(1).strip().rstrip("."))
+            _append(out.ran, key, found)
+    return handle
+
+
+def _on_least(key: str) -> Callable[[re.Match[str], LogFacts], None]:
+    def handle(m: re.Match[str], out: LogFacts) -> None:
+        _least(out.ran, key, _number(m.group(1)))
+    return handle
+
+
+#: What each record kind of _FACTS adds to the facts.
+_HANDLERS: dict[str, Callable[[re.Match[str], LogFacts], None]] = {
+    "start": _on_start,
+    "non_default": _on_non_default,
+    "engine": _on_engine,
+    "downgrade": _on_downgrade,
+    "captured": _on_captured,
+    "attention": _on_attention,
+    "kv_memory": _on_least("kv_cache_memory_gib"),
+    "kv_tokens": _on_least("kv_cache_tokens"),
+    "concurrency": _on_concurrency,
+    "kv_blocks": _on_least("kv_cache_blocks"),
+    "nccl": lambda m, out: out.ran.__setitem__("nccl_version", m.group(1)),
+    "allreduce": _on_allreduce,
+    "moe_default": _on_moe_config("moe_default_config"),
+    "moe_tuned": _on_moe_config("moe_tuned_config"),
+    "moe_backend": lambda m, out: _append(out.ran, "moe_backends", m.group(1).strip().rstrip(".")),
+    "listening": lambda m, out: None,
+}
 
 
 def _progress(message: str, out: LogFacts, state: _State) -> None:
