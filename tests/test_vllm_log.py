@@ -248,6 +248,4 @@ def test_a_log_that_is_not_a_regular_file_is_refused_at_once(tmp_path, kind):
 
 def test_every_record_kind_has_a_handler():
     """parse_log dispatches each matched record to its handler: a kind without one would raise."""
-    from hoststate.collectors.vllm import log as vlog
-
-    assert {name for name, _files, _pattern in vlog._FACTS} == set(vlog._HANDLERS)
+    assert {name for name, _files, _pattern in log_module._FACTS} == set(log_module._HANDLERS)
