@@ -14,7 +14,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,9 +28,9 @@ from hoststate.collectors.vllm.cudagraph import declare
 from hoststate.collectors.vllm.discovery import Proc, discover, inspect
 from hoststate.collectors.vllm.http import query_url
 from hoststate.collectors.vllm.log import LogFacts, parse_log, read_log
-from hoststate.collectors.vllm.model import read_facts
+from hoststate.collectors.vllm.model import Read, read_facts
 from hoststate.collectors.vllm.versions import rules_for
-from hoststate.io import decode, reason_of
+from hoststate.io import Reader, decode, reason_of
 from hoststate.redact import redact_argv, redact_command_line, redact_text, redact_url, redact_value
 
 DEFAULT_PORT = 8000
@@ -164,7 +164,27 @@ def _identity(ctx: Context, data: dict[str, Any], args: dict[str, Any] | None, l
         data["model"] = url["models"][0].get("id")
 
 
-def _declared(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any]:
+@contextlib.contextmanager
+def _model_reader(ctx: Context, proc: Proc | None) -> Iterator[Read]:
+    """How the model's config.json is read: a running server's files as that process could read them
+    (its root, its cwd, its user's rights); under --root confined to the captured tree; the user's own
+    ``--vllm-cmd`` model from here, regular files only."""
+    if proc is not None:
+        with procfiles.ProcView(proc.pid) as view:
+            yield view.read
+    elif not ctx.live:
+        reader = Reader(ctx.root, {})
+
+        def read_in_root(path: str) -> tuple[bytes | None, str | None]:
+            data = reader.read_bytes(path, max_bytes=procfiles.MAX_FILE_BYTES)
+            return data, None if data is not None else reader.unreadable.get(path.lstrip("/"), "unreadable")
+
+        yield read_in_root
+    else:
+        yield read_input_file
+
+
+def _declared(ctx: Context, parsed: _Args, version: str | None, proc: Proc | None) -> dict[str, Any]:
     """The declared mode from arguments + environment + version + model facts, or vLLM's refusal."""
     assert parsed.args is not None
     rules_version = rules_for(version)[0].version
@@ -173,8 +193,9 @@ def _declared(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
                 "rules_version": rules_version}
     model = parsed.args.get("model")
     revision = parsed.args.get("revision")
-    facts = read_facts(model if isinstance(model, str) else None, parsed.env or {}, ctx.root,
-                       revision if isinstance(revision, str) else None)
+    with _model_reader(ctx, proc) as read:
+        facts = read_facts(model if isinstance(model, str) else None, parsed.env or {}, read,
+                           revision if isinstance(revision, str) else None)
     declared = declare(parsed.args, parsed.env or {}, version, facts)
     out: dict[str, Any] = {"rules_version": declared.rules_version, "declared_because": declared.because}
     if declared.refused:
@@ -204,11 +225,12 @@ def _observed(cudagraph: dict[str, Any], log: LogFacts) -> None:
         cudagraph["attention_backends"] = log.attention_backends
 
 
-def _cudagraph(ctx: Context, parsed: _Args, version: str | None, log: LogFacts | None) -> dict[str, Any]:
+def _cudagraph(ctx: Context, parsed: _Args, version: str | None, log: LogFacts | None,
+               proc: Proc | None) -> dict[str, Any]:
     """declared (from the arguments), observed (from the log), and whether they differ."""
     cudagraph: dict[str, Any] = {}
     if parsed.args is not None:
-        cudagraph.update(_declared(ctx, parsed, version))
+        cudagraph.update(_declared(ctx, parsed, version, proc))
     elif version:
         cudagraph["rules_version"] = rules_for(version)[0].version
     if log is not None:
@@ -263,7 +285,7 @@ def build(
     if parsed.args is not None:
         data["args"] = redact_value(parsed.args)
     _identity(ctx, data, parsed.args, log, url)
-    cudagraph = _cudagraph(ctx, parsed, version, log)
+    cudagraph = _cudagraph(ctx, parsed, version, log, proc)
     if log is not None and (log.ran or log.attention_backends):
         ran = dict(log.ran)
         if log.attention_backends:

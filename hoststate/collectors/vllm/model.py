@@ -5,16 +5,19 @@ vLLM decides these from the model's Hugging Face ``config.json`` (and a Sentence
 ``modules.json``). hoststate reads the same files when it can: the model argument as a local
 directory, else the server's Hugging Face cache (``HF_HUB_CACHE``, ``HF_HOME/hub``, ``~/.cache``).
 When it cannot, each fact is None (unknown) and the resolution states the assumption it made
-(``vllm.cudagraph.declared_assumes``) instead of guessing silently. Files are read bounded, regular
-files only, never blocking on a FIFO: another user's cache is untrusted input.
+(``vllm.cudagraph.declared_assumes``) instead of guessing silently.
+
+Every file goes through the caller's ``Read`` function, which decides whose rights apply: a running
+server's cache is another user's, read as that process could read it (procfiles.ProcView); a
+captured tree is read confined to ``--root``; the user's own ``--vllm-cmd`` model from here,
+regular files only. Contents are untrusted input: bounded, JSON only.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,23 +108,17 @@ def facts_from_config(config: Mapping[str, Any], modules: Any = None, source: st
                       mla=_text_config(config).get("kv_lora_rank") is not None, architectures=archs, source=source)
 
 
-def _read_json(path: str) -> tuple[Any, str | None]:
-    """A small JSON file: (value, None) or (None, reason). Regular files only; never blocks."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as err:
-        return None, f"{path}: {os.strerror(err.errno or 0) or type(err).__name__}"
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None, f"{path}: not a regular file"
-        if st.st_size > MAX_BYTES:
-            return None, f"{path}: larger than {MAX_BYTES} bytes"
-        data = os.read(fd, MAX_BYTES + 1)
-    except OSError as err:
-        return None, f"{path}: {os.strerror(err.errno or 0)}"
-    finally:
-        os.close(fd)
+#: Reads one file: (content, None) or (None, reason). Whose rights and which root is the caller's choice.
+Read = Callable[[str], tuple[bytes | None, str | None]]
+
+
+def _read_json(read: Read, path: str) -> tuple[Any, str | None]:
+    """A small JSON file: (value, None) or (None, reason)."""
+    data, why = read(path)
+    if data is None:
+        return None, f"{path}: {why or 'unreadable'}"
+    if len(data) > MAX_BYTES:
+        return None, f"{path}: larger than {MAX_BYTES} bytes"
     try:
         return json.loads(data.decode("utf-8")), None
     except (UnicodeDecodeError, ValueError):
@@ -139,39 +136,34 @@ def _cache_dirs(env: Mapping[str, str]) -> list[str]:
     return dirs
 
 
-def model_dirs(model: str, env: Mapping[str, str], revision: str | None = None) -> list[str]:
-    """Directories that may hold the model's config.json: the model itself when it is a path, else
-    the snapshot of ``revision`` (default main) in each Hugging Face cache the server would use."""
-    if model.startswith(("/", "./", "../")) or os.sep in model and os.path.isdir(model):
-        return [model]
-    if model.count("/") > 1 or ".." in model.split("/"):
-        return []
+def model_dirs(model: str, env: Mapping[str, str], read: Read, revision: str | None = None) -> list[str]:
+    """Directories that may hold the model's config.json, in vLLM's order: the model argument as a
+    directory (absolute, or relative to the server's working directory), then the snapshot of
+    ``revision`` (default main) in each Hugging Face cache the server would use."""
+    out = [model]
+    if model.startswith(("/", "./", "../")) or model.count("/") > 1 or ".." in model.split("/"):
+        return out  # a path, never a hub repo id
     repo = "models--" + model.replace("/", "--")
-    out = []
     for cache in _cache_dirs(env):
         ref = revision or "main"
-        try:
-            with open(os.path.join(cache, repo, "refs", ref), encoding="ascii", errors="replace") as fh:
-                ref = fh.read(100).strip() or ref
-        except OSError:
-            pass
+        data, _ = read(os.path.join(cache, repo, "refs", ref))
+        if data is not None:
+            ref = data[:100].decode("ascii", "replace").strip() or ref
         if "/" not in ref and ".." not in ref:
             out.append(os.path.join(cache, repo, "snapshots", ref))
     return out
 
 
-def read_facts(model: str | None, env: Mapping[str, str], root: str = "/", revision: str | None = None) -> ModelFacts:
+def read_facts(model: str | None, env: Mapping[str, str], read: Read, revision: str | None = None) -> ModelFacts:
     """The model's facts from its files, or UNKNOWN with the reason in ``source``."""
     if not model:
         return ModelFacts(source="no model named")
     reasons = []
-    for directory in model_dirs(model, env, revision):
-        base = os.path.join(root, directory.lstrip("/")) if root not in ("", "/") else directory
-        config, why = _read_json(os.path.join(base, "config.json"))
+    for directory in model_dirs(model, env, read, revision):
+        config, why = _read_json(read, os.path.join(directory, "config.json"))
         if isinstance(config, dict):
-            modules, _ = _read_json(os.path.join(base, "modules.json"))
+            modules, _ = _read_json(read, os.path.join(directory, "modules.json"))
             return facts_from_config(config, modules, source=os.path.join(directory, "config.json"))
         reasons.append(why or f"{directory}/config.json: not a JSON object")
-    if not reasons:
-        return ModelFacts(source=f"no readable copy of {model}'s config.json (no Hugging Face cache named)")
-    return ModelFacts(source=f"{model}'s config.json could not be read ({reasons[0]})")
+    why = (reasons[1:] or reasons)[0]  # a hub id's cache says more than the same name as a directory
+    return ModelFacts(source=f"{model}'s config.json could not be read ({why})")
