@@ -21,7 +21,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoststate import report as report_mod
+from hoststate.diff import Finding
 from hoststate.errors import InputError
+from hoststate.report import clip, finding_lines, md_code, md_text, safe
 
 FORMATS = ("text", "json", "markdown")
 #: How many member files a text or Markdown group line names before "+N more".
@@ -301,67 +304,71 @@ def _members_text(members: list[str]) -> str:
     return shown + (f", +{len(members) - _SHOW_MEMBERS} more" if len(members) > _SHOW_MEMBERS else "")
 
 
-def _who(o: dict[str, Any]) -> str:
+def _who(o: dict[str, Any], width: int) -> str:
+    """``snapshot (host, label): N invalidating`` in ``width`` columns: host and label whole, the file's
+    path cut in the middle when the line would not fit."""
     parts = [p for p in (o["hostname"], o["label"]) if p]
-    return f"{o['snapshot']} ({', '.join(parts)})" if parts else o["snapshot"]
+    tail = (f" ({safe(', '.join(parts))})" if parts else "") + f": {len(o['findings'])} invalidating"
+    return clip(clip(safe(o["snapshot"]), max(24, width - len(tail))) + tail, width)
 
 
 def _headline(report: FleetReport) -> str:
     in_ref = next((len(m) for d, m in report.groups if d == report.reference_digest), 0)
     source = "majority" if report.reference_from == "majority" else f"from {report.reference_from}"
-    return (f"{report.total} snapshot(s), {len(report.groups)} group(s); reference {report.reference_digest} "
+    return (f"{report.total} snapshot(s), {len(report.groups)} group(s); reference {report.reference_digest[:23]} "
             f"({source}, {in_ref} match); {len(report.outliers)} outlier(s), {len(report.skipped)} skipped")
 
 
 def render_text(report: FleetReport, *, color: bool = False) -> str:
+    """The fleet for a terminal: every value from a snapshot escaped (report.safe), lines of at most
+    report.WIDTH columns (a finding too long for one line goes on two, cut in the middle like diff's)."""
     red, reset = ("\x1b[1;31m", "\x1b[0m") if color else ("", "")
-    lines = [_headline(report), "", "groups:"]
+    width = report_mod.WIDTH
+    lines = [clip(safe(_headline(report)), width), "", "groups:"]
     for d, members in report.groups:
         mark = "*" if d == report.reference_digest else " "
-        lines.append(f" {mark}{len(members):>6}  {d}  {_members_text(members)}")
+        head = safe(f" {mark}{len(members):>6}  {d}  ")
+        lines.append(head + clip(safe(_members_text(members)), max(20, width - len(head))))
     if report.outliers:
         lines += ["", f"{red}outliers ({len(report.outliers)}):{reset}"]
         for o in report.outliers:
-            lines.append(f"  {_who(o)}: {len(o['findings'])} invalidating")
-            lines.extend(f"    {f['path']}: {_change(f)}  ({f['reason']})" for f in o["findings"])
+            lines.append("  " + _who(o, width - 2))
+            for f in o["findings"]:
+                finding = Finding(f["path"], f["change"], f["old"], f["new"], "invalidating", f.get("rule", ""),
+                                  f.get("reason", ""))
+                lines.extend("    " + line for line in finding_lines(finding, width - 4))
     if report.skipped:
         lines += ["", f"skipped ({len(report.skipped)}):"]
-        lines.extend(f"  {s['file']}: {s['error']}" for s in report.skipped)
+        lines.extend(clip(safe(f"  {s['file']}: {s['error']}"), width) for s in report.skipped)
     if report.warnings:
         lines += ["", f"warnings ({len(report.warnings)}):"]
-        lines.extend(f"  {w['file'] + ': ' if w['file'] else ''}{w['message']}" for w in report.warnings)
+        lines.extend(clip(safe(f"  {w['file'] + ': ' if w['file'] else ''}{w['message']}"), width)
+                     for w in report.warnings)
     return "\n".join(lines) + "\n"
 
 
-def _md(text: Any) -> str:
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
-def _code(text: str) -> str:
-    return f"`{text}`" if "`" not in text else f"``{text}``"
-
-
 def render_markdown(report: FleetReport) -> str:
-    lines = [f"**hoststate fleet**: {_md(_headline(report))}", "", "| | snapshots | digest | members |",
+    lines = [f"**hoststate fleet**: {md_text(_headline(report))}", "", "| | snapshots | digest | members |",
              "|---|---:|---|---|"]
     for d, members in report.groups:
         mark = "reference" if d == report.reference_digest else "outlier"
-        lines.append(f"| {mark} | {len(members)} | {_code(d)} | {_md(_members_text(members))} |")
+        lines.append(f"| {mark} | {len(members)} | {md_code(d)} | {md_text(_members_text(members))} |")
     if report.outliers:
         lines += ["", "| snapshot | host | path | reference | outlier | reason |", "|---|---|---|---|---|---|"]
         for o in report.outliers:
-            host = _md(o["hostname"] or "")
+            host = md_text(o["hostname"] or "")
             if not o["findings"]:
-                lines.append(f"| {_md(o['snapshot'])} | {host} | (no invalidating finding) | | | |")
+                lines.append(f"| {md_text(o['snapshot'])} | {host} | (no invalidating finding) | | | |")
             for f in o["findings"]:
-                lines.append(f"| {_md(o['snapshot'])} | {host} | {_code(_md(f['path']))} | {_md(_value(f['old']))} "
-                             f"| {_md(_value(f['new']))} | {_md(f['reason'])} |")
+                lines.append(f"| {md_text(o['snapshot'])} | {host} | {md_code(f['path'])} "
+                             f"| {md_text(_value(f['old']))} | {md_text(_value(f['new']))} | {md_text(f['reason'])} |")
     if report.skipped:
         lines += ["", f"Skipped ({len(report.skipped)}):", ""]
-        lines.extend(f"- {_md(s['file'])}: {_md(s['error'])}" for s in report.skipped)
+        lines.extend(f"- {md_text(s['file'])}: {md_text(s['error'])}" for s in report.skipped)
     if report.warnings:
         lines += ["", f"Warnings ({len(report.warnings)}):", ""]
-        lines.extend(f"- {_md(w['file']) + ': ' if w['file'] else ''}{_md(w['message'])}" for w in report.warnings)
+        lines.extend(f"- {md_text(w['file']) + ': ' if w['file'] else ''}{md_text(w['message'])}"
+                     for w in report.warnings)
     return "\n".join(lines) + "\n"
 
 

@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -310,3 +311,28 @@ def test_render_rejects_unknown_format(base, tmp_path) -> None:
     write_fleet(base, str(tmp_path), 1, {})
     with pytest.raises(ValueError):
         fleet.render(fleet.run_fleet([str(tmp_path)]), "yaml")
+
+
+def test_hostile_values_are_escaped_and_lines_fit(base, tmp_path) -> None:
+    """Snapshots come from other hosts: a hostname or value carrying a terminal escape, a bidi override, a
+    Markdown pipe or HTML must reach neither the terminal nor the table as markup, and text lines keep to 120."""
+    hostile = "evil\x1b]0;owned\x07\u202egpj.exe|<img src=x>" + "w" * 300
+    drifts = {1: ("", ("system", "kernel", "release"), hostile)}
+    paths = write_fleet(base, str(tmp_path / "snaps"), 3, drifts)
+    snap = host_snapshot(base, 1, ("system", "kernel", "release"), hostile)
+    snap["hoststate"]["hostname"] = hostile[:36]
+    with open(paths[1], "w", encoding="utf-8") as fh:
+        fh.write(to_toml(snap))
+    report = fleet.run_fleet([str(tmp_path / "snaps")])
+    assert len(report.outliers) == 1
+    text = fleet.render(report, "text")
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert "evil\\e]0;owned\\x07\\u202egpj.exe|<img src=x>" in text  # the hostname escaped, not dropped
+    assert '"evil\\u001b]0;owned\\u0007' in text  # the value too
+    assert max(len(line) for line in text.splitlines()) <= 120
+    assert "kernel.release" in text  # the finding's path survives the width limit
+    markdown = fleet.render(report, "markdown")
+    assert "\x1b" not in markdown and "\u202e" not in markdown
+    assert "\\<img" in markdown and not re.search(r"(?<!\\)<img", markdown)  # HTML made inert
+    rows = [line for line in markdown.splitlines() if "kernel.release" in line]
+    assert rows and all(line.replace("\\|", "").count("|") == 7 for line in rows)  # six cells, no injected one
