@@ -31,7 +31,7 @@ from hoststate import procfiles, snapshot
 from hoststate.collectors import Context, dsa
 from hoststate.io import MAX_BYTES
 from hoststate.nvml_replay import import_pynvml, load_data
-from tests.conftest import HOSTS, REPO
+from tests.conftest import HOSTS, PYTHONPATH, REPO
 
 #: The subprocess's own timeout: a hang detector, never a timing assertion.
 HANG = 120
@@ -51,7 +51,7 @@ def snap_cli(tmp_path, *args: str, prelude: str = "", env: dict[str, str] | None
     if out.exists():
         out.unlink()
     code = "import sys\n" + textwrap.dedent(prelude) + "\nfrom hoststate.cli import main\nmain(sys.argv[1:])\n"
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    full_env = {**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})}
     if env is None or "HOSTSTATE_NVML_REPLAY" not in env:
         full_env.pop("HOSTSTATE_NVML_REPLAY", None)
     proc = subprocess.run([sys.executable, "-c", code, "snap", "-o", str(out), "--timeout", "2", *args],

@@ -16,7 +16,7 @@ from hoststate.collectors import COLLECTORS, Context, run_one
 from hoststate.collectors import gpu as gpu_collector
 from hoststate.nvml_replay import ReplayError, load, load_data, synthetic_hgx
 from hoststate.snapshot import collect, loads, to_toml
-from tests.conftest import FIXTURES, REPO
+from tests.conftest import FIXTURES, PYTHONPATH, REPO
 
 NVML = FIXTURES / "nvml"
 REAL = FIXTURES / "real"
@@ -404,7 +404,7 @@ def test_show_and_collector_import_never_import_pynvml():
 
 def test_cli_snap_on_replay(tmp_path):
     env = {"HOSTSTATE_NVML_REPLAY": str(NVML / "hgx-h100-8-link-down.json"), "PATH": "/usr/bin:/bin",
-           "PYTHONPATH": str(REPO)}  # fmt: skip
+           "PYTHONPATH": PYTHONPATH}  # fmt: skip
     out = tmp_path / "snap.toml"
     proc = subprocess.run(
         [sys.executable, "-m", "hoststate", "snap", "--only", "gpu", "-o", str(out)],

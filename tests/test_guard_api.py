@@ -26,7 +26,7 @@ from hoststate.guard import (
     with_guard_table,
 )
 from hoststate.snapshot import digest, loads, to_toml
-from tests.conftest import HOSTS, REPO, require
+from tests.conftest import HOSTS, PYTHONPATH, REPO, require
 
 WQ = 'dsa.devices.dsa0.wqs."wq0.0".state'
 
@@ -226,7 +226,7 @@ def test_docs_guard_example_runs(tmp_path) -> None:
     assert blocks, "docs/guard.md has a python example"
     script = tmp_path / "example.py"
     script.write_text(blocks[0])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     proc = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, env=env,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr

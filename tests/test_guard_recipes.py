@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.conftest import HOSTS, REPO, require
+from tests.conftest import HOSTS, PYTHONPATH, REPO, require
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -45,7 +45,7 @@ def sweep(tmp_path):
             path = tmp_path / "sweep.sh"
             path.write_text(edit(path.read_text()))
         env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "ROOT": str(HOSTS / tree),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+               "PYTHONPATH": PYTHONPATH}
         return subprocess.run(["bash", "sweep.sh", MODEL, state], cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=300)
 

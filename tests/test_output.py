@@ -19,7 +19,7 @@ import pytest
 from hoststate import output
 from hoststate.errors import WriteError
 from hoststate.snapshot import loads
-from tests.conftest import FIXTURES, HOSTS, REPO, require
+from tests.conftest import FIXTURES, HOSTS, PYTHONPATH, require
 
 SNAP = FIXTURES / "snapshots" / "seed-baseline.toml"
 ROOT = HOSTS / "seed-baseline"
@@ -29,7 +29,7 @@ HANG = 120
 
 def cli(*args: str, prelude: str = "", umask: int | None = None) -> subprocess.CompletedProcess:
     code = "import sys\n" + textwrap.dedent(prelude) + "\nfrom hoststate.cli import main\nmain(sys.argv[1:])\n"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     env.pop("HOSTSTATE_NVML_REPLAY", None)
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, env=env, timeout=HANG,
                           check=False, preexec_fn=None if umask is None else (lambda: os.umask(umask)))

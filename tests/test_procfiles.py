@@ -20,7 +20,7 @@ import pytest
 
 from hoststate import procfiles, snapshot
 from hoststate.collectors import packages
-from tests.conftest import REPO
+from tests.conftest import PYTHONPATH
 
 SERVE = "import sys, time\nprint('ready', flush=True)\ntime.sleep(120)\n"
 SYSTEM_PYTHON = "/usr/bin/python3"  # reachable for the nobody user (the test venv may live under /root)
@@ -28,7 +28,7 @@ SYSTEM_PYTHON = "/usr/bin/python3"  # reachable for the nobody user (the test ve
 
 def _snap(tmp: Path, *args: str, cwd: Path | None = None) -> tuple[dict, subprocess.CompletedProcess]:
     out = tmp / f"snap-{len(list(tmp.glob('snap-*')))}.toml"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     done = subprocess.run([sys.executable, "-m", "hoststate", "snap", "-o", str(out), "--only", "vllm", *args],
                           capture_output=True, text=True, timeout=120, cwd=cwd or tmp, env=env)
     assert done.returncode in (0, 1), done.stderr

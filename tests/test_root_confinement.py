@@ -17,7 +17,7 @@ from hoststate import io, snapshot
 from hoststate.collectors import Context, dsa, system
 from hoststate.collectors import accel_config as accel
 from hoststate.io import ESCAPES, Reader
-from tests.conftest import HOSTS, REPO
+from tests.conftest import HOSTS, PYTHONPATH
 
 MARKER = "HOSTMARKER7c1d"
 #: The subprocess's own timeout only detects a hang; nothing asserts wall-clock time.
@@ -120,7 +120,7 @@ def test_escaping_links_through_the_cli(tmp_path, resolver) -> None:
     out = tmp_path / "snap.toml"
     prelude = "import hoststate.io as io\nio._openat2_usable = False\n" if resolver else ""
     code = "import sys\n" + prelude + "from hoststate.cli import main\nmain(sys.argv[1:])\n"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HOSTSTATE_TEST_SECRET": MARKER}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "HOSTSTATE_TEST_SECRET": MARKER}
     proc = subprocess.run([sys.executable, "-c", code, "snap", "--root", root, "-o", str(out)],
                           capture_output=True, text=True, env=env, timeout=HANG, check=False)
     assert proc.returncode == 0, proc.stderr

@@ -29,7 +29,7 @@ from hoststate.collectors import Context
 from hoststate.collectors import vllm as vllm_collector
 from hoststate.redact import REDACTED
 from tests import secrets_corpus as corpus
-from tests.conftest import REPO
+from tests.conftest import PYTHONPATH, REPO
 
 #: The subprocess's own timeout: a hang detector, never a timing assertion.
 HANG = 120
@@ -83,7 +83,7 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This test's environment plus every env shape (the snapshotting process's own environment)."""
     env = {k: v for k, v in os.environ.items() if corpus.MARKER not in v}
     env.update(corpus.env())
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = PYTHONPATH
     env.pop("HOSTSTATE_NVML_REPLAY", None)
     env.update(extra or {})
     return env

@@ -21,7 +21,7 @@ import pytest
 from hoststate import snapshot
 from hoststate.collectors.vllm import read_input_file
 from hoststate.collectors.vllm.model import read_facts
-from tests.conftest import REPO, require
+from tests.conftest import PYTHONPATH, require
 
 DENSE = {"architectures": ["LlamaForCausalLM"], "num_attention_heads": 32, "num_key_value_heads": 8}
 MOE = {"architectures": ["MixtralForCausalLM"], "num_local_experts": 8, "num_key_value_heads": 8}
@@ -48,7 +48,7 @@ def _snap(tmp: Path, *args: str) -> dict:
     out = tmp / f"snap-{len(list(tmp.glob('snap-*')))}.toml"
     done = subprocess.run([sys.executable, "-m", "hoststate", "snap", "-o", str(out), "--only", "vllm", *args],
                           capture_output=True, text=True, timeout=120, cwd=tmp,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "HF_HOME": str(tmp / "no-cache")})
+                          env={**os.environ, "PYTHONPATH": PYTHONPATH, "HF_HOME": str(tmp / "no-cache")})
     assert done.returncode in (0, 1), done.stderr
     assert "Traceback" not in done.stderr
     return snapshot.loads(out.read_text())
