@@ -9,7 +9,9 @@ and `create_engine_config`, so VllmConfig.__post_init__ decides the final cudagr
 Nothing of vLLM is edited.  What a GPU host would answer is stubbed at run time:
 - the platform: a CUDA platform object answering as one node of 8x H100 80GB (capability
   9.0), installed as `vllm.platforms.current_platform` before the rest of vLLM is imported;
-  `vllm._C` (compiled kernels, absent on a CPU-only install) is an empty module;
+  `vllm._C` (compiled kernels, which need libcuda) is an empty module, and so are the other
+  compiled modules a version's config resolution imports (COMPILED_MODULES); module constants
+  that say what the GPU build holds (CONFIG_CONSTANTS: Triton) answer as on such a host;
 - the model hub: an offline Hugging Face cache in a temporary directory holding canned
   config.json files, with HF_HUB_OFFLINE=1, so vLLM's own config loading reads them.
 Every case runs in a forked child, so one case cannot leak state into the next.
@@ -49,7 +51,6 @@ PLATFORM = {
     "device_type": "cuda",
     "stubbed": [
         "vllm.platforms.current_platform (CudaPlatform subclass answering the values above)",
-        "vllm._C (empty module)",
         "torch.cuda.device_count, torch.cuda.is_available",
         "vllm cuda_device_count_stateless",
         "Hugging Face hub: offline cache holding the canned config.json of each model",
@@ -104,9 +105,30 @@ def prepare_environment(models: dict[str, Any]) -> str:
     return home
 
 
+# vLLM's compiled kernel modules (they need libcuda), by the first version whose config resolution
+# imports them: the CUDA platform module imports vllm._C_stable_libtorch from 0.33, and 0.33's model
+# registry inspects architectures in-process, through modules that need the flash-attention kernels.
+COMPILED_MODULES = {
+    "vllm._C": (0, 0),
+    "vllm._C_stable_libtorch": (0, 33),
+    "vllm.vllm_flash_attn._vllm_fa2_C": (0, 33),
+    "vllm.vllm_flash_attn._vllm_fa3_C": (0, 33),
+}
+
+
+def installed_vllm() -> tuple[int, ...]:
+    """(major, minor) of the installed vLLM, read from its metadata (vLLM is not imported yet)."""
+    from importlib.metadata import version
+
+    return tuple(int(part) for part in re.findall(r"\d+", version("vllm"))[:2])
+
+
 def install_platform_stub() -> None:
     """Make vLLM see a CUDA node of 8x H100 before any of its modules resolves the platform."""
-    sys.modules.setdefault("vllm._C", types.ModuleType("vllm._C"))
+    stubbed = [name for name, since in COMPILED_MODULES.items() if installed_vllm() >= since]
+    for name in stubbed:
+        sys.modules.setdefault(name, types.ModuleType(name))
+    PLATFORM["stubbed"].insert(1, f"{', '.join(stubbed)} (empty)")
     import torch
 
     torch.cuda.device_count = lambda: PLATFORM["device_count"]
@@ -175,10 +197,15 @@ def _import_first(*names: str) -> Any:
     raise ImportError(f"none of {names}")
 
 
+def _cli_args(name: str) -> tuple[str, ...]:
+    """Where the serve parser's helpers live: openai.cli_args, common.cli_args from 0.33."""
+    return (f"vllm.entrypoints.openai.cli_args:{name}", f"vllm.entrypoints.common.cli_args:{name}")
+
+
 def build_parser(argv: list[str]) -> tuple[Any, list[str], str]:
     """The parser vLLM itself builds for this program, the arguments it parses, and its kind."""
     flexible = _import_first("vllm.utils.argparse_utils:FlexibleArgumentParser", "vllm.utils:FlexibleArgumentParser")
-    make_arg_parser = _import_first("vllm.entrypoints.openai.cli_args:make_arg_parser")
+    make_arg_parser = _import_first(*_cli_args("make_arg_parser"))
     if len(argv) >= 3 and argv[1] == "-m":
         if argv[2] != "vllm.entrypoints.openai.api_server":
             raise SystemExit(f"unsupported module {argv[2]}")
@@ -218,7 +245,7 @@ def jsonable(value: Any) -> Any:
 def non_default_args(args: argparse.Namespace) -> dict[str, Any]:
     """vLLM's own 'non-default args': every dest whose value differs from the serve parser default."""
     flexible = _import_first("vllm.utils.argparse_utils:FlexibleArgumentParser", "vllm.utils:FlexibleArgumentParser")
-    make_arg_parser = _import_first("vllm.entrypoints.openai.cli_args:make_arg_parser")
+    make_arg_parser = _import_first(*_cli_args("make_arg_parser"))
     defaults = vars(make_arg_parser(flexible()).parse_args([]))
     out = {}
     for dest, default in defaults.items():
@@ -265,6 +292,11 @@ def _refusal(stage: str, exc: BaseException, stderr: str) -> dict[str, Any]:
 REFUSALS = (SystemExit, ValueError, NotImplementedError, AssertionError, KeyError, argparse.ArgumentError)
 
 
+# A ValueError that only says the stub lacks something: vLLM could not import a model class (its
+# log holds the ImportError), which on a GPU host it can.
+STUB_GAP = re.compile(r"failed to be inspected")
+
+
 def resolve(argv: list[str]) -> dict[str, Any]:
     """One command line through vLLM's parser, EngineArgs and create_engine_config."""
     stage = "parse"
@@ -273,7 +305,7 @@ def resolve(argv: list[str]) -> dict[str, Any]:
         with contextlib.redirect_stderr(err):
             parser, args_in, kind = build_parser(argv)
             args = parser.parse_args(args_in)
-            validate = _import_first("vllm.entrypoints.openai.cli_args:validate_parsed_serve_args")
+            validate = _import_first(*_cli_args("validate_parsed_serve_args"))
             if kind == "cli" and getattr(args, "subparser", None) != "serve":
                 raise SystemExit(f"not a serve command: {args_in[:1]}")
             validate(args)
@@ -287,7 +319,10 @@ def resolve(argv: list[str]) -> dict[str, Any]:
             stage = "config"
             config = engine_args.create_engine_config(usage_context=usage_context.OPENAI_API_SERVER)
     except REFUSALS as exc:  # vLLM refuses by raising; argparse by exiting
-        return _refusal(stage, exc, err.getvalue())
+        if not STUB_GAP.search(str(exc)):
+            return _refusal(stage, exc, err.getvalue())
+        return {"outcome": "oracle_error", "stage": stage, "error": f"{type(exc).__name__}: {exc}"[:300],
+                "traceback": traceback.format_exc()[-3000:]}
     except Exception as exc:  # noqa: BLE001 - not a refusal: the stub is missing something
         return {
             "outcome": "oracle_error",
@@ -307,6 +342,9 @@ def describe(config: Any, nda: dict[str, Any]) -> dict[str, Any]:
     cg = getattr(cc, "cudagraph_mode", None)
     spec = getattr(config, "speculative_config", None)
     parallel = config.parallel_config
+    runner_v2 = None
+    with contextlib.suppress(Exception):  # Model Runner V2 (0.33+); absent before
+        runner_v2 = getattr(config, "use_v2_model_runner", None)
     return {
         "outcome": "ok",
         "cudagraph_mode": cg.name if cg is not None else None,
@@ -321,6 +359,7 @@ def describe(config: Any, nda: dict[str, Any]) -> dict[str, Any]:
         "speculative_method": getattr(spec, "method", None) if spec is not None else None,
         "data_parallel_size": parallel.data_parallel_size,
         "all2all_backend": jsonable(getattr(parallel, "all2all_backend", None)),
+        "model_runner_v2": runner_v2 if isinstance(runner_v2, bool) else None,
     }
 
 
@@ -404,6 +443,21 @@ def answer_flash_attention() -> None:
                                "(vLLM before 0.11.0)")
 
 
+# Answers of the GPU host's software that vLLM's config module reads as module constants (0.33+):
+# Triton ships with the CUDA build of torch, and 0.33 picks its default model runner by it (Model
+# Runner V2 needs Triton). A version whose config module lacks the name is left alone.
+CONFIG_CONSTANTS = {"HAS_TRITON": True}
+
+
+def patch_config_constants() -> None:
+    module = sys.modules.get("vllm.config.vllm")
+    patched = [name for name in CONFIG_CONSTANTS if module is not None and hasattr(module, name)]
+    for name in patched:
+        setattr(module, name, CONFIG_CONSTANTS[name])
+    if patched:
+        PLATFORM["stubbed"].append("vllm.config.vllm: " + ", ".join(f"{n} = {CONFIG_CONSTANTS[n]}" for n in patched))
+
+
 def preload() -> None:
     """Import vLLM's parser and engine modules once, before forking, so each case starts fast."""
     build_parser(["vllm", "serve"])
@@ -412,6 +466,7 @@ def preload() -> None:
     memoise_model_inspection()
     answer_flash_attention()
     patch_host_queries()
+    patch_config_constants()
 
 
 def cases_for(data: dict[str, Any], version: str) -> list[dict[str, Any]]:
