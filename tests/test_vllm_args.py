@@ -175,7 +175,8 @@ def test_normaliser_rules(argv, expected):
 
 def test_model_option_by_version():
     """0.10.1: the positional model wins over --model; 0.10.2 and 0.11.0 refuse --model; 0.11.1 and 0.12 move it
-    to the front (a second positional is refused, --model alone is the model); 0.33 refuses --model."""
+    to the front (a second positional is refused, --model alone is the model), and so does 0.33 (its
+    FlexibleArgumentParser.parse_args moves ``--model M`` / ``--model=M`` after ``serve``)."""
     parsed = normalise(["A", "--model", "B"], "0.10.1")
     assert parsed.args["model"] == "A" and any("positional" in n for n in parsed.notes)
     assert parsed.refusals == []
@@ -183,8 +184,9 @@ def test_model_option_by_version():
     assert any("positional argument" in r for r in normalise(["--model", "B"], "0.11.0").refusals)
     assert normalise(["-tp", "2", "--model", "B"], "0.12.0").args == {"model": "B", "tensor_parallel_size": 2}
     assert normalise(["--model=B"], "0.12.0").args == {"model": "B"}
-    assert any("--model" in r for r in normalise(["--model", "B"], "0.33.0").refusals)
-    assert normalise(["M", "--max-model-len", "auto"], "0.33.0").args["max_model_len"] == "auto"
+    assert normalise(["-tp", "2", "--model", "B"], "0.33.0").args == {"model": "B", "tensor_parallel_size": 2}
+    assert any("unrecognized arguments: A" in r for r in normalise(["A", "--model", "B"], "0.33.0").refusals)
+    assert normalise(["M", "--max-model-len", "auto"], "0.33.0").args["max_model_len"] == -1
 
 
 def test_no_flag_at_its_default_is_not_a_non_default_argument():
@@ -480,3 +482,22 @@ def test_pass_config_spellings_by_version():
     assert declared.mode == "FULL_AND_PIECEWISE"
     fused = declare(normalise(["M", _ATTN_FUSION], "0.11.1").args, {}, "0.11.1", _LLAMA)
     assert fused.mode == "FULL" and "pass_config.enable_attn_fusion=true" in fused.because
+
+
+def test_breakable_cuda_graphs_by_architecture_on_0_33():
+    """0.33 runs the architectures it lists with breakable CUDA graphs unless VLLM_USE_BREAKABLE_CUDAGRAPH
+    is set: compilation mode NONE, piecewise graphs kept (vllm/config/vllm.py). An unknown model is
+    assumed not listed, and the assumption is recorded."""
+    listed = ModelFacts(moe=True, pooling=False, encoder_decoder=False, architectures=("DeepseekV32ForCausalLM",),
+                        source="test")
+    other = ModelFacts(moe=False, pooling=False, encoder_decoder=False, architectures=("LlamaForCausalLM",),
+                       source="test")
+    env = {"TORCH_COMPILE_DISABLE": "1"}
+    on = declare({"model": "M"}, env, "0.33.0", listed)
+    assert (on.mode, on.compilation_mode) == ("FULL_AND_PIECEWISE", "NONE")
+    assert declare({"model": "M"}, {**env, "VLLM_USE_BREAKABLE_CUDAGRAPH": "0"}, "0.33.0", listed).mode == \
+        "FULL_DECODE_ONLY"
+    assert declare({"model": "M"}, env, "0.33.0", other).mode == "FULL_DECODE_ONLY"
+    assert declare({"model": "M"}, env, "0.12.0", listed).mode == "FULL_AND_PIECEWISE"  # 0.12: no such rule
+    unknown = declare({"model": "M"}, {}, "0.33.0")
+    assert any(a.startswith("breakable_cudagraph_architecture=no assumed") for a in unknown.assumes)

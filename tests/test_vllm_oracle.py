@@ -166,3 +166,37 @@ def test_hoststate_reads_the_command_line_as_vllm_does(data, case, check):
         assert args_agree(data, case, parsed.args) == []
     else:
         assert declared.mode == case["cudagraph_mode"], declared.because
+
+
+#: Rules of vLLM 0.33.0 that changed from 0.12, as 0.33.0 itself resolved them (case id -> final mode).
+RULES_0_33 = {
+    "env-model-runner-v2-cc-mode-1": "NONE",  # Model Runner V2 + stock torch.compile (mode 1): no graphs
+    "cc-dot-mode-1": "NONE",  # V2 is the default runner
+    "v1-env-cc-mode-1": "FULL_DECODE_ONLY",  # V1: only the piecewise half is dropped
+    "cc-mode-1-suffix": "FULL_DECODE_ONLY",  # a suffix speculator keeps the default runner at V1
+    "dense-dp2-a2a-ht": "FULL_AND_PIECEWISE",  # deepep_high_throughput + DP applies to MoE only
+    "moe-dp2-a2a-ht-no-ep": "NONE",
+    "moe-dp2-a2a-ht-cc-mode-2": "FULL_DECODE_ONLY",  # ... and only under VLLM_COMPILE
+    "cc-dot-fuse-attn-quant": "FULL",  # fuse_attn_quant empties splitting_ops
+    "fuse-attn-quant-graph-partition": "FULL_AND_PIECEWISE",  # not with Inductor graph partition
+    "encdec-cc-piecewise": "FULL_DECODE_ONLY",
+    "encdec-mode-2-piecewise": "NONE",  # normalised before the encoder-decoder rule
+    "pool-mode-2-full": "NONE",  # ... and again after the pooling rule
+    "breakable-cudagraph": "FULL_AND_PIECEWISE",
+}
+
+
+def test_vllm_0_33_rules_are_recorded_and_read_alike():
+    """The recorded corpus holds each 0.33.0 rule (so the generic comparison above exercises it), with
+    the mode vLLM 0.33.0 resolved, and hoststate declares the same."""
+    data = json.loads((ORACLE / "0.33.0.json").read_text())
+    cases = {c["id"]: c for c in data["cases"]}
+    for case_id, mode in RULES_0_33.items():
+        case = cases[case_id]
+        assert (case["outcome"], case["cudagraph_mode"]) == ("ok", mode), case_id
+        assert hoststate_view(data, case)[1].mode == mode, case_id
+    refused = [c for c in data["cases"] if c["outcome"] == "refused"]
+    assert len(refused) >= 40
+    for case in refused:
+        parsed, declared = hoststate_view(data, case)
+        assert parsed.refusals or declared.refused, case["id"]

@@ -16,9 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hoststate.collectors.vllm.modes import parse_cg_mode
+from hoststate.collectors.vllm.modes import parse_cg_mode, parse_comp_mode
 from hoststate.collectors.vllm.options import (
     BOOL,
+    CHOICES,
     FALSE_BY_DEFAULT,
     FLOAT,
     INT,
@@ -190,6 +191,8 @@ def _dest_of(option: str, rules: Rules) -> tuple[str | None, bool]:
     """(dest, negated) for an option string, or (None, False) when unknown."""
     if option in rules.aliases:
         return rules.aliases[option], False
+    if option in rules.disable_flags:
+        return rules.disable_flags[option], True
     if option.startswith("--"):
         name = option[2:].replace("-", "_")
         if name in OPTIONS:
@@ -250,7 +253,8 @@ def _o_dotted(tok: str, rules: Rules, out: Normalised) -> str | None:
     """``-O.x=y`` by version: the token to read, or None when this version refuses it."""
     name = tok.split("=", 1)[0]
     if rules.o_dotted == "error":
-        out.refusals.append(f"{name}: -O.<key> is an error in vLLM {rules.version}; use -cc.<key>=<value>")
+        out.refusals.append(f"{name}: -O.<key> is an error in vLLM {rules.version} (read as --optimization-level "
+                            f"{tok[2:]!r}, which must be 0-3); use -cc.<key>=<value>")
         return None
     if rules.o_dotted == "deprecated":
         out.notes.append(f"{name}: -O.<key> is deprecated in vLLM {rules.version}, read as -cc.<key>")
@@ -411,7 +415,7 @@ def _pass2(tokens: list[str], rules: Rules, out: Normalised) -> list[str]:
 
 
 def _serve_model_option(tokens: list[str], program: str, rules: Rules, out: Normalised) -> list[str]:
-    """``vllm serve ... --model M``: an ordinary option up to 0.10; refused by 0.11.0 and 0.33; 0.11.1-0.12
+    """``vllm serve ... --model M``: an ordinary option up to 0.10; refused by 0.11.0; 0.11.1-0.12 and 0.33
     move M to the front as the positional model (so a second positional is refused)."""
     if program != "vllm serve" or rules.serve_model_option == "option":
         return tokens
@@ -445,6 +449,12 @@ def _version_values(out: Normalised, rules: Rules) -> None:
     """Values this version's parser refuses although the option exists."""
     if out.args.get("max_model_len") == "auto" and not rules.max_model_len_auto:
         out.refusals.append(f"--max-model-len: invalid human_readable_int value: 'auto' (vLLM {rules.version})")
+    elif out.args.get("max_model_len") == "auto":
+        out.args["max_model_len"] = -1  # vLLM's human_readable_int_or_auto
+    for dest, allowed in CHOICES.items():
+        if dest in out.args and out.args[dest] not in allowed:
+            out.refusals.append(f"--{dest.replace('_', '-')}: invalid choice: {out.args[dest]!r} "
+                                f"(choose from {', '.join(allowed)})")
 
 
 #: compilation_config keys that only convert to a graph mode while ``legacy_graph_flags`` holds.
@@ -456,13 +466,15 @@ PASS_RENAMES = {"enable_attn_fusion": "fuse_attn_quant", "enable_noop": "elimina
 
 
 def ignored_compilation_keys(rules: Rules) -> tuple[str, ...]:
-    """compilation_config keys (dotted below pass_config) this version accepts and ignores: they are
-    not fields of its CompilationConfig."""
+    """compilation_config keys (dotted below pass_config) that are not fields of this version's
+    CompilationConfig: accepted and ignored, or refused where ``unknown_compilation_keys`` says so."""
     keys: tuple[str, ...] = () if rules.legacy_graph_flags else LEGACY_GRAPH_KEYS
     if rules.mode_key == "level":
         keys += ("mode",)
     if not rules.pass_config_renamed:
         keys += tuple(f"pass_config.{new}" for new in PASS_RENAMES.values())
+    elif rules.pass_old_spellings_dropped:
+        keys += tuple(f"pass_config.{old}" for old in PASS_RENAMES)
     return keys
 
 
@@ -489,6 +501,8 @@ def compilation_config_view(cc: Mapping[str, Any], rules: Rules) -> dict[str, An
             out["cudagraph_mode"] = "FULL"
     if "cudagraph_mode" in out:
         out["cudagraph_mode"] = parse_cg_mode(out["cudagraph_mode"])
+    if isinstance(out.get(rules.mode_key), str) and parse_comp_mode(out[rules.mode_key]) is not None:
+        out[rules.mode_key] = parse_comp_mode(out[rules.mode_key])  # a mode name is held as its number
     return out
 
 
@@ -499,7 +513,11 @@ def _compilation_keys(out: Normalised, rules: Rules) -> None:
     for key in ignored_compilation_keys(rules):
         head, _, sub = key.partition(".")
         here = cc.get(head) if sub else cc
-        if isinstance(here, Mapping) and (sub or head) in here:
+        if not (isinstance(here, Mapping) and (sub or head) in here):
+            continue
+        if rules.unknown_compilation_keys == "refused":
+            out.refusals.append(f"compilation_config.{key}: extra inputs are not permitted (vLLM {rules.version})")
+        else:
             out.notes.append(f"compilation_config.{key} is not a field in vLLM {rules.version}; vLLM ignores it")
     if "level" in cc and not rules.level_accepted:
         out.refusals.append(f"compilation_config.level is not accepted by vLLM {rules.version} (use mode)")

@@ -56,6 +56,10 @@ class Resolution:
     eager: bool = False
     #: The graph mode was given (cudagraph_mode, or a flag 0.11.0 converts), not a default.
     explicit: bool = False
+    #: Model Runner V2 (True) or V1 (False); None where the version has one runner.
+    runner_v2: bool | None = None
+    #: Breakable CUDA graphs (0.33): piecewise graphs without VLLM_COMPILE.
+    breakable: bool = False
     why: list[str] = field(default_factory=list)
     assumes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -147,15 +151,46 @@ def _decode_context_parallel(r: Resolution) -> None:
 
 
 def _async_scheduling(r: Resolution) -> None:
-    """``--async-scheduling`` with pipeline parallelism or a non-EAGLE/MTP speculative method is refused."""
-    if not r.args.get("async_scheduling"):
-        return
+    """``--async-scheduling`` with pipeline parallelism or a speculative method the version's list lacks is
+    refused (0.33: by Model Runner V1 only)."""
+    if not r.args.get("async_scheduling") or r.runner_v2:
+        return  # Model Runner V2 takes async scheduling with any of these
     if _int(r.args.get("pipeline_parallel_size")) > 1:
         raise Refused("Async scheduling is not yet compatible with pipeline_parallel_size > 1")
     method = _spec_method(r)
     if method is not None and method not in r.rules.async_spec_methods:
         allowed = "EAGLE/MTP speculative decoding" if r.rules.async_spec_methods else "no speculative decoding"
         raise Refused(f"async scheduling is only supported with {allowed}, not {method!r}")
+
+
+def _v2_unsupported(r: Resolution) -> list[str]:
+    """What the command uses that Model Runner V2 lacks (vLLM's own words)."""
+    method = _spec_method(r)
+    if method in r.rules.v2_unsupported_spec_methods:
+        return [f"speculative method '{method}'"]
+    if r.args.get("enable_dbo") and "VLLM_USE_V2_MODEL_RUNNER" not in r.env:
+        return ["dual batch overlap"]
+    return []
+
+
+def _model_runner(r: Resolution) -> None:
+    """Which model runner (0.33): ``VLLM_USE_V2_MODEL_RUNNER`` as an integer, else V2 unless the command
+    uses something V2 lacks. Each runner refuses what it does not support."""
+    if not r.rules.model_runner_v2:
+        return
+    raw = r.env.get("VLLM_USE_V2_MODEL_RUNNER")
+    if raw is None:
+        r.runner_v2 = not _v2_unsupported(r)
+    else:
+        try:
+            r.runner_v2 = bool(int(raw))
+        except ValueError:
+            raise Refused(f"VLLM_USE_V2_MODEL_RUNNER={raw!r} is not an integer") from None
+        if r.runner_v2 and _v2_unsupported(r):
+            raise Refused(f"Model Runner V2 does not yet support: {', '.join(_v2_unsupported(r))}")
+    if not r.runner_v2 and _int(r.args.get("prefill_context_parallel_size")) > 1:
+        raise Refused("Model Runner V1 does not support: prefill context parallel")
+    r.why.append(f"{r.tag}: Model Runner {'V2' if r.runner_v2 else 'V1'}")
 
 
 # -- steps that decide the mode ---------------------------------------------------------------
@@ -196,14 +231,31 @@ def _compilation_mode(r: Resolution) -> None:
 
 
 def _torch_compile_disable(r: Resolution) -> None:
-    """TORCH_COMPILE_DISABLE=1: compilation mode NONE at config time (0.33 only)."""
-    if r.env.get("TORCH_COMPILE_DISABLE", "").lower() not in _TRUE:
+    """TORCH_COMPILE_DISABLE=1: compilation mode NONE at config time (0.33 only, which reads exactly "1")."""
+    value = r.env.get("TORCH_COMPILE_DISABLE", "")
+    if value.lower() not in _TRUE:
         return
-    if r.rules.torch_compile_disable:
+    if r.rules.torch_compile_disable and value == "1":
         r.comp = 0
         r.why.append("TORCH_COMPILE_DISABLE=1: compilation mode NONE")
     else:
         r.why.append(f"TORCH_COMPILE_DISABLE=1 has no config-time effect in {r.tag}")
+
+
+def _breakable_cudagraph(r: Resolution) -> None:
+    """Breakable CUDA graphs (0.33): ``VLLM_USE_BREAKABLE_CUDAGRAPH=1``, or unset and an architecture vLLM
+    lists; the compilation mode becomes NONE and piecewise graphs are kept."""
+    if not r.rules.breakable_cudagraph:
+        return
+    raw = r.env.get("VLLM_USE_BREAKABLE_CUDAGRAPH")
+    if raw is None:
+        known = bool(set(r.model.architectures) & r.rules.breakable_architectures) if r.model.architectures else None
+        on = r.fact("breakable_cudagraph_architecture", known, assumed=False)
+    else:
+        on = raw == "1"
+    if on:
+        r.breakable, r.comp = True, 0
+        r.why.append("breakable CUDA graphs: compilation mode NONE, piecewise graphs kept")
 
 
 def _v0_feature(r: Resolution) -> str | None:
@@ -284,7 +336,7 @@ def _legacy_flags(r: Resolution) -> None:
 def _graphs_without_compile(r: Resolution) -> None:
     """Graphs while the compilation mode is not VLLM_COMPILE, by version."""
     how = r.rules.graphs_without_compile
-    if r.comp == VLLM_COMPILE or r.mode == "NONE" or how == "refused":
+    if r.comp == VLLM_COMPILE or r.mode == "NONE" or how == "refused" or r.breakable:
         return
     because = f"compilation mode {COMP_NAMES.get(r.comp or 0)} (not VLLM_COMPILE)"
     if how == "none" or r.mode == "PIECEWISE":
@@ -293,12 +345,10 @@ def _graphs_without_compile(r: Resolution) -> None:
         r.set("FULL_DECODE_ONLY", because)
 
 
-def _v2_model_runner(r: Resolution) -> None:
-    """Model Runner V2 without VLLM_COMPILE captures no graphs (0.33)."""
-    if not r.rules.v2_runner_needs_compile or r.env.get("VLLM_USE_V2_MODEL_RUNNER", "").lower() not in _TRUE:
-        return
-    if r.comp != VLLM_COMPILE and r.mode != "NONE":
-        r.set("NONE", "VLLM_USE_V2_MODEL_RUNNER=1 with a compilation mode below VLLM_COMPILE")
+def _v2_stock_torch_compile(r: Resolution) -> None:
+    """Model Runner V2 with stock torch.compile (compilation mode 1) captures no graphs (0.33)."""
+    if r.runner_v2 and r.comp == 1 and r.mode != "NONE":
+        r.set("NONE", "Model Runner V2 with compilation mode STOCK_TORCH_COMPILE")
 
 
 def _context_parallel(r: Resolution) -> None:
@@ -323,23 +373,23 @@ def _is_pooling(r: Resolution) -> bool:
 
 
 def _model_rule_applies(r: Resolution) -> bool:
-    """Full graphs are replaced for pooling / encoder-decoder models: 0.11 only in the default mode."""
-    return has_full(r.mode) and r.rules.family not in ("v10.0", "v10") and not (
-        r.explicit and r.rules.model_rules_default_only)
+    """Graph modes are replaced for pooling / encoder-decoder models from 0.11: 0.11 only in the default mode."""
+    return r.rules.family not in ("v10.0", "v10") and not (r.explicit and r.rules.model_rules_default_only)
 
 
 def _pooling(r: Resolution) -> None:
     """Pooling runners take no full graphs."""
-    if _model_rule_applies(r) and _is_pooling(r):
+    if has_full(r.mode) and _model_rule_applies(r) and _is_pooling(r):
         r.set("PIECEWISE", "pooling model")
 
 
 def _encoder_decoder(r: Resolution) -> None:
-    """Encoder-decoder models take no full mixed graphs."""
-    if not _model_rule_applies(r):
+    """Encoder-decoder models: every graph mode but NONE becomes the version's one."""
+    target = r.rules.encoder_decoder_mode
+    if r.mode in ("NONE", target) or not _model_rule_applies(r):
         return
     if r.fact("encoder_decoder", r.model.encoder_decoder, assumed=False):
-        r.set(r.rules.encoder_decoder_mode, "encoder-decoder model")
+        r.set(target, "encoder-decoder model")
 
 
 def _eager_mode(r: Resolution) -> None:
@@ -351,6 +401,8 @@ def _eager_mode(r: Resolution) -> None:
 def _all2all(r: Resolution) -> None:
     """deepep_high_throughput all2all with DP > 1 takes no graphs (0.33: MoE models only; 0.10.2: no full
     graphs, PIECEWISE)."""
+    if r.rules.all2all_needs_compile and r.comp != VLLM_COMPILE:
+        return
     backend = r.args.get("all2all_backend")
     if backend is None and r.rules.all2all_env:
         backend = r.env.get("VLLM_ALL2ALL_BACKEND")
@@ -368,7 +420,8 @@ def _fuse_attn_quant(r: Resolution) -> None:
     splitting_ops: piecewise modes become FULL."""
     passes = r.cc.get("pass_config")
     keys = [key for key in r.rules.attn_fusion_keys if isinstance(passes, Mapping) and passes.get(key) is True]
-    if keys and r.comp == VLLM_COMPILE and "splitting_ops" not in r.cc and has_piecewise(r.mode):
+    partition = r.cc.get("use_inductor_graph_partition") is True  # graph partition keeps the splitting ops
+    if keys and r.comp == VLLM_COMPILE and "splitting_ops" not in r.cc and not partition and has_piecewise(r.mode):
         r.set("FULL", f"pass_config.{keys[0]}=true (splitting_ops emptied)")
 
 
@@ -384,8 +437,8 @@ def _empty_splitting_ops(r: Resolution) -> None:
 
 
 def _piecewise_needs_compile(r: Resolution) -> None:
-    """Before 0.12, piecewise graphs without VLLM_COMPILE fail a startup assertion."""
-    if has_piecewise(r.mode) and r.comp != VLLM_COMPILE:
+    """Before 0.12, piecewise graphs without VLLM_COMPILE fail a startup assertion (breakable graphs pass)."""
+    if has_piecewise(r.mode) and r.comp != VLLM_COMPILE and not r.breakable:
         raise Refused(f"piecewise CUDA graphs need compilation {r.rules.mode_key} 3 (VLLM_COMPILE); "
                       f"cudagraph_mode={r.mode}")
 
@@ -402,12 +455,14 @@ def _capture_sizes(r: Resolution) -> None:
         raise Refused("cudagraph_capture_sizes should contain at least one element when using cuda graph")
 
 
+#: vLLM normalises graphs without VLLM_COMPILE twice (0.33): before and after the model rules.
 STEPS: tuple[Step, ...] = (
     _memory_fraction, _speculative_method, _v1_required, _speculative_on_v0, _expert_parallel,
-    _decode_context_parallel, _async_scheduling, _enforce_eager, _optimization_level, _compilation_mode,
-    _torch_compile_disable, _default_mode, _explicit_mode,
-    _legacy_flags, _graphs_without_compile, _v2_model_runner, _context_parallel, _pooling, _encoder_decoder,
-    _eager_mode, _all2all, _fuse_attn_quant, _empty_splitting_ops, _piecewise_needs_compile, _capture_sizes,
+    _decode_context_parallel, _model_runner, _async_scheduling, _enforce_eager, _optimization_level,
+    _compilation_mode, _torch_compile_disable, _breakable_cudagraph, _default_mode, _explicit_mode, _legacy_flags,
+    _graphs_without_compile, _context_parallel, _pooling, _encoder_decoder, _eager_mode, _graphs_without_compile,
+    _v2_stock_torch_compile, _all2all, _fuse_attn_quant, _empty_splitting_ops, _piecewise_needs_compile,
+    _capture_sizes,
 )
 
 

@@ -60,6 +60,9 @@ OPTIONS: dict[str, str] = {
     "config": STR,
 }
 
+#: Options whose parser takes only these values (others are refused).
+CHOICES: dict[str, tuple[str, ...]] = {"performance_mode": ("balanced", "interactivity", "throughput")}
+
 #: Flags whose parser default is False: ``--no-X`` (or a last ``--no-X``) leaves vLLM's value at its
 #: default, so, like vLLM's own "non-default args", the normalised arguments do not hold it.
 FALSE_BY_DEFAULT: frozenset[str] = frozenset({

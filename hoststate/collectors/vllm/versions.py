@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -59,17 +59,31 @@ class Rules:
     #: What deepep_high_throughput with DP > 1 makes of graphs: "NONE" (any mode) or "PIECEWISE" (full
     #: modes become PIECEWISE, MoE ops split out of the graphs, 0.10.2).
     all2all_ht_mode: str
-    #: Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1) with a compilation mode below VLLM_COMPILE -> NONE.
-    v2_runner_needs_compile: bool
-    #: ``--convert`` makes a pooling runner by itself (older) or only with ``--runner pooling``.
+    #: Model Runner V2 exists (0.33): the default runner on a GPU host (Triton present) unless the
+    #: command uses something V2 lacks; ``VLLM_USE_V2_MODEL_RUNNER`` (an integer) forces it on or off.
+    #: V2 captures no graphs with stock torch.compile (compilation mode 1); V1 and V2 each refuse what
+    #: they do not support, and only V1 limits ``--async-scheduling``.
+    model_runner_v2: bool
+    #: Speculative methods Model Runner V2 lacks: with them the default runner is V1.
+    v2_unsupported_spec_methods: frozenset[str]
+    #: ``VLLM_USE_BREAKABLE_CUDAGRAPH=1`` (or, unset, a model architecture listed here): compilation
+    #: mode NONE, yet piecewise graphs are kept (0.33).
+    breakable_cudagraph: bool
+    breakable_architectures: frozenset[str]
+    #: The deepep_high_throughput all2all rule runs only under VLLM_COMPILE (0.33 applies it in
+    #: ``set_splitting_ops_for_v1``, which returns first for any other compilation mode).
+    all2all_needs_compile: bool
+    #: ``--convert`` other than auto/none makes a pooling runner by itself (up to 0.10.2, again in 0.33) or
+    #: not (0.11-0.12: the runner comes from the architecture).
     convert_makes_pooling: bool
-    #: Encoder-decoder models with full graphs: "PIECEWISE" (0.11-0.12) or "FULL_DECODE_ONLY" (0.33).
+    #: Encoder-decoder models: any graph mode other than NONE and this one becomes this one:
+    #: "PIECEWISE" (0.11-0.12: full graphs only) or "FULL_DECODE_ONLY" (0.33: piecewise too).
     encoder_decoder_mode: str
-    #: ``vllm serve ... --model M``: "option" (an option; a positional model wins), "refused" (0.11.0 and
-    #: 0.33) or "moved" (FlexibleArgumentParser.parse_args moves M to the front as the positional model,
-    #: so a second positional is refused; 0.11.1-0.12).
+    #: ``vllm serve ... --model M``: "option" (an option; a positional model wins), "refused" (0.11.0) or
+    #: "moved" (FlexibleArgumentParser.parse_args moves M to the front as the positional model, so a second
+    #: positional is refused; 0.11.1-0.12 and 0.33).
     serve_model_option: str
-    #: ``--max-model-len auto`` is accepted.
+    #: ``--max-model-len auto`` (any case) is accepted, as -1 (0.33).
     max_model_len_auto: bool
     #: Speculative methods the version knows (others are refused).
     spec_methods: frozenset[str]
@@ -82,11 +96,17 @@ class Rules:
     #: pass_config's ``enable_*`` keys were renamed (``enable_attn_fusion`` -> ``fuse_attn_quant`` ...), the
     #: old spelling setting the new field (0.12+). Before, the new names are not fields and are ignored.
     pass_config_renamed: bool
+    #: The old pass_config spellings are gone (0.33): no longer fields of PassConfig.
+    pass_old_spellings_dropped: bool
+    #: compilation_config keys the version does not have: "ignored" (accepted, no effect) or "refused"
+    #: (0.33 forbids unknown fields: ``level``, ``full_cuda_graph``, old pass_config spellings).
+    unknown_compilation_keys: str
     #: Pooling / encoder-decoder models replace full graphs only in the default mode (0.11.0), not an explicit
     #: one; from 0.11.1 VllmConfig.__post_init__ checks any mode with full graphs.
     model_rules_default_only: bool
     #: Speculative methods ``--async-scheduling`` accepts (0.11.0: none; 0.11.1+: EAGLE/MTP kinds,
-    #: VllmConfig.__post_init__ checks EagleModelTypes).
+    #: VllmConfig.__post_init__ checks EagleModelTypes; 0.33: those, ngram_gpu and draft models on Model
+    #: Runner V1, any on V2).
     async_spec_methods: frozenset[str]
     #: Decode context parallel without MLA must split the KV heads (TP > heads, DCP <= TP // heads;
     #: ModelConfig.verify_with_parallel_config, 0.11.1+).
@@ -102,13 +122,43 @@ class Rules:
     capture_size_checks: bool
     #: Options this version's parser does not have (dest names): using one is refused.
     missing_options: frozenset[str] = frozenset()
+    #: ``--disable-X`` spellings of flags (0.33's EnableDisableAction): option -> dest set to False.
+    disable_flags: Mapping[str, str] = field(default_factory=dict)
 
 
 _ALIASES_010 = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
                 "-q": "quantization", "-O": "compilation_config"}
 _ALIASES_012 = {**{k: v for k, v in _ALIASES_010.items() if k != "-O"}, "-dcp": "decode_context_parallel_size",
                 "-O": "optimization_level", "-cc": "compilation_config"}
-_ALIASES_033 = {**_ALIASES_012, "-ac": "attention_config", "-sc": "speculative_config"}
+_ALIASES_033 = {**_ALIASES_012, "-ac": "attention_config", "-sc": "speculative_config", "-ep": "enable_expert_parallel",
+                "-pcp": "prefill_context_parallel_size", "-asc": "api_server_count", "-dpl": "data_parallel_size_local",
+                "-dpa": "data_parallel_address", "-dpp": "data_parallel_rpc_port", "-dpb": "data_parallel_backend",
+                "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
+                "-dpr": "data_parallel_start_rank"}
+#: 0.33's speculative methods (vllm/config/speculative.py: EagleModelTypes with its MTP kinds, then the rest).
+_EAGLE_033 = frozenset({
+    "eagle", "eagle3", "extract_hidden_states", "dflash", "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp",
+    "glm4_moe_mtp", "glm4_moe_lite_mtp", "glm_ocr_mtp", "ernie_mtp", "nemotron_h_mtp", "exaone_moe_mtp",
+    "exaone4_5_mtp", "qwen3_next_mtp", "qwen4_exp_mtp", "qwen3_5_mtp", "longcat_flash_mtp", "bailing_hybrid_v3_mtp",
+    "minimax_m3_mtp", "bailing_hybrid_mtp", "mtp", "kimi_k3_mtp", "pangu_ultra_moe_mtp", "step3p5_mtp", "step5_mtp",
+    "hy_v3_mtp", "hy_v4_mtp", "gemma4_mtp", "inkling_mtp", "glm5_next_mtp"})
+_SPEC_METHODS_033 = _EAGLE_033 | {"ngram", "draft_model", "suffix", "custom_class", "ngram_gpu", "dspark"}
+#: Options of older versions that 0.33's parser no longer has.
+_MISSING_033 = frozenset({"cuda_graph_sizes", "task", "swap_space", "calculate_kv_scales", "rope_scaling",
+                          "disable_log_requests", "disable_frontend_multiprocessing", "guided_decoding_backend",
+                          "enable_multimodal_encoder_data_parallel", "max_num_partial_prefills",
+                          "max_seq_len_to_capture", "num_scheduler_steps", "override_pooler_config"})
+#: Architectures 0.33 runs with breakable CUDA graphs unless VLLM_USE_BREAKABLE_CUDAGRAPH is set
+#: (vllm/config/vllm.py, DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES, CUDA platforms).
+_BREAKABLE_033 = frozenset({
+    "AliceAIForCausalLM", "BeamForCausalLM", "DeepseekV32MTPModel", "DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM",
+    "DeepseekV4ForConditionalGeneration", "DeepSeekV4MTPModel", "DeepseekV41ForCausalLM", "Dots3NoteForCausalLM",
+    "Dots3NoteMTPModel", "Glm5NextForCausalLM", "Glm5NextForConditionalGeneration", "Glm5NextMTPModel",
+    "GlmMoeDsaForCausalLM", "HYV4ForCausalLM", "HYV4MTPModel", "InklingForCausalLM", "InklingForConditionalGeneration",
+    "KimiK3ForConditionalGeneration", "KimiK3MTPModel", "KimiLinearForCausalLM", "MiniMaxM3SparseForCausalLM",
+    "MiniMaxM3SparseForConditionalGeneration", "MuseSpark1xForCausalLM", "MuseSparkForConditionalGeneration",
+    "Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration", "Qwen4ExpMTP", "Step5ForCausalLM",
+    "Step5ForConditionalGeneration"})
 _O_0_3 = frozenset("0123")
 _SPEC_METHODS_0110 = frozenset({"ngram", "eagle", "eagle3", "medusa", "mlp_speculator", "draft_model", "deepseek_mtp",
                                 "ernie_mtp", "qwen3_next_mtp", "mimo_mtp", "longcat_flash_mtp", "mtp"})
@@ -133,11 +183,13 @@ ROWS: tuple[dict[str, Any], ...] = (
      "mode_key": "level", "level_accepted": True, "aliases": _ALIASES_010, "graphs_without_compile": "refused",
      "empty_splitting_ops": "piecewise-to-full", "legacy_graph_flags": True, "legacy_flags_in_config": False,
      "context_parallel_piecewise": False, "torch_compile_disable": False, "all2all_env": True,
-     "all2all_moe_only": False, "all2all_ht_mode": "NONE", "v2_runner_needs_compile": False,
-     "convert_makes_pooling": True,
+     "all2all_moe_only": False, "all2all_ht_mode": "NONE", "model_runner_v2": False,
+     "v2_unsupported_spec_methods": frozenset(), "breakable_cudagraph": False,
+     "breakable_architectures": frozenset(), "all2all_needs_compile": False, "convert_makes_pooling": True,
      "encoder_decoder_mode": "PIECEWISE", "serve_model_option": "option", "max_model_len_auto": False,
      "spec_methods": _SPEC_METHODS_0110, "spec_refused_methods": frozenset(), "attn_fusion_keys": (),
-     "pass_config_renamed": False, "model_rules_default_only": True, "async_spec_methods": frozenset(),
+     "pass_config_renamed": False, "pass_old_spellings_dropped": False, "unknown_compilation_keys": "ignored",
+     "model_rules_default_only": True, "async_spec_methods": frozenset(),
      "dcp_head_check": False, "v0_env": True, "v1_attention_backends": frozenset(), "capture_size_checks": False,
      "missing_options": frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
                                    "performance_mode", "all2all_backend", "attention_config",
@@ -165,10 +217,15 @@ ROWS: tuple[dict[str, Any], ...] = (
      "missing_options": frozenset({"performance_mode", "attention_config"})},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
-     "all2all_env": False, "all2all_moe_only": True, "v2_runner_needs_compile": True,
-     "encoder_decoder_mode": "FULL_DECODE_ONLY", "serve_model_option": "refused", "max_model_len_auto": True,
-     "spec_refused_methods": frozenset(),
-     "attn_fusion_keys": ("fuse_attn_quant",), "missing_options": frozenset({"cuda_graph_sizes"})},
+     "all2all_env": False, "all2all_moe_only": True, "model_runner_v2": True,
+     "v2_unsupported_spec_methods": frozenset({"suffix", "custom_class"}), "breakable_cudagraph": True,
+     "breakable_architectures": _BREAKABLE_033, "all2all_needs_compile": True,
+     "encoder_decoder_mode": "FULL_DECODE_ONLY", "max_model_len_auto": True, "convert_makes_pooling": True,
+     "disable_flags": {"--disable-expert-parallel": "enable_expert_parallel", "--disable-dbo": "enable_dbo"},
+     "spec_methods": _SPEC_METHODS_033, "spec_refused_methods": frozenset(),
+     "async_spec_methods": _EAGLE_033 | {"ngram_gpu", "draft_model", "dspark"},
+     "attn_fusion_keys": ("fuse_attn_quant",), "pass_old_spellings_dropped": True,
+     "unknown_compilation_keys": "refused", "missing_options": _MISSING_033},
 )
 
 
