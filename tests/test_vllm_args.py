@@ -101,10 +101,16 @@ VECTORS = [
      "Concurrent Partial Prefill (not in the V1 engine)"),
     ("partial-prefills-v0-explicit-0.10.2", "vllm serve M --max-num-partial-prefills 2 -O.cudagraph_mode=FULL",
      "0.10.2", "FULL", "explicit"),
+    ("partial-prefills-v0-piecewise-level-1-0.10.2",
+     "vllm serve M --max-num-partial-prefills 2 -O1 -O.cudagraph_mode=PIECEWISE", "0.10.2", "PIECEWISE", "explicit"),
     ("attention-backend-v0-0.10.2", "VLLM_ATTENTION_BACKEND=XFORMERS vllm serve M", "0.10.2", "NONE",
      "VLLM_ATTENTION_BACKEND=XFORMERS"),
     ("attention-backend-v1-0.10.2", "VLLM_ATTENTION_BACKEND=FLASH_ATTN vllm serve M", "0.10.2", "PIECEWISE",
      "level 3 on V1"),
+    ("kv-fp8-flash-attn-v0-0.10.2", "VLLM_ATTENTION_BACKEND=FLASH_ATTN vllm serve M --kv-cache-dtype fp8", "0.10.2",
+     "NONE", "--kv-cache-dtype (not in the V1 engine)"),
+    ("kv-fp8-triton-v1-0.10.2", "VLLM_ATTENTION_BACKEND=TRITON_ATTN_VLLM_V1 vllm serve M --kv-cache-dtype fp8",
+     "0.10.2", "PIECEWISE", "level 3 on V1"),
     ("sharded-state-v0-0.10.2", "vllm serve M --load-format sharded_state", "0.10.2", "NONE", "sharded_state"),
     ("use-v1-1-0.10.2", "VLLM_USE_V1=1 vllm serve M", "0.10.2", "PIECEWISE", "level 3 on V1"),
     # the seed's own command (and its vLLM 1.7.dev by the nearest older row)
@@ -325,6 +331,8 @@ REFUSED_0102 = [
      "VLLM_USE_V1=1 is not supported with Concurrent Partial Prefill"),
     ("VLLM_USE_V1=1 VLLM_ATTENTION_BACKEND=XFORMERS vllm serve M",
      "VLLM_USE_V1=1 is not supported with VLLM_ATTENTION_BACKEND=XFORMERS"),
+    ("VLLM_USE_V1=1 VLLM_ATTENTION_BACKEND=FLASH_ATTN vllm serve M --kv-cache-dtype fp8",
+     "VLLM_USE_V1=1 is not supported with --kv-cache-dtype"),
     ("vllm serve M -O '{\"use_cudagraph\": false, \"full_cuda_graph\": true}'", "mutually exclusive"),
     ("vllm serve M -O '{\"full_cuda_graph\": true, \"cudagraph_mode\": \"PIECEWISE\"}'", "mutually exclusive"),
     ("VLLM_ALL2ALL_BACKEND=deepep_high_throughput vllm serve M -dp 2 -O1 -O.cudagraph_mode=FULL",
@@ -341,6 +349,17 @@ def test_declare_refuses_what_vllm_0_10_2_refuses(cmd, reason):
     said = "; ".join(parsed.refusals) or declared.refused or ""
     assert reason in said, (parsed.refusals, declared)
     assert declared.mode is None or parsed.refusals
+
+
+def test_data_parallel_short_aliases_from_0_10_2():
+    """0.10.2's parser has -asc and the -dp* short options (each checked against its own parser's dests)."""
+    argv = split_command("M -dp 4 -dpl 2 -dpa 10.0.0.1 -dpp 13345 -dpb ray -dpr 2 -dpn 1 -asc 2")
+    parsed = normalise(argv, "0.10.2")
+    assert parsed.refusals == []
+    assert parsed.args == {"model": "M", "data_parallel_size": 4, "data_parallel_size_local": 2,
+                           "data_parallel_address": "10.0.0.1", "data_parallel_rpc_port": 13345,
+                           "data_parallel_backend": "ray", "data_parallel_start_rank": 2, "data_parallel_rank": 1,
+                           "api_server_count": 2}
 
 
 def test_legacy_flags_are_held_as_a_graph_mode_by_0_10_2():

@@ -258,21 +258,31 @@ def _breakable_cudagraph(r: Resolution) -> None:
         r.why.append("breakable CUDA graphs: compilation mode NONE, piecewise graphs kept")
 
 
+def _fp8_kv_on_v1(r: Resolution, backend: str | None) -> bool:
+    """Whether the V1 attention backend holds an fp8 KV cache (CudaPlatform.is_kv_cache_dtype_supported)."""
+    if backend is None:
+        r.assumes.append("kv_cache_dtype fp8 assumed held by the default V1 attention backend (FlashAttention 3 "
+                         "on capability 9.0, FlashMLA for MLA models); otherwise vLLM falls back to V0")
+        return True
+    kind = "mla" if r.fact("mla", r.model.mla, assumed=False) else "other"
+    return backend in r.rules.fp8_kv_v1_backends.get(kind, ())
+
+
 def _v0_feature(r: Resolution) -> str | None:
-    """A feature the V1 engine lacks, for versions that then fall back to V0 (``v1_attention_backends``)."""
+    """A feature the V1 engine lacks, in vLLM's order, for versions that then fall back to V0
+    (``v1_attention_backends``)."""
     backends = r.rules.v1_attention_backends
     backend = r.env.get("VLLM_ATTENTION_BACKEND")
     if not backends:
         return None
-    if backend is not None and backend not in backends:
-        return f"VLLM_ATTENTION_BACKEND={backend}"
-    if _int(r.args.get("max_num_partial_prefills")) != 1:
-        return "Concurrent Partial Prefill"
     if r.args.get("load_format") == "sharded_state":
         return "--load_format sharded_state"
-    if str(r.args.get("kv_cache_dtype", "auto")).startswith("fp8"):
-        r.assumes.append("kv_cache_dtype fp8 assumed supported by the V1 attention backend (FlashAttention 3 "
-                         "on capability 9.0, FlashMLA, FlashInfer); otherwise vLLM falls back to V0")
+    if str(r.args.get("kv_cache_dtype", "auto")) != "auto" and not _fp8_kv_on_v1(r, backend):
+        return "--kv-cache-dtype"
+    if _int(r.args.get("max_num_partial_prefills")) != 1:
+        return "Concurrent Partial Prefill"
+    if backend is not None and backend not in backends:
+        return f"VLLM_ATTENTION_BACKEND={backend}"
     return None
 
 
@@ -437,8 +447,9 @@ def _empty_splitting_ops(r: Resolution) -> None:
 
 
 def _piecewise_needs_compile(r: Resolution) -> None:
-    """Before 0.12, piecewise graphs without VLLM_COMPILE fail a startup assertion (breakable graphs pass)."""
-    if has_piecewise(r.mode) and r.comp != VLLM_COMPILE and not r.breakable:
+    """Before 0.12, piecewise graphs without VLLM_COMPILE fail a startup assertion (the V1 engine's only;
+    breakable graphs pass)."""
+    if has_piecewise(r.mode) and r.comp != VLLM_COMPILE and not r.breakable and not _v0_engine(r):
         raise Refused(f"piecewise CUDA graphs need compilation {r.rules.mode_key} 3 (VLLM_COMPILE); "
                       f"cudagraph_mode={r.mode}")
 

@@ -25,7 +25,8 @@ OPTIONS: dict[str, str] = {
     "max_lora_rank": INT, "lora_modules": LIST, "fully_sharded_loras": BOOL, "ignore_patterns": LIST,
     # parallelism
     "tensor_parallel_size": INT, "pipeline_parallel_size": INT, "data_parallel_size": INT,
-    "data_parallel_size_local": INT, "decode_context_parallel_size": INT, "prefill_context_parallel_size": INT,
+    "data_parallel_size_local": INT, "data_parallel_rank": INT,
+    "decode_context_parallel_size": INT, "prefill_context_parallel_size": INT,
     "data_parallel_address": STR, "data_parallel_rpc_port": INT, "data_parallel_backend": STR,
     "data_parallel_start_rank": INT, "data_parallel_hybrid_lb": BOOL, "data_parallel_external_lb": BOOL,
     "enable_expert_parallel": BOOL, "enable_eplb": BOOL, "eplb_config": JSON, "all2all_backend": STR,

@@ -114,9 +114,13 @@ class Rules:
     #: ``VLLM_USE_V1=0`` selects the V0 engine: no compilation and no graphs by default (up to 0.11.0).
     v0_env: bool
     #: VLLM_ATTENTION_BACKEND values the V1 engine takes; with ``VLLM_USE_V1`` unset, another value, more
-    #: than one concurrent partial prefill or ``--load-format sharded_state`` select the V0 engine, and
+    #: than one concurrent partial prefill, ``--load-format sharded_state`` or an fp8 KV cache the attention
+    #: backend cannot hold (EngineArgs._is_v1_supported_oracle) select the V0 engine, and
     #: ``VLLM_USE_V1=1`` with one is refused (0.10.2). Empty: no such fallback.
     v1_attention_backends: frozenset[str]
+    #: With that fallback, an fp8 KV cache keeps V1 only on these VLLM_ATTENTION_BACKEND values, by model kind
+    #: ("mla", "other"); unset, the default backend takes it on capability 9.0 (assumed, and recorded).
+    fp8_kv_v1_backends: Mapping[str, frozenset[str]]
     #: Graphs with an empty capture-size list or a maximum capture size of 0 fail an assertion
     #: (VllmConfig._set_cudagraph_sizes, 0.11.1+).
     capture_size_checks: bool
@@ -159,6 +163,9 @@ _BREAKABLE_033 = frozenset({
     "MiniMaxM3SparseForConditionalGeneration", "MuseSpark1xForCausalLM", "MuseSparkForConditionalGeneration",
     "Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration", "Qwen4ExpMTP", "Step5ForCausalLM",
     "Step5ForConditionalGeneration"})
+_ALIASES_0102 = {**_ALIASES_010, "-dcp": "decode_context_parallel_size", "-asc": "api_server_count",
+                 "-dpn": "data_parallel_rank", "-dpr": "data_parallel_start_rank", "-dpl": "data_parallel_size_local",
+                 "-dpa": "data_parallel_address", "-dpp": "data_parallel_rpc_port", "-dpb": "data_parallel_backend"}
 _O_0_3 = frozenset("0123")
 _SPEC_METHODS_0110 = frozenset({"ngram", "eagle", "eagle3", "medusa", "mlp_speculator", "draft_model", "deepseek_mtp",
                                 "ernie_mtp", "qwen3_next_mtp", "mimo_mtp", "longcat_flash_mtp", "mtp"})
@@ -190,18 +197,21 @@ ROWS: tuple[dict[str, Any], ...] = (
      "spec_methods": _SPEC_METHODS_0110, "spec_refused_methods": frozenset(), "attn_fusion_keys": (),
      "pass_config_renamed": False, "pass_old_spellings_dropped": False, "unknown_compilation_keys": "ignored",
      "model_rules_default_only": True, "async_spec_methods": frozenset(),
-     "dcp_head_check": False, "v0_env": True, "v1_attention_backends": frozenset(), "capture_size_checks": False,
+     "dcp_head_check": False, "v0_env": True, "v1_attention_backends": frozenset(), "fp8_kv_v1_backends": {},
+     "capture_size_checks": False,
      "missing_options": frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
                                    "performance_mode", "all2all_backend", "attention_config",
                                    "decode_context_parallel_size"})},
     {"version": "0.10.1", "family": "v10"},
     {"version": "0.10.2", "o_number": "dotted-level", "o_values": _O_0_3, "o_any_int": True,
-     "aliases": _ALIASES_010 | {"-dcp": "decode_context_parallel_size"}, "serve_model_option": "refused",
+     "aliases": _ALIASES_0102, "serve_model_option": "refused",
      "legacy_flags_in_config": True, "all2all_ht_mode": "PIECEWISE", "spec_methods": _SPEC_METHODS_0102,
      "spec_refused_methods": frozenset({"draft_model"}), "v1_attention_backends": _V1_BACKENDS_0102,
+     "fp8_kv_v1_backends": {"other": frozenset({"FLASH_ATTN_VLLM_V1", "FLASHINFER", "TRITON_ATTN_VLLM_V1"}),
+                            "mla": frozenset({"FLASHMLA", "CUTLASS_MLA"})},
      "missing_options": _MISSING_0102},
     {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "all2all_ht_mode": "NONE",
-     "spec_methods": _SPEC_METHODS_0110, "v1_attention_backends": frozenset(),
+     "spec_methods": _SPEC_METHODS_0110, "v1_attention_backends": frozenset(), "fp8_kv_v1_backends": {},
      "missing_options": _MISSING_0102 - {"enable_dbo", "pooler_config", "structured_outputs_config"}
      | {"max_seq_len_to_capture"}},
     {"version": "0.11.1", "o_number": "dotted-mode", "o_values": _O_0_3, "o_any_int": False, "mode_key": "mode",
