@@ -183,6 +183,11 @@ RULES_0_33 = {
     "encdec-mode-2-piecewise": "NONE",  # normalised before the encoder-decoder rule
     "pool-mode-2-full": "NONE",  # ... and again after the pooling rule
     "breakable-cudagraph": "FULL_AND_PIECEWISE",
+    "moonep-dense-dp2": "NONE",  # MoonEP is eager-only, whatever the model and compilation mode
+    "moonep-moe-dp2-mode-2": "NONE",
+    "dynamic-sd-eagle-v1": "PIECEWISE",  # dynamic speculation on V1 takes no full graphs
+    "dynamic-sd-eagle": "FULL_AND_PIECEWISE",  # ... V2 does
+    "parallel-drafting-cc-mode-1": "FULL_DECODE_ONLY",  # EAGLE parallel drafting keeps the default runner at V1
 }
 
 

@@ -168,6 +168,9 @@ def _v2_unsupported(r: Resolution) -> list[str]:
     method = _spec_method(r)
     if method in r.rules.v2_unsupported_spec_methods:
         return [f"speculative method '{method}'"]
+    spec = r.args.get("speculative_config")
+    if isinstance(spec, Mapping) and spec.get("parallel_drafting") is True and method not in ("dflash", "dspark"):
+        return ["parallel drafting for EAGLE speculative decoding"]
     if r.args.get("enable_dbo") and "VLLM_USE_V2_MODEL_RUNNER" not in r.env:
         return ["dual batch overlap"]
     return []
@@ -343,6 +346,17 @@ def _legacy_flags(r: Resolution) -> None:
             r.explicit = in_config
 
 
+def _dynamic_speculation(r: Resolution) -> None:
+    """Dynamic speculative decoding on Model Runner V1 takes no full graphs (0.33): PIECEWISE. V1 drops the
+    dynamic schedule for other methods, and data parallel drops it everywhere."""
+    spec = r.args.get("speculative_config")
+    dynamic = isinstance(spec, Mapping) and spec.get("num_speculative_tokens_per_batch_size") is not None
+    if not dynamic or r.runner_v2 is not False or _int(r.args.get("data_parallel_size")) > 1:
+        return
+    if _spec_method(r) in r.rules.dynamic_spec_v1_methods and has_full(r.mode):
+        r.set("PIECEWISE", "dynamic speculative decoding on Model Runner V1")
+
+
 def _graphs_without_compile(r: Resolution) -> None:
     """Graphs while the compilation mode is not VLLM_COMPILE, by version."""
     how = r.rules.graphs_without_compile
@@ -408,6 +422,36 @@ def _eager_mode(r: Resolution) -> None:
                                                              else ""))
 
 
+_MOONEP_DTYPES = ("auto", "bfloat16")
+
+
+def _moonep(r: Resolution) -> None:
+    """The MoonEP all2all backend (0.33): refused with quantization, another dtype or EPLB; eager-only, so
+    no graphs when it dispatches (data parallel, or expert parallel with prefill context parallel)."""
+    if not r.rules.moonep_all2all or r.args.get("all2all_backend") != "moonep":
+        return
+    if r.args.get("quantization") is not None or r.args.get("dtype", "auto") not in _MOONEP_DTYPES:
+        raise Refused("The moonep all2all backend currently supports unquantized BF16 models only")
+    if r.args.get("enable_eplb"):
+        raise Refused("The moonep all2all backend does not support EPLB yet")
+    if r.args.get("dtype", "auto") == "auto":
+        r.assumes.append("model dtype bfloat16 and unquantized checkpoint assumed (the MoonEP all2all backend "
+                         "refuses others)")
+    pcp = _int(r.args.get("prefill_context_parallel_size"))
+    dispatches = _int(r.args.get("data_parallel_size")) > 1 or (r.args.get("enable_expert_parallel") and pcp > 1)
+    if dispatches and r.mode != "NONE":
+        r.set("NONE", "all2all moonep (eager-only) with data parallel")
+
+
+def _dual_batch_overlap(r: Resolution) -> None:
+    """``--enable-dbo`` microbatches only through the all2all backends the version lists (0.33 asserts it)."""
+    backends = r.rules.dbo_all2all_backends
+    backend = r.args.get("all2all_backend", "allgather_reducescatter")
+    if backends and r.args.get("enable_dbo") and backend not in backends:
+        raise Refused(f"Microbatching currently only supports the {', '.join(sorted(backends))} all2all backends "
+                      f"on this platform. {backend} is not supported")
+
+
 def _all2all(r: Resolution) -> None:
     """deepep_high_throughput all2all with DP > 1 takes no graphs (0.33: MoE models only; 0.10.2: no full
     graphs, PIECEWISE)."""
@@ -471,9 +515,9 @@ STEPS: tuple[Step, ...] = (
     _memory_fraction, _speculative_method, _v1_required, _speculative_on_v0, _expert_parallel,
     _decode_context_parallel, _model_runner, _async_scheduling, _enforce_eager, _optimization_level,
     _compilation_mode, _torch_compile_disable, _breakable_cudagraph, _default_mode, _explicit_mode, _legacy_flags,
-    _graphs_without_compile, _context_parallel, _pooling, _encoder_decoder, _eager_mode, _graphs_without_compile,
-    _v2_stock_torch_compile, _all2all, _fuse_attn_quant, _empty_splitting_ops, _piecewise_needs_compile,
-    _capture_sizes,
+    _dynamic_speculation, _graphs_without_compile, _context_parallel, _pooling, _encoder_decoder, _eager_mode,
+    _capture_sizes, _graphs_without_compile, _v2_stock_torch_compile, _moonep, _all2all, _fuse_attn_quant,
+    _empty_splitting_ops, _piecewise_needs_compile, _dual_batch_overlap,
 )
 
 

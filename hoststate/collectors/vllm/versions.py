@@ -70,6 +70,14 @@ class Rules:
     #: mode NONE, yet piecewise graphs are kept (0.33).
     breakable_cudagraph: bool
     breakable_architectures: frozenset[str]
+    #: Dynamic speculative decoding (``num_speculative_tokens_per_batch_size``) on Model Runner V1 with
+    #: full graphs -> PIECEWISE, for the methods V1 keeps it for and without data parallel (0.33).
+    dynamic_spec_v1_methods: frozenset[str]
+    #: The MoonEP all2all backend (0.33): unquantized bfloat16 models without EPLB only; it is eager-only,
+    #: so with data parallel (or expert parallel with prefill context parallel) no graphs.
+    moonep_all2all: bool
+    #: all2all backends dual batch overlap (``--enable-dbo``) works with on CUDA; empty: not checked.
+    dbo_all2all_backends: frozenset[str]
     #: The deepep_high_throughput all2all rule runs only under VLLM_COMPILE (0.33 applies it in
     #: ``set_splitting_ops_for_v1``, which returns first for any other compilation mode).
     all2all_needs_compile: bool
@@ -192,7 +200,8 @@ ROWS: tuple[dict[str, Any], ...] = (
      "context_parallel_piecewise": False, "torch_compile_disable": False, "all2all_env": True,
      "all2all_moe_only": False, "all2all_ht_mode": "NONE", "model_runner_v2": False,
      "v2_unsupported_spec_methods": frozenset(), "breakable_cudagraph": False,
-     "breakable_architectures": frozenset(), "all2all_needs_compile": False, "convert_makes_pooling": True,
+     "breakable_architectures": frozenset(), "all2all_needs_compile": False, "moonep_all2all": False,
+     "dbo_all2all_backends": frozenset(), "dynamic_spec_v1_methods": frozenset(), "convert_makes_pooling": True,
      "encoder_decoder_mode": "PIECEWISE", "serve_model_option": "option", "max_model_len_auto": False,
      "spec_methods": _SPEC_METHODS_0110, "spec_refused_methods": frozenset(), "attn_fusion_keys": (),
      "pass_config_renamed": False, "pass_old_spellings_dropped": False, "unknown_compilation_keys": "ignored",
@@ -229,7 +238,9 @@ ROWS: tuple[dict[str, Any], ...] = (
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
      "all2all_env": False, "all2all_moe_only": True, "model_runner_v2": True,
      "v2_unsupported_spec_methods": frozenset({"suffix", "custom_class"}), "breakable_cudagraph": True,
-     "breakable_architectures": _BREAKABLE_033, "all2all_needs_compile": True,
+     "breakable_architectures": _BREAKABLE_033, "all2all_needs_compile": True, "moonep_all2all": True,
+     "dynamic_spec_v1_methods": frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"}),
+     "dbo_all2all_backends": frozenset({"deepep_low_latency", "deepep_high_throughput", "nixl_ep"}),
      "encoder_decoder_mode": "FULL_DECODE_ONLY", "max_model_len_auto": True, "convert_makes_pooling": True,
      "disable_flags": {"--disable-expert-parallel": "enable_expert_parallel", "--disable-dbo": "enable_dbo"},
      "spec_methods": _SPEC_METHODS_033, "spec_refused_methods": frozenset(),
