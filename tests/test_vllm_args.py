@@ -520,3 +520,11 @@ def test_breakable_cuda_graphs_by_architecture_on_0_33():
     assert declare({"model": "M"}, env, "0.12.0", listed).mode == "FULL_AND_PIECEWISE"  # 0.12: no such rule
     unknown = declare({"model": "M"}, {}, "0.33.0")
     assert any(a.startswith("breakable_cudagraph_architecture=no assumed") for a in unknown.assumes)
+
+
+def test_0_33_short_options():
+    """0.33's parser (its serve subcommand's option strings) has these short spellings; 0.12 lacks -ep and -pcp."""
+    args = normalise(["M", "-ep", "-pcp", "2", "-dpn", "1", "-dpl", "2", "--disable-dbo"], "0.33.0").args
+    assert args == {"model": "M", "enable_expert_parallel": True, "prefill_context_parallel_size": 2,
+                    "data_parallel_rank": 1, "data_parallel_size_local": 2}
+    assert normalise(["M", "-ep"], "0.12.0").refusals

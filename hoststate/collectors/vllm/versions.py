@@ -146,7 +146,7 @@ _ALIASES_033 = {**_ALIASES_012, "-ac": "attention_config", "-sc": "speculative_c
                 "-pcp": "prefill_context_parallel_size", "-asc": "api_server_count", "-dpl": "data_parallel_size_local",
                 "-dpa": "data_parallel_address", "-dpp": "data_parallel_rpc_port", "-dpb": "data_parallel_backend",
                 "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
-                "-dpr": "data_parallel_start_rank"}
+                "-dpr": "data_parallel_start_rank", "-dpn": "data_parallel_rank"}
 #: 0.33's speculative methods (vllm/config/speculative.py: EagleModelTypes with its MTP kinds, then the rest).
 _EAGLE_033 = frozenset({
     "eagle", "eagle3", "extract_hidden_states", "dflash", "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp",
