@@ -111,6 +111,11 @@ VECTORS = [
      "NONE", "--kv-cache-dtype (not in the V1 engine)"),
     ("kv-fp8-triton-v1-0.10.2", "VLLM_ATTENTION_BACKEND=TRITON_ATTN_VLLM_V1 vllm serve M --kv-cache-dtype fp8",
      "0.10.2", "PIECEWISE", "level 3 on V1"),
+    ("preemption-mode-v0-0.10.2", "vllm serve M --preemption-mode swap", "0.10.2", "NONE",
+     "--preemption-mode (not in the V1 engine)"),
+    ("scheduler-delay-factor-0-v1-0.10.2", "vllm serve M --scheduler-delay-factor 0", "0.10.2", "PIECEWISE",
+     "level 3 on V1"),
+    ("prompt-embeds-v0-0.10.2", "vllm serve M --enable-prompt-embeds", "0.10.2", "NONE", "--enable-prompt-embeds"),
     ("sharded-state-v0-0.10.2", "vllm serve M --load-format sharded_state", "0.10.2", "NONE", "sharded_state"),
     ("use-v1-1-0.10.2", "VLLM_USE_V1=1 vllm serve M", "0.10.2", "PIECEWISE", "level 3 on V1"),
     # the seed's own command (and its vLLM 1.7.dev by the nearest older row)
@@ -333,6 +338,8 @@ REFUSED_0102 = [
      "VLLM_USE_V1=1 is not supported with VLLM_ATTENTION_BACKEND=XFORMERS"),
     ("VLLM_USE_V1=1 VLLM_ATTENTION_BACKEND=FLASH_ATTN vllm serve M --kv-cache-dtype fp8",
      "VLLM_USE_V1=1 is not supported with --kv-cache-dtype"),
+    ("VLLM_USE_V1=1 vllm serve M --disable-async-output-proc",
+     "VLLM_USE_V1=1 is not supported with --disable-async-output-proc"),
     ("vllm serve M -O '{\"use_cudagraph\": false, \"full_cuda_graph\": true}'", "mutually exclusive"),
     ("vllm serve M -O '{\"full_cuda_graph\": true, \"cudagraph_mode\": \"PIECEWISE\"}'", "mutually exclusive"),
     ("VLLM_ALL2ALL_BACKEND=deepep_high_throughput vllm serve M -dp 2 -O1 -O.cudagraph_mode=FULL",
@@ -360,6 +367,15 @@ def test_data_parallel_short_aliases_from_0_10_2():
                            "data_parallel_address": "10.0.0.1", "data_parallel_rpc_port": 13345,
                            "data_parallel_backend": "ray", "data_parallel_start_rank": 2, "data_parallel_rank": 1,
                            "api_server_count": 2}
+
+
+def test_options_of_0_10_2_that_later_parsers_dropped():
+    """0.10.2 takes the V0 engine's options; 0.11.0 dropped them, 0.11.1 --rope-theta, 0.12 the eplb window options."""
+    argv = split_command("M --preemption-mode swap --rope-theta 1e6 --eplb-window-size 100 --skip-mm-profiling")
+    assert normalise(argv, "0.10.2").refusals == []
+    for version, dropped in (("0.11.0", "--preemption-mode"), ("0.11.1", "--rope-theta"),
+                             ("0.12.0", "--eplb-window-size")):
+        assert any(dropped in r and version in r for r in normalise(argv, version).refusals), version
 
 
 def test_legacy_flags_are_held_as_a_graph_mode_by_0_10_2():

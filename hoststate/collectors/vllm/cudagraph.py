@@ -271,18 +271,35 @@ def _fp8_kv_on_v1(r: Resolution, backend: str | None) -> bool:
     return backend in r.rules.fp8_kv_v1_backends.get(kind, ())
 
 
+#: Options only the V0 engine takes, in the order vLLM checks them, with their parser defaults.
+_V0_ONLY_OPTIONS = (("logits_processor_pattern", None), ("preemption_mode", None),
+                    ("disable_async_output_proc", False), ("scheduler_delay_factor", 0.0))
+
+
+def _v0_option(r: Resolution) -> str | None:
+    """The first option only the V0 engine takes, given a value other than its default."""
+    for dest, default in _V0_ONLY_OPTIONS:
+        if r.args.get(dest, default) != default:
+            return "--" + dest.replace("_", "-")
+    return None
+
+
 def _v0_feature(r: Resolution) -> str | None:
-    """A feature the V1 engine lacks, in vLLM's order, for versions that then fall back to V0
-    (``v1_attention_backends``)."""
+    """A feature the V1 engine lacks, in vLLM's order (EngineArgs._is_v1_supported_oracle), for versions that
+    then fall back to V0 (``v1_attention_backends``)."""
     backends = r.rules.v1_attention_backends
     backend = r.env.get("VLLM_ATTENTION_BACKEND")
     if not backends:
         return None
     if r.args.get("load_format") == "sharded_state":
         return "--load_format sharded_state"
+    if option := _v0_option(r):
+        return option
     if str(r.args.get("kv_cache_dtype", "auto")) != "auto" and not _fp8_kv_on_v1(r, backend):
         return "--kv-cache-dtype"
-    if _int(r.args.get("max_num_partial_prefills")) != 1:
+    if r.args.get("enable_prompt_embeds"):
+        return "--enable-prompt-embeds"
+    if _int(r.args.get("max_num_partial_prefills")) != 1 or _int(r.args.get("max_long_partial_prefills")) != 1:
         return "Concurrent Partial Prefill"
     if backend is not None and backend not in backends:
         return f"VLLM_ATTENTION_BACKEND={backend}"

@@ -59,6 +59,25 @@ OPTIONS: dict[str, str] = {
     "enable_request_id_headers": BOOL, "enable_prompt_tokens_details": BOOL, "enable_force_include_usage": BOOL,
     "enable_server_load_tracking": BOOL, "return_tokens_as_token_ids": BOOL, "max_log_len": INT,
     "config": STR,
+    # accepted by 0.10.2's parser (later versions drop some: the version table's missing_options)
+    "allowed_headers": STR, "allowed_methods": STR, "allowed_local_media_path": STR,
+    "chat_template_content_format": STR, "code_revision": STR, "default_mm_loras": JSON,
+    "disable_async_output_proc": BOOL, "disable_mm_preprocessor_cache": BOOL, "enable_lora_bias": BOOL,
+    "enable_prompt_embeds": BOOL, "enable_ssl_refresh": BOOL, "enable_tokenizer_info_endpoint": BOOL,
+    "eplb_log_balancedness": BOOL, "eplb_step_interval": INT, "eplb_window_size": INT,
+    "exclude_tools_when_tool_choice_none": BOOL, "guided_decoding_disable_additional_properties": BOOL,
+    "guided_decoding_disable_any_whitespace": BOOL, "guided_decoding_disable_fallback": BOOL,
+    "h11_max_header_count": INT, "h11_max_incomplete_event_size": INT, "hf_config_path": STR,
+    "interleave_mm_strings": BOOL, "io_processor_plugin": STR, "kv_sharing_fast_prefill": BOOL,
+    "log_config_file": STR, "log_error_stack": BOOL, "logits_processor_pattern": STR, "logprobs_mode": STR,
+    "lora_dtype": STR, "lora_extra_vocab_size": INT, "mamba_cache_dtype": STR, "mamba_ssm_cache_dtype": STR,
+    "max_cpu_loras": INT, "max_long_partial_prefills": INT, "max_parallel_loading_workers": INT,
+    "media_io_kwargs": JSON, "mm_encoder_tp_mode": STR, "model_impl": STR, "num_lookahead_slots": INT,
+    "num_redundant_experts": INT, "override_attention_dtype": STR, "preemption_mode": STR,
+    "pt_load_map_location": STR, "ray_workers_use_nsight": BOOL, "rope_theta": FLOAT,
+    "safetensors_load_strategy": STR, "scheduler_cls": STR, "scheduler_delay_factor": FLOAT,
+    "show_hidden_metrics_for_version": STR, "skip_mm_profiling": BOOL, "ssl_cert_reqs": INT,
+    "tokenizer_revision": STR, "tool_parser_plugin": STR, "tool_server": STR, "worker_extension_cls": STR,
 }
 
 #: Options whose parser takes only these values (others are refused).
@@ -74,7 +93,12 @@ FALSE_BY_DEFAULT: frozenset[str] = frozenset({
     "disable_chunked_mm_input", "enable_auto_tool_choice", "disable_uvicorn_access_log", "disable_fastapi_docs",
     "enable_request_id_headers", "enable_log_outputs", "enable_prompt_tokens_details",
     "disable_frontend_multiprocessing", "allow_credentials", "return_tokens_as_token_ids",
-    "enable_server_load_tracking", "enable_force_include_usage", "headless",
+    "enable_server_load_tracking", "enable_force_include_usage", "headless", "disable_async_output_proc",
+    "disable_mm_preprocessor_cache", "enable_lora_bias", "enable_prompt_embeds", "enable_ssl_refresh",
+    "enable_tokenizer_info_endpoint", "exclude_tools_when_tool_choice_none",
+    "guided_decoding_disable_additional_properties", "guided_decoding_disable_any_whitespace",
+    "guided_decoding_disable_fallback", "interleave_mm_strings", "kv_sharing_fast_prefill", "log_error_stack",
+    "ray_workers_use_nsight", "skip_mm_profiling",
 })
 
 

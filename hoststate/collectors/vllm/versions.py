@@ -191,6 +191,15 @@ _MISSING_0102 = frozenset({"optimization_level", "cudagraph_capture_sizes", "max
                            "data_parallel_external_lb", "enable_dbo", "num_scheduler_steps", "pooler_config",
                            "prefill_context_parallel_size", "structured_outputs_config"})
 
+#: 0.10.2 options later parsers dropped (each list from that version's own parser).
+_V0_OPTIONS = frozenset({"disable_async_output_proc", "preemption_mode", "scheduler_delay_factor"})
+_GONE_0111 = _V0_OPTIONS | {"enable_lora_bias", "rope_theta"}
+_GONE_0120 = _GONE_0111 | {"eplb_log_balancedness", "eplb_step_interval", "eplb_window_size", "lora_extra_vocab_size",
+                           "guided_decoding_disable_additional_properties", "guided_decoding_disable_any_whitespace",
+                           "guided_decoding_disable_fallback", "num_lookahead_slots", "num_redundant_experts"}
+_GONE_033 = _GONE_0120 | {"disable_mm_preprocessor_cache", "logits_processor_pattern", "max_long_partial_prefills",
+                          "override_attention_dtype"}
+
 #: The rows, oldest first. The first row names every field; each later one only what changed.
 ROWS: tuple[dict[str, Any], ...] = (
     {"version": "0.10.0", "family": "v10.0", "o_number": "full", "o_values": frozenset("01234"), "o_any_int": False,
@@ -222,18 +231,18 @@ ROWS: tuple[dict[str, Any], ...] = (
     {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "all2all_ht_mode": "NONE",
      "spec_methods": _SPEC_METHODS_0110, "v1_attention_backends": frozenset(), "fp8_kv_v1_backends": {},
      "missing_options": _MISSING_0102 - {"enable_dbo", "pooler_config", "structured_outputs_config"}
-     | {"max_seq_len_to_capture"}},
+     | {"max_seq_len_to_capture"} | _V0_OPTIONS},
     {"version": "0.11.1", "o_number": "dotted-mode", "o_values": _O_0_3, "o_any_int": False, "mode_key": "mode",
      "v0_env": False,
      "empty_splitting_ops": "split", "legacy_graph_flags": False, "context_parallel_piecewise": True,
      "spec_methods": _SPEC_METHODS, "serve_model_option": "moved", "attn_fusion_keys": ("enable_attn_fusion",),
      "model_rules_default_only": False, "capture_size_checks": True, "async_spec_methods": _EAGLE_MTP,
      "dcp_head_check": True,
-     "missing_options": frozenset({"optimization_level", "performance_mode", "attention_config"})},
+     "missing_options": frozenset({"optimization_level", "performance_mode", "attention_config"}) | _GONE_0111},
     {"version": "0.12.0", "family": "opt", "o_number": "optimization_level", "o_dotted": "deprecated",
      "aliases": _ALIASES_012, "graphs_without_compile": "none",
      "attn_fusion_keys": ("fuse_attn_quant", "enable_attn_fusion"), "pass_config_renamed": True,
-     "missing_options": frozenset({"performance_mode", "attention_config"})},
+     "missing_options": frozenset({"performance_mode", "attention_config"}) | _GONE_0120},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
      "all2all_env": False, "all2all_moe_only": True, "model_runner_v2": True,
@@ -246,7 +255,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "spec_methods": _SPEC_METHODS_033, "spec_refused_methods": frozenset(),
      "async_spec_methods": _EAGLE_033 | {"ngram_gpu", "draft_model", "dspark"},
      "attn_fusion_keys": ("fuse_attn_quant",), "pass_old_spellings_dropped": True,
-     "unknown_compilation_keys": "refused", "missing_options": _MISSING_033},
+     "unknown_compilation_keys": "refused", "missing_options": _MISSING_033 | _GONE_033},
 )
 
 
