@@ -39,7 +39,7 @@ METHODS: dict[str, str] = {
 KEYWORDS: tuple[str, ...] = (
     "kv cache", "gpu blocks", "num_gpu_blocks", "concurrency", "nccl", "graph captur", "cuda graph",
     "cudagraph", "moe", "all-reduce", "allreduce", "all_reduce", "backend", "non-default", "llm engine",
-    "api server", "vllm version", "configuration from",
+    "api server", "vllm server", "server version", "vllm version", "starting vllm", "configuration from",
 )
 #: Names a module's logger is bound to besides those assigned from init_logger/getLogger.
 DEFAULT_LOGGERS = frozenset({"logger"})
