@@ -79,6 +79,38 @@ def test_a_restarted_server_counts_only_its_last_start():
     assert facts.captures == [] and facts.observed[0] == "NONE"
 
 
+LOGO = ["", "       \u2588     \u2588     \u2588\u2584   \u2584\u2588",
+        " \u2584\u2584 \u2584\u2588 \u2588     \u2588     \u2588 \u2580\u2584\u2580 \u2588  version {v}",
+        "  \u2588\u2584\u2588\u2580 \u2588     \u2588     \u2588     \u2588  model   {m}", ""]
+
+
+def logo_record(prefix: str, version: str, model: str) -> str:
+    """0.33's start banner as its NewLineFormatter writes it: every line after ``\\r\\n`` and the prefix."""
+    return "\r\n".join(prefix + line.format(v=version, m=model) for line in LOGO)
+
+
+@pytest.mark.parametrize("colour", [False, True])
+def test_033_logo_start_record_gives_the_version(colour):
+    prefix = "(APIServer pid=1) INFO 03-02 11:00:01 [startup.py:38] "
+    text = logo_record(prefix, "0.33.0", "m version 9.9.9")  # the model name cannot claim a version
+    if colour:
+        text = text.replace("version 0.33.0", "version \x1b[1m0.33.0\x1b[0m")
+        text = text.replace("\u2584\u2584", "\x1b[93m\u2584\u2584\x1b[0m")
+    engine = ("(EngineCore_DP0 pid=2) INFO 03-02 11:00:09 [core.py:139] Initializing a V1 LLM engine (v0.11.0) "
+              "with config: model='m'")
+    facts = parse_log((LOGS / "v0.11.0-default.log").read_text(encoding="utf-8") + "\n" + text + "\n" + engine)
+    assert facts.version == "0.33.0"  # the logo is the last start: the older server's records no longer count
+    assert facts.captures == [] and "kv_cache_tokens" not in facts.ran
+
+
+def test_logo_lines_inside_another_record_are_not_a_start():
+    fake = logo_record("(APIServer pid=1) INFO 03-02 11:00:01 [startup.py:38] ", "9.9.9", "m")
+    real = (LOGS / "v0.33.0-eager.log").read_text(encoding="utf-8")
+    prompt = "(APIServer pid=1) INFO 03-02 11:00:20 [logger.py:47] Received request x: prompt: 'hi\r\n" + fake
+    facts = parse_log(real + "\n" + prompt)
+    assert facts.version == "0.33.0" and facts.non_default_args["model"] == "Qwen/Qwen3-0.6B"
+
+
 def test_garbage_is_recorded_not_raised():
     record = "(APIServer pid=1) INFO 10-06 09:12:40 [utils.py:233] non-default args: {'model': <object at 0x7f>}"
     facts = parse_log(record + "\n\x00\xff random text")

@@ -48,35 +48,48 @@ _RECORD = re.compile(
 _BARE = re.compile(_PROC)
 
 #: Each fact: (name, files that log it in vLLM's source, message pattern matched at the message start).
-_API = ("api_server.py", "serve.py", "main.py")
+#: A name may have several rows (wordings of different versions). tests/test_vllm_log_formats.py checks
+#: every row against the formats recorded from each version's source (fixtures/vllm/log-formats/).
+_API = ("api_server.py", "serve.py", "main.py", "startup.py", "entry.py")
 _FACTS: tuple[tuple[str, tuple[str, ...] | None, re.Pattern[str]], ...] = tuple(
     (name, files, re.compile(pattern)) for name, files, pattern in (
-        ("start", _API, r"vLLM API server version (\S{1,64})"),
-        ("listening", _API, r"Starting vLLM API server"),
-        ("non_default", ("utils.py", "api_server.py", "serve.py", "arg_utils.py"), r"non-default args: (\{.*\})\s*$"),
+        ("start", _API, r"vLLM (?:API )?server version ([^\s,]{1,64})"),
+        # 0.33's default start record is a logo; its version line continues an empty startup.py record
+        ("start", ("startup.py",), r"[^\w\r\n]{1,120}version ([^\s,]{1,64})\s{0,8}$"),
+        ("listening", _API, r"Starting vLLM (?:API )?server"),
+        ("non_default", ("utils.py", "api_server.py", "serve.py", "arg_utils.py", "startup.py"),
+         r"non-default args: (\{.*\})\s*$"),
         ("engine", ("core.py", "llm_engine.py"),
          r"Initializing an? (?:V\d )?LLM engine \(v([^)\s]{1,64})\) with config: (.*)$"),
         ("downgrade", ("gpu_model_runner.py", "model_runner.py", "cudagraph_utils.py", "compilation.py", "vllm.py"),
          r"CUDAGraphMode\.(\w{1,32}) is not supported([^;]{0,400}); setting cudagraph_mode=(\w{1,32})"),
         ("captured", ("gpu_model_runner.py", "model_runner.py", "cudagraph_utils.py"),
          r"Graph capturing finished in ([\d.]{1,12}) secs?(?:, took ([\d.]{1,12}) GiB)?"),
-        ("attention", ("cuda.py", "rocm.py", "xpu.py", "selector.py", "interface.py"),
-         r"Using (Flash Attention|[A-Za-z_][\w ]{0,40}?) (?:[Aa]ttention )?backend\b"),
+        # the model's attention backend: not the ViT encoder's, not the MLA prefill backend (0.33)
+        ("attention", ("cuda.py", "rocm.py", "xpu.py", "cpu.py", "tpu.py", "selector.py", "interface.py"),
+         r"Using (?!default backend |[\w ]{0,48}prefill backend)([A-Za-z_][\w ]{0,40}?)(?: attention)? backend\b"
+         r"(?! for ViT)"),
         ("kv_memory", ("gpu_worker.py", "worker.py"), r"Available KV cache memory: ([\d.]{1,16}) GiB"),
-        ("kv_tokens", ("kv_cache_utils.py",), r"GPU KV cache size: ([\d,]{1,20}) tokens"),
+        # 0.33 logs tokens and concurrency in one record, its pools named first (``GPU``, ``GPU + host``)
+        ("kv_tokens", ("kv_cache_utils.py",),
+         r"(?:GPU|[A-Z]{2,8})(?: \+ host)? KV cache size: ([\d,]{1,20}) tokens"
+         r"(?:, Maximum concurrency for ([\d,]{1,20}) tokens per request: ([\d.]{1,16})x)?"),
         ("concurrency", ("kv_cache_utils.py", "executor_base.py"),
          r"Maximum concurrency for ([\d,]{1,20}) tokens per request: ([\d.]{1,16})x"),
         ("kv_blocks", ("executor_base.py", "llm_engine.py", "loggers.py", "core.py"),
-         r"(?:# GPU blocks: |Engine \d+: vllm cache_config_info with initialization after num_gpu_blocks is: )"
-         r"(\d{1,12})"),
+         r"(?:# GPU blocks: |(?:Engine \d{1,6}|\d{1,6} Engines): vllm cache_config_info with initialization after "
+         r"num_gpu_blocks is: )(\d{1,12})"),
         ("nccl", ("pynccl.py",), r"vLLM is using nccl==(\S{1,32})"),
         ("allreduce", ("custom_all_reduce.py", "parallel.py", "cuda_communicator.py"),
          r"(?:Custom allreduce is disabled|Disabled the custom all-reduce(?: kernel)?) (?:because |due to |since )?"
          r"(.{0,300}?)(?:\.? To silence this warning.*)?$"),
-        ("moe_default", ("fused_moe.py",),
-         r"Using default MoE config\. Performance might be sub-optimal! Config file not found at (.{1,4000})$"),
-        ("moe_tuned", ("fused_moe.py",), r"Using configuration from (.{1,2000}) for MoE layer"),
-        ("moe_backend", None, r"(Using (?!configuration from|default MoE config)[^\r\n]{0,200}MoE[^\r\n]{0,120})$"),
+        ("moe_default", ("fused_moe.py", "fused_flydsl_moe.py"),
+         r"Using default (?:FlyDSL )?MoE config\. Performance might be sub-optimal! Config file not found at "
+         r"(.{1,4000})$"),
+        ("moe_tuned", ("fused_moe.py", "fused_flydsl_moe.py"),
+         r"Using (?:configuration from|tuned FlyDSL MoE config from) (.{1,2000}?)(?: for MoE layer\.?)?$"),
+        ("moe_backend", None,
+         r"(Using (?!configuration from|default |tuned |FusedMoEConfig::)[^\r\n]{0,200}MoE[^\r\n]{0,120})$"),
     )
 )
 _JSON_NAME = re.compile(r"([^/'\"]{1,400}\.json)")
@@ -240,20 +253,36 @@ def _fact(line: Line) -> tuple[str, re.Match[str]] | None:
     return None
 
 
+#: Files whose record with an empty first line is a logo: its continuation lines are vLLM's own text.
+_LOGO_FILES = ("startup.py",)
+
+
+def _is_logo(line: str) -> bool:
+    first = classify(line)
+    return first.file in _LOGO_FILES and not first.message.strip()
+
+
 def split_lines(text: str, errors: list[str]) -> list[str]:
     """The lines that may be vLLM's own: continuation lines of multi-line messages (after a line ending
-    in ``\\r``) and lines longer than MAX_LINE are dropped (counted in ``errors``)."""
+    in ``\\r``) and lines longer than MAX_LINE are dropped (counted in ``errors``). The continuation
+    lines of a logo record (an empty first line from a _LOGO_FILES file: 0.33's start banner, which
+    holds the version) are kept: vLLM writes all of that record's text."""
     out: list[str] = []
     long_lines = 0
-    after_cr = False
+    after_cr = logo = False
     for raw in text.split("\n"):
         continuation, after_cr = after_cr, raw.endswith("\r")
-        if continuation:
-            continue
         if len(raw) > MAX_LINE:
             long_lines += 1
+            logo = logo and continuation
             continue
-        out.append(raw.rstrip("\r"))
+        if continuation:
+            if logo:
+                out.append(raw.rstrip("\r"))
+            continue
+        line = raw.rstrip("\r")
+        logo = after_cr and _is_logo(line)
+        out.append(line)
     if long_lines:
         errors.append(f"{long_lines} line(s) longer than {MAX_LINE} characters skipped")
     return out
@@ -376,6 +405,13 @@ def _on_concurrency(m: re.Match[str], out: LogFacts) -> None:
     _least(out.ran, "max_concurrency", _number(m.group(2)))
 
 
+def _on_kv_tokens(m: re.Match[str], out: LogFacts) -> None:
+    _least(out.ran, "kv_cache_tokens", _number(m.group(1)))
+    if m.group(2):
+        out.ran["max_model_len"] = int(_number(m.group(2)))
+        _least(out.ran, "max_concurrency", _number(m.group(3)))
+
+
 def _on_allreduce(m: re.Match[str], out: LogFacts) -> None:
     out.ran["custom_all_reduce"] = "disabled"
     _append(out.ran, "custom_all_reduce_disabled_because", m.group(1).strip().rstrip(".") or "not said")
@@ -404,7 +440,7 @@ _HANDLERS: dict[str, Callable[[re.Match[str], LogFacts], None]] = {
     "captured": _on_captured,
     "attention": _on_attention,
     "kv_memory": _on_least("kv_cache_memory_gib"),
-    "kv_tokens": _on_least("kv_cache_tokens"),
+    "kv_tokens": _on_kv_tokens,
     "concurrency": _on_concurrency,
     "kv_blocks": _on_least("kv_cache_blocks"),
     "nccl": lambda m, out: out.ran.__setitem__("nccl_version", m.group(1)),
@@ -466,7 +502,8 @@ def _engine_config(text: str, facts: LogFacts) -> None:
 #: (config, KV cache, graphs) come within its first few MB.
 MAX_LOG_BYTES = 32 << 20
 _CHUNK = 1 << 20
-_MARKERS = ((b"vLLM API server version ", "start"), (b"LLM engine (v", "engine"))
+#: 0.33's logo start record continues over lines this backward search cannot trust: its engine record counts.
+_MARKERS = ((b"vLLM API server version ", "start"), (b"vLLM server version ", "start"), (b"LLM engine (v", "engine"))
 
 
 def _line_at(fd: int, pos: int, size: int) -> tuple[int, str] | None:
