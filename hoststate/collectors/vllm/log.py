@@ -9,7 +9,8 @@ paths tolerated), whose message *starts* with the fact's wording and whose file 
 logs it in vLLM's source (``core.py`` for the engine config, ``api_server.py`` for the version...).
 A logged prompt is a record of another file whose message starts elsewhere, and a multi-line
 message's continuation lines (vLLM writes them after ``\r\n`` with the first line's prefix) are
-skipped, so request text cannot claim a version, a mode or a capture. The last start is the last
+skipped (but for 0.33's start logo, an empty ``startup.py`` record whose lines are all vLLM's), so
+request text cannot claim a version, a mode or a capture. The last start is the last
 ``vLLM API server version`` record (else the last group of engine-config records); its facts end
 where the API server starts listening (``Starting vLLM API server``): no request is served before.
 Lines longer than MAX_LINE are skipped unread, so parsing stays linear in the input.
