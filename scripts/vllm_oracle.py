@@ -486,9 +486,46 @@ def model_facts(models: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def serve_options() -> dict[str, Any]:
+    """Every option string of vLLM's own `vllm serve` parser -> dest, and what each dest takes.
+
+    Built as the cases build it (build_parser), so it is the parser that accepts or refuses them.
+    """
+    parser, _, _ = build_parser(["vllm", "serve"])
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    serve = subparsers.choices["serve"]
+    options: dict[str, str] = {}
+    dests: dict[str, dict[str, Any]] = {}
+    positionals = []
+    for action in serve._actions:
+        if not action.option_strings:
+            positionals.append(action.dest)
+            continue
+        for option in action.option_strings:
+            options[option] = action.dest
+        dests.setdefault(action.dest, {"actions": []})["actions"].append({
+            "action": type(action).__name__,
+            "nargs": action.nargs,
+            "type": getattr(action.type, "__name__", None if action.type is None else repr(action.type)),
+            "options": sorted(action.option_strings),
+        })
+    for dest, info in dests.items():
+        info["negatable"] = any(o.startswith("--no-") and options[o] == dest for o in options)
+        info["takes_value"] = any(a["nargs"] != 0 for a in info["actions"])
+    return {"options": options, "dests": dests, "positionals": sorted(positionals)}
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(path).with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True, indent=1) + "\n")
+    tmp.replace(path)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="JSON file to write")
+    ap.add_argument("--out", help="JSON file to write the cases' outcomes to")
+    ap.add_argument("--options-out", help="JSON file to write the serve parser's options to (no cases run)")
     ap.add_argument("--only", nargs="*", help="case ids to run (for debugging)")
     ap.add_argument("--cases", default=str(CASES_FILE))
     opts = ap.parse_args()
@@ -499,6 +536,12 @@ def main() -> int:
     import vllm
 
     version = vllm.__version__
+    if opts.options_out:
+        write_json(opts.options_out, {"vllm_version": version, "generated_by": "scripts/vllm_oracle.py --options-out",
+                                      **serve_options()})
+        return 0
+    if not opts.out:
+        ap.error("--out or --options-out is required")
     preload()
     base_env = dict(os.environ)
     records = []
@@ -521,10 +564,7 @@ def main() -> int:
         "models": model_facts(models),
         "cases": records,
     }
-    Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(opts.out).with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, sort_keys=True, indent=1) + "\n")
-    tmp.replace(opts.out)
+    write_json(opts.out, out)
     errors = [r["id"] for r in records if r["outcome"] == "oracle_error"]
     print(f"{len(records)} cases, errors: {errors}", file=sys.stderr)
     return 1 if errors else 0
