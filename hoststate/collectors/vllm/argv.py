@@ -197,7 +197,7 @@ def _dest_of(option: str, rules: Rules) -> tuple[str | None, bool]:
         name = option[2:].replace("-", "_")
         if name in OPTIONS:
             return name, False
-        if name.startswith("no_") and OPTIONS.get(name[3:]) == BOOL:
+        if name.startswith("no_") and OPTIONS.get(name[3:]) == BOOL and name[3:] not in rules.no_negation:
             return name[3:], True
     return None, False
 

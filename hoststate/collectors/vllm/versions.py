@@ -34,7 +34,7 @@ class Rules:
     #: The compilation_config key that holds the compilation mode, and whether ``level`` is still read.
     mode_key: str
     level_accepted: bool
-    #: Short aliases -> dest.
+    #: Aliases (short spellings, and other long names of an option) -> dest.
     aliases: Mapping[str, str]
     #: A graph mode other than NONE while the compilation mode is not VLLM_COMPILE: "refused"
     #: (piecewise graphs fail an assertion at startup), "none" (any mode but NONE -> NONE, 0.12) or
@@ -136,17 +136,22 @@ class Rules:
     missing_options: frozenset[str] = frozenset()
     #: ``--disable-X`` spellings of flags (0.33's EnableDisableAction): option -> dest set to False.
     disable_flags: Mapping[str, str] = field(default_factory=dict)
+    #: Boolean dests whose ``--no-`` spelling this version's parser lacks (store_true flags; 0.33's
+    #: enable/disable pairs): ``--no-X`` is refused.
+    no_negation: frozenset[str] = frozenset()
 
 
 _ALIASES_010 = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
                 "-q": "quantization", "-O": "compilation_config"}
 _ALIASES_012 = {**{k: v for k, v in _ALIASES_010.items() if k != "-O"}, "-dcp": "decode_context_parallel_size",
-                "-O": "optimization_level", "-cc": "compilation_config"}
-_ALIASES_033 = {**_ALIASES_012, "-ac": "attention_config", "-sc": "speculative_config", "-ep": "enable_expert_parallel",
+                "-O": "optimization_level", "-cc": "compilation_config",
                 "-pcp": "prefill_context_parallel_size", "-asc": "api_server_count", "-dpl": "data_parallel_size_local",
                 "-dpa": "data_parallel_address", "-dpp": "data_parallel_rpc_port", "-dpb": "data_parallel_backend",
                 "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
-                "-dpr": "data_parallel_start_rank", "-dpn": "data_parallel_rank"}
+                "-dpr": "data_parallel_start_rank", "-dpn": "data_parallel_rank", "-n": "nnodes", "-r": "node_rank"}
+_ALIASES_033 = {**_ALIASES_012, "-ac": "attention_config", "-sc": "speculative_config", "-ep": "enable_expert_parallel",
+                "-dc": "diffusion_config", "-dpm": "data_parallel_multi_port_external_lb",
+                "--device-memory-utilization": "gpu_memory_utilization"}
 #: 0.33's speculative methods (vllm/config/speculative.py: EagleModelTypes with its MTP kinds, then the rest).
 _EAGLE_033 = frozenset({
     "eagle", "eagle3", "extract_hidden_states", "dflash", "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp",
@@ -200,6 +205,78 @@ _GONE_0120 = _GONE_0111 | {"eplb_log_balancedness", "eplb_step_interval", "eplb_
 _GONE_033 = _GONE_0120 | {"disable_mm_preprocessor_cache", "logits_processor_pattern", "max_long_partial_prefills",
                           "override_attention_dtype"}
 
+#: Options that first appear in a version's parser (dests), each list from that version's own parser.
+_NEW_0110 = frozenset({"allowed_media_domains", "dbo_decode_token_threshold", "dbo_prefill_token_threshold",
+    "expert_placement_strategy", "mm_processor_cache_type", "mm_shm_cache_max_object_size_mb",
+    "trust_request_chat_template", "video_pruning_rate"})
+_NEW_0111 = frozenset({"aggregate_engine_logging", "dcp_kv_cache_interleave_size",
+    "disable_nccl_for_dp_synchronization", "ec_transfer_config", "enable_mm_embeds", "kv_offloading_backend",
+    "kv_offloading_size", "mamba_block_size", "master_addr", "master_port", "mm_encoder_attn_backend", "nnodes",
+    "node_rank", "reasoning_parser_plugin", "stream_interval", "tokens_only"})
+_NEW_0120 = frozenset({"cp_kv_cache_interleave_size", "kv_cache_metrics", "kv_cache_metrics_sample"})
+_NEW_033 = frozenset({"allow_deprecated_quantization", "anthropic_disabled_thinking_effort", "aux_output_config",
+    "cohere_format", "cohere_is_reasoning_model", "cpu_distributed_timeout_seconds", "cpu_offload_params",
+    "cudagraph_metrics", "custom_histogram_buckets", "data_parallel_multi_port_external_lb",
+    "data_parallel_supervisor_port", "dcp_comm_backend", "dcp_q_replicate", "default_chat_template_kwargs",
+    "device_ids", "diffusion_config", "disable_access_log_for_endpoints", "distributed_timeout_seconds",
+    "dp_supervisor_probe_failure_threshold", "dp_supervisor_probe_interval_s", "dp_supervisor_probe_timeout_s",
+    "dp_sync_interval", "ec_manager_config", "elastic_ep_max_dp_size", "enable_batch_sharded_sampling",
+    "enable_cumem_allocator", "enable_elastic_ep", "enable_ep_weight_filter", "enable_fault_tolerance",
+    "enable_flash_late_interaction", "enable_flashinfer_autotune", "enable_hc_sp", "enable_layerwise_nvtx_tracing",
+    "enable_log_deltas", "enable_logging_iteration_details", "enable_mamba_cache_stochastic_rounding",
+    "enable_mamba_shared_prefix_checkpoint", "enable_mfu_metrics", "enable_mixed_moe_lora_format",
+    "enable_moe_shared_loras", "enable_nccl_comm_suspend", "enable_offline_docs", "enable_per_request_metrics",
+    "enable_return_routed_experts", "enable_scale_out", "enable_shm_tensor_arena", "enable_tower_connector_lora",
+    "enable_trace_replay", "engram_config", "fail_on_environ_validation", "fault_tolerance_config",
+    "fingerprint_mode", "fingerprint_value", "gdn_prefill_backend", "grpc", "grpc_port", "ir_op_priority",
+    "jit_monitor_mode", "jit_monitor_verbose", "kda_decode_backend", "kda_prefill_backend", "kernel_config",
+    "kv_cache_dtype_skip_layers", "language_model_only", "linear_backend", "log_level", "logging_config",
+    "long_prefill_token_threshold_adaptive", "lora_target_modules", "mamba_backend", "mamba_cache_mode",
+    "mamba_cache_philox_rounds", "mamba_ssu_algorithm", "max_lora_cls_labels", "max_num_active_seqs",
+    "max_num_queued_reqs", "max_num_queued_tokens", "max_num_scheduled_tokens", "mm_device_do_normalize",
+    "mm_encoder_attn_dtype", "mm_encoder_fp8_scale_path", "mm_encoder_fp8_scale_save_margin",
+    "mm_encoder_fp8_scale_save_path", "mm_encoder_only", "mm_hasher_algorithm", "mm_ipc_gpu_memory_gb",
+    "mm_processor_device", "mm_tensor_ipc", "model_class_overrides", "moe_backend", "monokernel", "numa_bind",
+    "numa_bind_cpus", "numa_bind_nodes", "offload_backend", "offload_group_size", "offload_num_in_group",
+    "offload_params", "offload_prefetch_step", "per_request_spec_decode_metrics", "prefill_schedule_interval",
+    "prefix_cache_retention_interval", "prefix_match_unit", "profiler_config", "quantization_config",
+    "reasoning_config", "reasoning_effort_map", "renderer_num_workers", "replayssm_buffer_len",
+    "return_sampling_mask", "safetensors_prefetch_block_size", "safetensors_prefetch_num_threads",
+    "scheduler_reserve_full_isl", "shutdown_timeout", "sleep_mode_backend", "sleep_mode_offload_cudagraph",
+    "sleep_preserve_parameter_names", "sparse_indexer_topk_backend", "spec_method", "spec_model", "spec_tokens",
+    "specialize_active_lora", "sse_keep_alive_interval", "ssl_ciphers", "swa_bounded_replay", "tool_strict_level",
+    "trust_request_mm_kwargs", "ubatch_size", "use_fp64_gumbel", "use_replayssm", "video_pruning_method",
+    "watchdog_config", "watermark", "watermark_config", "weight_transfer_config"})
+_NEW_AFTER_0111 = _NEW_0120 | _NEW_033
+_NEW_AFTER_0110 = _NEW_0111 | _NEW_AFTER_0111
+_NEW_AFTER_0102 = _NEW_0110 | _NEW_AFTER_0110
+
+#: Boolean flags without a ``--no-`` spelling (store_true), from each version's parser.
+_NO_NEGATION_0102 = frozenset({"disable_async_output_proc", "disable_log_stats", "disable_mm_preprocessor_cache",
+                               "enable_multimodal_encoder_data_parallel", "headless"})
+#: 0.11.x keeps the guided_decoding_disable_* flags as deprecated options that take a value.
+_NO_NEGATION_0110 = _NO_NEGATION_0102 - _V0_OPTIONS | {"guided_decoding_disable_additional_properties",
+                                                      "guided_decoding_disable_any_whitespace",
+                                                      "guided_decoding_disable_fallback"}
+#: 0.33's enable/disable pairs (EnableDisableAction): ``--enable-X``/``--disable-X``, no ``--no-`` spelling.
+_ENABLE_DISABLE_033 = frozenset({
+    "disable_cascade_attn", "disable_chunked_mm_input", "disable_custom_all_reduce", "disable_fastapi_docs",
+    "disable_hybrid_kv_cache_manager", "disable_nccl_for_dp_synchronization", "disable_sliding_window",
+    "disable_uvicorn_access_log", "enable_auto_tool_choice", "enable_batch_sharded_sampling",
+    "enable_chunked_prefill", "enable_cumem_allocator", "enable_dbo", "enable_elastic_ep", "enable_ep_weight_filter",
+    "enable_eplb", "enable_expert_parallel", "enable_fault_tolerance", "enable_flash_late_interaction",
+    "enable_flashinfer_autotune", "enable_force_include_usage", "enable_hc_sp", "enable_layerwise_nvtx_tracing",
+    "enable_log_deltas", "enable_log_outputs", "enable_log_requests", "enable_logging_iteration_details",
+    "enable_lora", "enable_mamba_cache_stochastic_rounding", "enable_mamba_shared_prefix_checkpoint",
+    "enable_mfu_metrics", "enable_mixed_moe_lora_format", "enable_mm_embeds", "enable_moe_shared_loras",
+    "enable_nccl_comm_suspend", "enable_offline_docs", "enable_per_request_metrics", "enable_prefix_caching",
+    "enable_prompt_embeds", "enable_prompt_tokens_details", "enable_request_id_headers",
+    "enable_return_routed_experts", "enable_scale_out", "enable_server_load_tracking", "enable_shm_tensor_arena",
+    "enable_sleep_mode", "enable_ssl_refresh", "enable_tokenizer_info_endpoint", "enable_tower_connector_lora",
+    "enable_trace_replay"})
+_DISABLE_FLAGS_033 = {("--disable-" + d[7:] if d.startswith("enable_") else "--enable-" + d[8:]).replace("_", "-"): d
+                      for d in _ENABLE_DISABLE_033}
+
 #: The rows, oldest first. The first row names every field; each later one only what changed.
 ROWS: tuple[dict[str, Any], ...] = (
     {"version": "0.10.0", "family": "v10.0", "o_number": "full", "o_values": frozenset("01234"), "o_any_int": False,
@@ -219,7 +296,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "capture_size_checks": False,
      "missing_options": frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
                                    "performance_mode", "all2all_backend", "attention_config",
-                                   "decode_context_parallel_size"})},
+                                   "decode_context_parallel_size"}) | _NEW_AFTER_0102},
     {"version": "0.10.1", "family": "v10"},
     {"version": "0.10.2", "o_number": "dotted-level", "o_values": _O_0_3, "o_any_int": True,
      "aliases": _ALIASES_0102, "serve_model_option": "refused",
@@ -227,22 +304,29 @@ ROWS: tuple[dict[str, Any], ...] = (
      "spec_refused_methods": frozenset({"draft_model"}), "v1_attention_backends": _V1_BACKENDS_0102,
      "fp8_kv_v1_backends": {"other": frozenset({"FLASH_ATTN_VLLM_V1", "FLASHINFER", "TRITON_ATTN_VLLM_V1"}),
                             "mla": frozenset({"FLASHMLA", "CUTLASS_MLA"})},
-     "missing_options": _MISSING_0102},
+     "missing_options": _MISSING_0102 | _NEW_AFTER_0102, "no_negation": _NO_NEGATION_0102},
     {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "all2all_ht_mode": "NONE",
      "spec_methods": _SPEC_METHODS_0110, "v1_attention_backends": frozenset(), "fp8_kv_v1_backends": {},
      "missing_options": _MISSING_0102 - {"enable_dbo", "pooler_config", "structured_outputs_config"}
-     | {"max_seq_len_to_capture"} | _V0_OPTIONS},
+     | {"max_seq_len_to_capture"} | _V0_OPTIONS | _NEW_AFTER_0110, "no_negation": _NO_NEGATION_0110},
     {"version": "0.11.1", "o_number": "dotted-mode", "o_values": _O_0_3, "o_any_int": False, "mode_key": "mode",
      "v0_env": False,
      "empty_splitting_ops": "split", "legacy_graph_flags": False, "context_parallel_piecewise": True,
      "spec_methods": _SPEC_METHODS, "serve_model_option": "moved", "attn_fusion_keys": ("enable_attn_fusion",),
      "model_rules_default_only": False, "capture_size_checks": True, "async_spec_methods": _EAGLE_MTP,
      "dcp_head_check": True,
-     "missing_options": frozenset({"optimization_level", "performance_mode", "attention_config"}) | _GONE_0111},
+     "aliases": {**_ALIASES_0102, "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
+                 "-n": "nnodes", "-r": "node_rank"},
+     "missing_options": frozenset({"optimization_level", "performance_mode", "attention_config", "attention_backend",
+                                   "max_seq_len_to_capture", "num_scheduler_steps", "prefill_context_parallel_size",
+                                   "rope_scaling"}) | _GONE_0111 | _NEW_AFTER_0111,
+     "no_negation": _NO_NEGATION_0110 | {"aggregate_engine_logging"}},
     {"version": "0.12.0", "family": "opt", "o_number": "optimization_level", "o_dotted": "deprecated",
      "aliases": _ALIASES_012, "graphs_without_compile": "none",
      "attn_fusion_keys": ("fuse_attn_quant", "enable_attn_fusion"), "pass_config_renamed": True,
-     "missing_options": frozenset({"performance_mode", "attention_config"}) | _GONE_0120},
+     "missing_options": frozenset({"performance_mode", "attention_config", "attention_backend",
+                                   "max_seq_len_to_capture", "num_scheduler_steps", "rope_scaling",
+                                   "guided_decoding_backend", "override_pooler_config"}) | _GONE_0120 | _NEW_033},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
      "all2all_env": False, "all2all_moe_only": True, "model_runner_v2": True,
@@ -251,7 +335,8 @@ ROWS: tuple[dict[str, Any], ...] = (
      "dynamic_spec_v1_methods": frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"}),
      "dbo_all2all_backends": frozenset({"deepep_low_latency", "deepep_high_throughput", "nixl_ep"}),
      "encoder_decoder_mode": "FULL_DECODE_ONLY", "max_model_len_auto": True, "convert_makes_pooling": True,
-     "disable_flags": {"--disable-expert-parallel": "enable_expert_parallel", "--disable-dbo": "enable_dbo"},
+     "disable_flags": _DISABLE_FLAGS_033, "no_negation": _ENABLE_DISABLE_033 | {
+         "aggregate_engine_logging", "data_parallel_multi_port_external_lb", "disable_log_stats", "grpc", "headless"},
      "spec_methods": _SPEC_METHODS_033, "spec_refused_methods": frozenset(),
      "async_spec_methods": _EAGLE_033 | {"ngram_gpu", "draft_model", "dspark"},
      "attn_fusion_keys": ("fuse_attn_quant",), "pass_old_spellings_dropped": True,
