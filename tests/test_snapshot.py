@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hoststate.collectors import Context, Section
 from hoststate.errors import InputError, WriteError
 from hoststate.snapshot import assemble, collect, digest, loads, to_toml, write
-from tests.conftest import HOSTS
+from tests.conftest import FIXTURES, HOSTS
 
 KEYS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.-\"' ", min_size=1, max_size=12)
 SCALARS = st.one_of(
@@ -145,3 +145,12 @@ def test_write_refuses_existing_file_and_keeps_it(tmp_path) -> None:
     write(str(target), "new", force=True)
     assert target.read_text() == "new"
     assert sorted(os.listdir(tmp_path)) == ["baseline.toml"]  # no temp file left behind
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.glob("*/*.toml")
+                                        if p.read_text().startswith("[hoststate]")))
+def test_bundled_snapshots_carry_the_digest_this_version_computes(path) -> None:
+    """The README's and docs' examples run on these files: a stale stored digest would make ``digest`` and
+    ``fleet`` warn on them. Refresh with ``python scripts/refresh_fixture_digests.py``."""
+    snap = loads((FIXTURES / path).read_text())
+    assert snap["hoststate"]["digest"] == digest(snap)
