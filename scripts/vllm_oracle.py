@@ -508,6 +508,7 @@ def serve_options() -> dict[str, Any]:
             "nargs": action.nargs,
             "type": getattr(action.type, "__name__", None if action.type is None else repr(action.type)),
             "options": sorted(action.option_strings),
+            "default": jsonable(action.default),
         })
     for dest, info in dests.items():
         info["negatable"] = any(o.startswith("--no-") and options[o] == dest for o in options)

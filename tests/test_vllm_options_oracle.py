@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from hoststate.collectors.vllm.argv import _dest_of
-from hoststate.collectors.vllm.options import BOOL, OPTIONS
+from hoststate.collectors.vllm.options import BOOL, FALSE_BY_DEFAULT, OPTIONS
 from hoststate.collectors.vllm.versions import Rules, rules_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,6 +40,16 @@ KIND_DIFFERS: dict[tuple[str, str], str] = {
     for v in ("0.11.0", "0.11.1")
     for d in ("guided_decoding_disable_additional_properties", "guided_decoding_disable_any_whitespace",
               "guided_decoding_disable_fallback")
+}
+
+#: Flags whose parser default is False in some recorded versions and None in others; FALSE_BY_DEFAULT is
+#: one list for every version, so ``--no-X`` (0.33: the opposite spelling) is read as leaving the default
+#: in the versions where that is not so.
+DEFAULT_VARIES: dict[str, str] = {
+    "async_scheduling": "False up to 0.12.0, None in 0.33.0 (0.33 decides by itself); not listed",
+    "disable_cascade_attn": "False up to 0.12.0, None in 0.33.0; listed",
+    "disable_hybrid_kv_cache_manager": "False up to 0.12.0, None in 0.33.0; listed",
+    "disable_nccl_for_dp_synchronization": "False in 0.11.1 and 0.12.0, None in 0.33.0; not listed",
 }
 
 
@@ -125,3 +135,27 @@ def test_short_spellings_are_vllms() -> None:
         ours = {o: d for o, d in rules.aliases.items()
                 if not o.startswith("--") and (rules.version, o) not in HOSTSTATE_ONLY}
         assert ours == vllm_short, rules.version
+
+
+def _false_default(info: dict[str, Any]) -> bool:
+    return not info["takes_value"] and all(action["default"] is False for action in info["actions"])
+
+
+@pytest.mark.parametrize("path", _recorded(), ids=lambda p: p.stem)
+def test_false_by_default_is_the_parsers_default(path: Path) -> None:
+    """FALSE_BY_DEFAULT holds exactly the flags whose parser default is False (``--no-X`` then changes nothing)."""
+    data, rules = _load(path)
+    flags = {d: info for d, info in data["dests"].items() if d in OPTIONS and OPTIONS[d] == BOOL}
+    differ = sorted(d for d, info in flags.items()
+                    if _false_default(info) != (d in FALSE_BY_DEFAULT) and d not in DEFAULT_VARIES
+                    and (rules.version, d) not in KIND_DIFFERS)
+    assert differ == [], f"vLLM {rules.version}: parser default False <> FALSE_BY_DEFAULT"
+
+
+def test_defaults_that_vary_still_vary() -> None:
+    seen: dict[str, set[bool]] = {}
+    for path in _recorded():
+        for dest, info in json.loads(path.read_text())["dests"].items():
+            if dest in DEFAULT_VARIES:
+                seen.setdefault(dest, set()).add(_false_default(info))
+    assert seen == {dest: {True, False} for dest in DEFAULT_VARIES}

@@ -141,7 +141,7 @@ CHOICES: dict[str, tuple[str, ...]] = {"performance_mode": ("balanced", "interac
 FALSE_BY_DEFAULT: frozenset[str] = frozenset({
     "enforce_eager", "trust_remote_code", "skip_tokenizer_init", "enable_expert_parallel", "enable_dbo",
     "enable_eplb", "disable_sliding_window", "disable_cascade_attn", "disable_log_stats", "disable_custom_all_reduce",
-    "enable_lora", "fully_sharded_loras", "enable_sleep_mode", "calculate_kv_scales",
+    "fully_sharded_loras", "enable_sleep_mode", "calculate_kv_scales",
     "enable_multimodal_encoder_data_parallel", "data_parallel_hybrid_lb", "data_parallel_external_lb",
     "disable_chunked_mm_input", "enable_auto_tool_choice", "disable_uvicorn_access_log", "disable_fastapi_docs",
     "enable_request_id_headers", "enable_log_outputs", "enable_prompt_tokens_details",
@@ -152,6 +152,18 @@ FALSE_BY_DEFAULT: frozenset[str] = frozenset({
     "guided_decoding_disable_additional_properties", "guided_decoding_disable_any_whitespace",
     "guided_decoding_disable_fallback", "interleave_mm_strings", "kv_sharing_fast_prefill", "log_error_stack",
     "ray_workers_use_nsight", "skip_mm_profiling",
+    "aggregate_engine_logging", "allow_deprecated_quantization", "cudagraph_metrics",
+    "data_parallel_multi_port_external_lb", "enable_cumem_allocator", "enable_elastic_ep", "enable_ep_weight_filter",
+    "enable_fault_tolerance", "enable_hc_sp", "enable_layerwise_nvtx_tracing", "enable_log_requests",
+    "enable_logging_iteration_details", "enable_mamba_cache_stochastic_rounding",
+    "enable_mamba_shared_prefix_checkpoint", "enable_mfu_metrics", "enable_mixed_moe_lora_format",
+    "enable_mm_embeds", "enable_moe_shared_loras", "enable_nccl_comm_suspend", "enable_offline_docs",
+    "enable_per_request_metrics", "enable_return_routed_experts", "enable_scale_out", "enable_shm_tensor_arena",
+    "enable_tower_connector_lora", "enable_trace_replay", "fail_on_environ_validation", "grpc",
+    "jit_monitor_verbose", "kv_cache_metrics", "language_model_only", "long_prefill_token_threshold_adaptive",
+    "mm_encoder_only", "monokernel", "numa_bind", "return_sampling_mask", "sleep_mode_offload_cudagraph",
+    "specialize_active_lora", "tokens_only", "trust_request_chat_template", "trust_request_mm_kwargs",
+    "use_fp64_gumbel", "use_replayssm",
 })
 
 
