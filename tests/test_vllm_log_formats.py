@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -133,7 +134,9 @@ def render(fmt: dict[str, Any], args: tuple[Any, ...]) -> str:
 def generic_args(fmt: dict[str, Any]) -> tuple[Any, ...]:
     """A backend-like word for each string field, 3 for each numeric one."""
     if fmt["style"] == "{}":
-        return ("FLASHINFER",) * len(fmt["exprs"])
+        specs = [spec for _text, field, spec, _conv in string.Formatter().parse(fmt["format"]) if field is not None]
+        return tuple(3 if spec and spec[-1] in "bcdoxXn" else 3.0 if spec and spec[-1] in "eEfFgG%" else "FLASHINFER"
+                     for spec in specs)
     return tuple(3 if c[-1] in "dif" else "FLASHINFER" for c in _CONVERSION.findall(fmt["format"].replace("%%", "")))
 
 
@@ -183,7 +186,7 @@ def test_the_listening_record_ends_the_start(version):
 
 #: Formats that start like a fact but are another thing; log.py must not read them as that fact.
 LOOKALIKES = [
-    ("attention", r"ViT|vit attention|MLA prefill backend|DSpark drafter"),
+    ("attention", r"ViT|vit attention|MLA prefill backend|DSpark drafter|KV cache layout for"),
     ("moe_backend", r"^Using FusedMoEConfig::"),
     ("kv_tokens", r"^Multiplying the GPU KV cache size"),
     ("allreduce", r"^Custom quick allreduce"),
@@ -212,3 +215,29 @@ def test_lookalike_formats_are_not_read_as_the_fact(name, pattern):
 def test_the_recorded_data_is_from_each_version():
     for version, data in RECORDED.items():
         assert data["vllm_version"] == version and data["count"] == len(data["formats"]) > 50
+
+
+def _associated(version: str) -> set[tuple[str, int, str]]:
+    return {(f["file"], f["line"], f["format"]) for name in FACTS for f in formats(version, name)}
+
+
+def _anything_read(facts: LogFacts) -> list[str]:
+    found = {"version": facts.version, "non_default_args": facts.non_default_args, "config": facts.config,
+             "downgrades": facts.downgrades, "attention_backends": facts.attention_backends, "ran": facts.ran}
+    return [k for k, v in found.items() if v]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_no_other_recorded_format_is_read_as_a_fact(version):
+    """Every recorded format this table does not associate with a fact (the keyword-wide rest: other
+    backends, layouts, quick all-reduce, prefill selectors...) is read as nothing."""
+    skip = _associated(version)
+    wrong = []
+    for fmt in RECORDED[version]["formats"]:
+        if (fmt["file"], fmt["line"], fmt["format"]) in skip:
+            continue
+        message = render(fmt, generic_args(fmt))
+        read = _anything_read(parse_log(record_line(fmt, message, True)))
+        if read:
+            wrong.append(f"{fmt['file']}:{fmt['line']} {message!r} -> {read}")
+    assert not wrong, "\n".join(wrong)

@@ -66,10 +66,11 @@ _FACTS: tuple[tuple[str, tuple[str, ...] | None, re.Pattern[str]], ...] = tuple(
          r"CUDAGraphMode\.(\w{1,32}) is not supported([^;]{0,400}); setting cudagraph_mode=(\w{1,32})"),
         ("captured", ("gpu_model_runner.py", "model_runner.py", "cudagraph_utils.py"),
          r"Graph capturing finished in ([\d.]{1,12}) secs?(?:, took ([\d.]{1,12}) GiB)?"),
-        # the model's attention backend: not the ViT encoder's, not the MLA prefill backend (0.33)
+        # the model's attention backend, a name of at most four words: not the ViT encoder's, not the MLA
+        # prefill backend (0.33), not ``Using HND KV cache layout for FLASHINFER backend.`` (0.11-0.12)
         ("attention", ("cuda.py", "rocm.py", "xpu.py", "cpu.py", "tpu.py", "selector.py", "interface.py"),
-         r"Using (?!default backend |[\w ]{0,48}prefill backend)([A-Za-z_][\w ]{0,40}?)(?: attention)? backend\b"
-         r"(?! for ViT)"),
+         r"Using (?!default backend |[\w ]{0,48}prefill backend)([A-Za-z_]\w{0,40}(?: \w{1,40}){0,3}?)"
+         r"(?: attention)? backend\b(?! for ViT)"),
         ("kv_memory", ("gpu_worker.py", "worker.py"), r"Available KV cache memory: ([\d.]{1,16}) GiB"),
         # 0.33 logs tokens and concurrency in one record, its pools named first (``GPU``, ``GPU + host``)
         ("kv_tokens", ("kv_cache_utils.py",),
