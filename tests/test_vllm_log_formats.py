@@ -56,6 +56,7 @@ class Fact:
     engine_side: bool = True
     where: str = ""  # when set, only formats from files whose path matches it
     without: str = r"(?!)"  # formats that start alike but are not this fact (matched anywhere)
+    also: tuple[tuple[str, str], ...] = ()  # (file regex, wording regex): formats of this fact worded otherwise
 
 
 FACTS: dict[str, Fact] = {
@@ -100,7 +101,8 @@ FACTS: dict[str, Fact] = {
                       lambda f, _: f.ran.get("moe_tuned_config") == [MOE_FILE]),
     "moe_backend": Fact(r"Using (?!configuration from|default |tuned )[^\n]*MoE", (
         ("%s.*%s", ("DEEPGEMM", "W4A8")), ("%s|\\{\\}", ("DEEPGEMM",)), ("", ())),
-        lambda f, msg: f.ran.get("moe_backends") == [msg.strip().rstrip(".")], without=r"FusedMoEConfig::"),
+        lambda f, msg: f.ran.get("moe_backends") == [msg.strip().rstrip(".")], without=r"FusedMoEConfig::",
+        also=((r"/quantization/mxfp4\.py$", r"Using [\w ]+ backend"),)),
 }
 
 #: (version, fact) a version does not log at all, with the reason; anything else missing fails.
@@ -112,8 +114,9 @@ def formats(version: str, name: str) -> list[dict[str, Any]]:
     """The recorded formats of ``version`` that this test's table associates with fact ``name``."""
     fact = FACTS[name]
     return [f for f in RECORDED[version]["formats"]
-            if re.match(fact.wording, f["format"]) and re.search(fact.where, f["file"])
-            and not re.search(fact.without, f["format"])]
+            if (re.match(fact.wording, f["format"]) and re.search(fact.where, f["file"])
+                and not re.search(fact.without, f["format"]))
+            or any(re.search(path, f["file"]) and re.match(words, f["format"]) for path, words in fact.also)]
 
 
 def samples(fact: Fact, fmt: dict[str, Any]) -> tuple[Any, ...]:

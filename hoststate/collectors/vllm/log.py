@@ -90,6 +90,8 @@ _FACTS: tuple[tuple[str, tuple[str, ...] | None, re.Pattern[str]], ...] = tuple(
          r"(.{1,4000})$"),
         ("moe_tuned", ("fused_moe.py", "fused_flydsl_moe.py"),
          r"Using (?:configuration from|tuned FlyDSL MoE config from) (.{1,2000}?)(?: for MoE layer\.?)?$"),
+        # Mxfp4MoEMethod names its kernel without the word (``Using Marlin backend``, 0.10-0.12)
+        ("moe_backend", ("mxfp4.py",), r"(Using [\w ]{1,60} backend[^\r\n]{0,200})$"),
         ("moe_backend", None,
          r"(Using (?!configuration from|default |tuned |FusedMoEConfig::)[^\r\n]{0,200}MoE[^\r\n]{0,120})$"),
     )
