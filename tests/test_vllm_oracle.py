@@ -11,6 +11,7 @@ and run as strict expected failures: fixing one makes the test fail until its en
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections import Counter
@@ -81,14 +82,48 @@ def _jsonable(value: Any) -> Any:
 
 def _defaults(data: dict[str, Any]) -> dict[str, dict[str, str]]:
     """Each config-object field's default, for dests vLLM records as a whole config object (its
-    compilation_config dump holds every field): the value most of the version's cases hold."""
-    seen: dict[str, dict[str, Counter[str]]] = {}
-    for case in data["cases"]:
+    compilation_config dump holds every field): the value most of the version's cases hold where the
+    command line did not set that field (hoststate's reading says which), else over all cases."""
+    return _defaults_of(data["vllm_version"], json.dumps(data["cases"], sort_keys=True))
+
+
+@functools.lru_cache(maxsize=8)
+def _defaults_of(version: str, cases_json: str) -> dict[str, dict[str, str]]:
+    data = {"vllm_version": version, "models": json.loads((ORACLE / f"{version}.json").read_text())["models"]}
+    unset: dict[str, dict[str, Counter[str]]] = {}
+    every: dict[str, dict[str, Counter[str]]] = {}
+    for case in json.loads(cases_json):
+        given = _given(data, case) if case["outcome"] == "ok" else {}
         for dest, value in case.get("non_default_args", {}).items():
-            if isinstance(value, dict):
-                for key, field_value in value.items():
-                    seen.setdefault(dest, {}).setdefault(key, Counter())[json.dumps(field_value, sort_keys=True)] += 1
-    return {dest: {k: c.most_common(1)[0][0] for k, c in fields.items()} for dest, fields in seen.items()}
+            if not isinstance(value, dict):
+                continue
+            for key, field_value in value.items():
+                text = json.dumps(field_value, sort_keys=True)
+                every.setdefault(dest, {}).setdefault(key, Counter())[text] += 1
+                if key not in given.get(dest, {}):
+                    unset.setdefault(dest, {}).setdefault(key, Counter())[text] += 1
+    return {dest: {k: _default_value(unset.get(dest, {}).get(k) or c) for k, c in fields.items()}
+            for dest, fields in every.items()}
+
+
+#: A field vLLM generates anew for every start (``kv_transfer_config.engine_id``, a random UUID): it has
+#: no default to compare with.
+GENERATED = "<generated>"
+
+
+def _default_value(counter: Counter[str]) -> str:
+    value, count = counter.most_common(1)[0]
+    return GENERATED if count == 1 and len(counter) > 1 else value
+
+
+def _given(data: dict[str, Any], case: dict[str, Any]) -> dict[str, Any]:
+    """The config-object dests hoststate read from the command line, as vLLM's objects name their fields."""
+    args = hoststate_view(data, case)[0].args
+    rules = rules_for(data["vllm_version"])[0]
+    given = {k: v for k, v in args.items() if isinstance(v, dict)}
+    if "compilation_config" in given:
+        given["compilation_config"] = compilation_config_view(given["compilation_config"], rules)
+    return given
 
 
 def _subset(mine: Any, theirs: Any) -> bool:
@@ -122,7 +157,8 @@ def args_agree(data: dict[str, Any], case: dict[str, Any], args: dict[str, Any])
         if not _subset(mine[dest], theirs[dest]):
             problems.append(f"{dest}: hoststate {mine[dest]!r} not in vLLM's {theirs[dest]!r}")
         for key, value in theirs[dest].items():
-            if json.dumps(value, sort_keys=True) != defaults[dest].get(key) and key not in mine[dest]:
+            default = defaults[dest].get(key)
+            if default != GENERATED and json.dumps(value, sort_keys=True) != default and key not in mine[dest]:
                 problems.append(f"{dest}.{key}: vLLM holds {value!r}, hoststate did not set it")
     return problems
 
@@ -188,6 +224,8 @@ RULES_0_33 = {
     "dynamic-sd-eagle-v1": "PIECEWISE",  # dynamic speculation on V1 takes no full graphs
     "dynamic-sd-eagle": "FULL_AND_PIECEWISE",  # ... V2 does
     "parallel-drafting-cc-mode-1": "FULL_DECODE_ONLY",  # EAGLE parallel drafting keeps the default runner at V1
+    "kv-lmcache-layerwise": "PIECEWISE",  # layer-by-layer KV transfers cannot be captured
+    "kv-lmcache-layerwise-cc-mode-2": "NONE",
 }
 
 

@@ -433,6 +433,30 @@ def _encoder_decoder(r: Resolution) -> None:
         r.set(target, "encoder-decoder model")
 
 
+_KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
+
+
+def _kv_needs_piecewise(rules: Rules, kv: Any) -> bool:
+    """Whether this KV transfer config's connector (or a MultiConnector child) asks for PIECEWISE graphs."""
+    if not isinstance(kv, Mapping):
+        return False
+    extra = kv.get("kv_connector_extra_config")
+    extra = extra if isinstance(extra, Mapping) else {}
+    if kv.get("kv_connector") == "MultiConnector":
+        children = extra.get("connectors")
+        return isinstance(children, list) and any(_kv_needs_piecewise(rules, child) for child in children)
+    flag = rules.piecewise_kv_connectors.get(str(kv.get("kv_connector")))
+    return flag is not None and extra.get(flag) is True
+
+
+def _kv_connector(r: Resolution) -> None:
+    """A KV transfer connector with layer-by-layer transfers takes no full graphs: PIECEWISE (0.33)."""
+    kv = r.args.get("kv_transfer_config")
+    active = isinstance(kv, Mapping) and kv.get("kv_connector") is not None and kv.get("kv_role") in _KV_ROLES
+    if active and has_full(r.mode) and _kv_needs_piecewise(r.rules, kv):
+        r.set("PIECEWISE", f"KV connector {kv.get('kv_connector')} with layer-by-layer transfers")
+
+
 def _eager_mode(r: Resolution) -> None:
     if r.eager:
         r.set("NONE", "--enforce-eager: no CUDA graphs" + (" (optimization level O0)" if r.rules.family == "opt"
@@ -532,8 +556,8 @@ STEPS: tuple[Step, ...] = (
     _memory_fraction, _speculative_method, _v1_required, _speculative_on_v0, _expert_parallel,
     _decode_context_parallel, _model_runner, _async_scheduling, _enforce_eager, _optimization_level,
     _compilation_mode, _torch_compile_disable, _breakable_cudagraph, _default_mode, _explicit_mode, _legacy_flags,
-    _dynamic_speculation, _graphs_without_compile, _context_parallel, _pooling, _encoder_decoder, _eager_mode,
-    _capture_sizes, _graphs_without_compile, _v2_stock_torch_compile, _moonep, _all2all, _fuse_attn_quant,
+    _dynamic_speculation, _graphs_without_compile, _context_parallel, _pooling, _encoder_decoder, _kv_connector,
+    _eager_mode, _capture_sizes, _graphs_without_compile, _v2_stock_torch_compile, _moonep, _all2all, _fuse_attn_quant,
     _empty_splitting_ops, _piecewise_needs_compile, _dual_batch_overlap,
 )
 

@@ -73,6 +73,9 @@ class Rules:
     #: Dynamic speculative decoding (``num_speculative_tokens_per_batch_size``) on Model Runner V1 with
     #: full graphs -> PIECEWISE, for the methods V1 keeps it for and without data parallel (0.33).
     dynamic_spec_v1_methods: frozenset[str]
+    #: KV connectors that need PIECEWISE graphs (layer-by-layer transfers cannot be captured): connector ->
+    #: the ``kv_connector_extra_config`` flag that turns that on (0.33; MultiConnector when a child needs it).
+    piecewise_kv_connectors: Mapping[str, str]
     #: The MoonEP all2all backend (0.33): unquantized bfloat16 models without EPLB only; it is eager-only,
     #: so with data parallel (or expert parallel with prefill context parallel) no graphs.
     moonep_all2all: bool
@@ -287,7 +290,8 @@ ROWS: tuple[dict[str, Any], ...] = (
      "all2all_moe_only": False, "all2all_ht_mode": "NONE", "model_runner_v2": False,
      "v2_unsupported_spec_methods": frozenset(), "breakable_cudagraph": False,
      "breakable_architectures": frozenset(), "all2all_needs_compile": False, "moonep_all2all": False,
-     "dbo_all2all_backends": frozenset(), "dynamic_spec_v1_methods": frozenset(), "convert_makes_pooling": True,
+     "dbo_all2all_backends": frozenset(), "dynamic_spec_v1_methods": frozenset(),
+     "piecewise_kv_connectors": {}, "convert_makes_pooling": True,
      "encoder_decoder_mode": "PIECEWISE", "serve_model_option": "option", "max_model_len_auto": False,
      "spec_methods": _SPEC_METHODS_0110, "spec_refused_methods": frozenset(), "attn_fusion_keys": (),
      "pass_config_renamed": False, "pass_old_spellings_dropped": False, "unknown_compilation_keys": "ignored",
@@ -333,6 +337,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "v2_unsupported_spec_methods": frozenset({"suffix", "custom_class"}), "breakable_cudagraph": True,
      "breakable_architectures": _BREAKABLE_033, "all2all_needs_compile": True, "moonep_all2all": True,
      "dynamic_spec_v1_methods": frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"}),
+     "piecewise_kv_connectors": {"LMCacheConnectorV1": "use_layerwise"},
      "dbo_all2all_backends": frozenset({"deepep_low_latency", "deepep_high_throughput", "nixl_ep"}),
      "encoder_decoder_mode": "FULL_DECODE_ONLY", "max_model_len_auto": True, "convert_makes_pooling": True,
      "disable_flags": _DISABLE_FLAGS_033, "no_negation": _ENABLE_DISABLE_033 | {
