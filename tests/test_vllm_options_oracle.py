@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hoststate.collectors.vllm.argv import _dest_of
+from hoststate.collectors.vllm.argv import _dest_of, locate, normalise
 from hoststate.collectors.vllm.options import BOOL, FALSE_BY_DEFAULT, OPTIONS
 from hoststate.collectors.vllm.versions import Rules, rules_for
 
@@ -41,17 +41,6 @@ KIND_DIFFERS: dict[tuple[str, str], str] = {
     for d in ("guided_decoding_disable_additional_properties", "guided_decoding_disable_any_whitespace",
               "guided_decoding_disable_fallback")
 }
-
-#: Flags whose parser default is False in some recorded versions and None in others; FALSE_BY_DEFAULT is
-#: one list for every version, so ``--no-X`` (0.33: the opposite spelling) is read as leaving the default
-#: in the versions where that is not so.
-DEFAULT_VARIES: dict[str, str] = {
-    "async_scheduling": "False up to 0.12.0, None in 0.33.0 (0.33 decides by itself); not listed",
-    "disable_cascade_attn": "False up to 0.12.0, None in 0.33.0; listed",
-    "disable_hybrid_kv_cache_manager": "False up to 0.12.0, None in 0.33.0; listed",
-    "disable_nccl_for_dp_synchronization": "False in 0.11.1 and 0.12.0, None in 0.33.0; not listed",
-}
-
 
 def _recorded() -> list[Path]:
     return sorted(RECORDED.glob("*.json"))
@@ -143,19 +132,29 @@ def _false_default(info: dict[str, Any]) -> bool:
 
 @pytest.mark.parametrize("path", _recorded(), ids=lambda p: p.stem)
 def test_false_by_default_is_the_parsers_default(path: Path) -> None:
-    """FALSE_BY_DEFAULT holds exactly the flags whose parser default is False (``--no-X`` then changes nothing)."""
+    """FALSE_BY_DEFAULT, less the version's none_default_flags, holds exactly the flags whose parser default is
+    False in that version (``--no-X`` then changes nothing; with a None default it is a setting vLLM records)."""
     data, rules = _load(path)
     flags = {d: info for d, info in data["dests"].items() if d in OPTIONS and OPTIONS[d] == BOOL}
+    false_here = FALSE_BY_DEFAULT - rules.none_default_flags
     differ = sorted(d for d, info in flags.items()
-                    if _false_default(info) != (d in FALSE_BY_DEFAULT) and d not in DEFAULT_VARIES
-                    and (rules.version, d) not in KIND_DIFFERS)
+                    if _false_default(info) != (d in false_here) and (rules.version, d) not in KIND_DIFFERS)
     assert differ == [], f"vLLM {rules.version}: parser default False <> FALSE_BY_DEFAULT"
 
 
-def test_defaults_that_vary_still_vary() -> None:
-    seen: dict[str, set[bool]] = {}
-    for path in _recorded():
-        for dest, info in json.loads(path.read_text())["dests"].items():
-            if dest in DEFAULT_VARIES:
-                seen.setdefault(dest, set()).add(_false_default(info))
-    assert seen == {dest: {True, False} for dest in DEFAULT_VARIES}
+
+
+@pytest.mark.parametrize(("version", "flag", "dest", "kept"), [
+    ("0.12.0", "--no-async-scheduling", "async_scheduling", False),
+    ("0.33.0", "--no-async-scheduling", "async_scheduling", True),
+    ("0.12.0", "--no-disable-cascade-attn", "disable_cascade_attn", False),
+    ("0.33.0", "--enable-cascade-attn", "disable_cascade_attn", True),
+])
+def test_a_flag_off_is_a_setting_where_vllm_decides_by_default(version, flag, dest, kept) -> None:
+    """0.33's async_scheduling and disable_cascade_attn default to None (vLLM decides by itself): turning one off
+    changes the server, so it stays in the normalised arguments and a baseline without it differs. Up to 0.12
+    the default is False and the flag changes nothing, as vLLM's own non-default args say."""
+    command = locate(["vllm", "serve", "m", flag])
+    parsed = normalise(command.args, version, program=command.program or "")
+    assert parsed.refusals == []
+    assert parsed.args.get(dest, "unset") == (False if kept else "unset")

@@ -328,13 +328,13 @@ def _kind(dest: str) -> str:
     return OPTIONS.get(dest, JSON if dest.endswith("_config") else STR)
 
 
-def _take_bool(dest: str, option: str, negated: bool, eq: str, inline: str, out: Normalised) -> None:
+def _take_bool(dest: str, option: str, negated: bool, eq: str, inline: str, out: Normalised, rules: Rules) -> None:
     """``--flag`` / ``--no-flag``; vLLM's store_true flags take no value (``--flag=true`` is refused)."""
     if eq:
         out.refusals.append(f"{option}: ignored explicit argument {inline!r} (the flag takes no value)")
         return
     out.args[dest] = not negated
-    if negated and dest in FALSE_BY_DEFAULT:
+    if negated and dest in FALSE_BY_DEFAULT and dest not in rules.none_default_flags:
         del out.args[dest]  # back at the parser default: not a non-default argument
 
 
@@ -405,7 +405,7 @@ def _pass2(tokens: list[str], rules: Rules, out: Normalised) -> list[str]:
         if dest in rules.missing_options:
             out.refusals.append(f"unrecognized arguments: {option} (not an option of vLLM {rules.version})")
         if _kind(dest) == BOOL:
-            _take_bool(dest, option, negated, eq, inline, out)
+            _take_bool(dest, option, negated, eq, inline, out, rules)
             i += 1
         elif _kind(dest) in (LIST, INTLIST):
             i = _take_list(tokens, i, dest, option, eq, inline, out)

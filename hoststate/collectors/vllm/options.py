@@ -137,9 +137,11 @@ OPTIONS: dict[str, str] = {
 CHOICES: dict[str, tuple[str, ...]] = {"performance_mode": ("balanced", "interactivity", "throughput")}
 
 #: Flags whose parser default is False: ``--no-X`` (or a last ``--no-X``) leaves vLLM's value at its
-#: default, so, like vLLM's own "non-default args", the normalised arguments do not hold it.
+#: default, so, like vLLM's own "non-default args", the normalised arguments do not hold it. A version
+#: whose default for one of them is None says so in its row (versions.Rules.none_default_flags).
 FALSE_BY_DEFAULT: frozenset[str] = frozenset({
     "enforce_eager", "trust_remote_code", "skip_tokenizer_init", "enable_expert_parallel", "enable_dbo",
+    "async_scheduling", "disable_nccl_for_dp_synchronization", "disable_hybrid_kv_cache_manager",
     "enable_eplb", "disable_sliding_window", "disable_cascade_attn", "disable_log_stats", "disable_custom_all_reduce",
     "fully_sharded_loras", "enable_sleep_mode", "calculate_kv_scales",
     "enable_multimodal_encoder_data_parallel", "data_parallel_hybrid_lb", "data_parallel_external_lb",

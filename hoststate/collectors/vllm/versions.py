@@ -142,6 +142,9 @@ class Rules:
     #: Boolean dests whose ``--no-`` spelling this version's parser lacks (store_true flags; 0.33's
     #: enable/disable pairs): ``--no-X`` is refused.
     no_negation: frozenset[str] = frozenset()
+    #: Flags of options.FALSE_BY_DEFAULT whose parser default is None in this version (vLLM decides when
+    #: unset, 0.33): ``--no-X`` / ``--disable-X`` is then a setting vLLM records as non-default, not the default.
+    none_default_flags: frozenset[str] = frozenset()
 
 
 _ALIASES_010 = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
@@ -345,7 +348,9 @@ ROWS: tuple[dict[str, Any], ...] = (
      "spec_methods": _SPEC_METHODS_033, "spec_refused_methods": frozenset(),
      "async_spec_methods": _EAGLE_033 | {"ngram_gpu", "draft_model", "dspark"},
      "attn_fusion_keys": ("fuse_attn_quant",), "pass_old_spellings_dropped": True,
-     "unknown_compilation_keys": "refused", "missing_options": _MISSING_033 | _GONE_033},
+     "unknown_compilation_keys": "refused", "missing_options": _MISSING_033 | _GONE_033,
+     "none_default_flags": frozenset({"async_scheduling", "disable_cascade_attn", "disable_hybrid_kv_cache_manager",
+                                      "disable_nccl_for_dp_synchronization"})},
 )
 
 
