@@ -478,6 +478,58 @@ RULES_0_11_1 = [
      "FULL_AND_PIECEWISE"),
     ("attn-fusion-piecewise-0.11.0", f"vllm serve M {_ATTN_FUSION} -O.cudagraph_mode=PIECEWISE", "0.11.0", _LLAMA,
      "PIECEWISE"),
+    # CompilationConfig.set_splitting_ops_for_v1: with attention fusion or Inductor partitioning, splitting_ops=[]
+    # changes no mode (0.11.0 has the partition field, not the fusion rule)
+    ("attn-fusion-empty-splitting-ops-0.11.1", f"vllm serve M {_ATTN_FUSION} -O.splitting_ops=[]", "0.11.1", _LLAMA,
+     "FULL_AND_PIECEWISE"),
+    ("attn-fusion-empty-splitting-ops-pw-0.12.0",
+     "vllm serve M -cc.pass_config.fuse_attn_quant=true -cc.splitting_ops=[] -cc.cudagraph_mode=PIECEWISE", "0.12.0",
+     _LLAMA, "PIECEWISE"),
+    ("partition-empty-splitting-ops-0.11.1", "vllm serve M -O.use_inductor_graph_partition=true -O.splitting_ops=[]",
+     "0.11.1", _LLAMA, "FULL_AND_PIECEWISE"),
+    ("partition-attn-fusion-0.11.1", f"vllm serve M -O.use_inductor_graph_partition=true {_ATTN_FUSION}", "0.11.1",
+     _LLAMA, "FULL_AND_PIECEWISE"),
+    ("partition-off-empty-splitting-ops-0.11.1",
+     "vllm serve M -O.use_inductor_graph_partition=false -O.splitting_ops=[]", "0.11.1", _LLAMA, "FULL"),
+    ("partition-empty-splitting-ops-pw-0.11.0",
+     "vllm serve M -O.use_inductor_graph_partition=true -O.splitting_ops=[] -O.cudagraph_mode=PIECEWISE", "0.11.0",
+     _LLAMA, "PIECEWISE"),
+    # VllmConfig.__post_init__: async scheduling with EAGLE/MTP refuses disable_padded_drafter_batch
+    ("async-eagle-unpadded-0.11.1", "vllm serve M --async-scheduling --speculative-config "
+     "'{\"method\": \"eagle\", \"model\": \"E\", \"num_speculative_tokens\": 2, "
+     "\"disable_padded_drafter_batch\": true}'", "0.11.1", _LLAMA, "refused: disable_padded_drafter_batch"),
+    ("eagle-unpadded-sync-0.11.1", "vllm serve M --speculative-config "
+     "'{\"method\": \"eagle\", \"model\": \"E\", \"num_speculative_tokens\": 2, "
+     "\"disable_padded_drafter_batch\": true}'", "0.11.1", _LLAMA, "FULL_AND_PIECEWISE"),
+    # EngineArgs.create_engine_config: a capture-size option next to the compilation_config key it sets
+    ("cuda-graph-sizes-and-cc-0.11.1", "vllm serve M --cuda-graph-sizes 1 2 -O.cudagraph_capture_sizes=[4]",
+     "0.11.1", _LLAMA, "refused: cuda_graph_sizes and compilation_config.cudagraph_capture_sizes"),
+    ("capture-sizes-and-cc-0.12.0", "vllm serve M --cudagraph-capture-sizes 1 2 -cc.cudagraph_capture_sizes=[4]",
+     "0.12.0", _LLAMA, "refused: cudagraph_capture_sizes and compilation_config.cudagraph_capture_sizes"),
+    ("both-size-options-0.11.1", "vllm serve M --cuda-graph-sizes 8 --cudagraph-capture-sizes 1 2", "0.11.1",
+     _LLAMA, "refused: mutually exclusive"),
+    ("max-size-and-cc-0.11.1", "vllm serve M --max-cudagraph-capture-size 8 -O.max_cudagraph_capture_size=16",
+     "0.11.1", _LLAMA, "refused: max_cudagraph_capture_size and compilation_config"),
+    # VllmConfig._set_cudagraph_sizes: a given maximum must be the largest given capture size kept
+    ("max-size-not-largest-size-0.11.1",
+     "vllm serve M --max-cudagraph-capture-size 8 -O.cudagraph_capture_sizes=[4]", "0.11.1", _LLAMA,
+     "refused: max_cudagraph_capture_size(=8) should be consistent with the max value of cudagraph_capture_sizes(=4)"),
+    ("max-size-is-largest-size-0.11.1", "vllm serve M --max-cudagraph-capture-size 8 --cudagraph-capture-sizes 2 8",
+     "0.11.1", _LLAMA, "FULL_AND_PIECEWISE"),
+    ("max-size-above-batched-tokens-0.11.1",
+     "vllm serve M --max-num-batched-tokens 4 -O.max_cudagraph_capture_size=8 -O.cudagraph_capture_sizes=[2,8]",
+     "0.11.1", _LLAMA, "refused: cudagraph_capture_sizes(=2)"),
+    ("max-size-not-largest-no-graphs-0.11.1",
+     "vllm serve M --max-cudagraph-capture-size 8 -O.cudagraph_capture_sizes=[4] -O.cudagraph_mode=NONE", "0.11.1",
+     _LLAMA, "NONE"),
+    ("cuda-graph-sizes-and-cc-0.11.0", "vllm serve M --cuda-graph-sizes 1 2 -O.cudagraph_capture_sizes=[4]",
+     "0.11.0", _LLAMA, "FULL_AND_PIECEWISE"),
+    # SchedulerConfig: max_num_seqs / max_num_batched_tokens >= 1
+    ("max-num-seqs-0-0.11.1", "vllm serve M --max-num-seqs 0", "0.11.1", _LLAMA,
+     "refused: max_num_seqs 0: input should be greater than or equal to 1"),
+    ("max-num-batched-tokens-0-0.12.0", "vllm serve M --max-num-batched-tokens 0", "0.12.0", _LLAMA,
+     "refused: max_num_batched_tokens 0"),
+    ("max-num-seqs-1-0.11.1", "vllm serve M --max-num-seqs 1", "0.11.1", _LLAMA, "FULL_AND_PIECEWISE"),
 ]
 
 
@@ -544,3 +596,13 @@ def test_0_33_short_options():
     assert args == {"model": "M", "enable_expert_parallel": True, "prefill_context_parallel_size": 2,
                     "data_parallel_rank": 1, "data_parallel_size_local": 2}
     assert normalise(["M", "-ep"], "0.12.0").refusals
+
+
+def test_compilation_config_as_0_11_1_holds_it():
+    """A mode name is held as its number (0.11.1+); max_cudagraph_capture_size is not a 0.11.0 field."""
+    parsed = normalise(["M", "-O.mode=VLLM_COMPILE"], "0.11.1")
+    assert compilation_config_view(parsed.args["compilation_config"], rules_for("0.11.1")[0]) == {"mode": 3}
+    view = compilation_config_view({"max_cudagraph_capture_size": 0, "cudagraph_mode": "full"}, rules_for("0.11.0")[0])
+    assert view == {"cudagraph_mode": "FULL"}
+    view = compilation_config_view({"max_cudagraph_capture_size": 0}, rules_for("0.11.1")[0])
+    assert view == {"max_cudagraph_capture_size": 0}

@@ -475,13 +475,15 @@ def ignored_compilation_keys(rules: Rules) -> tuple[str, ...]:
         keys += tuple(f"pass_config.{new}" for new in PASS_RENAMES.values())
     elif rules.pass_old_spellings_dropped:
         keys += tuple(f"pass_config.{old}" for old in PASS_RENAMES)
+    if "max_cudagraph_capture_size" in rules.missing_options:
+        keys += ("max_cudagraph_capture_size",)  # the option and the field came together (0.11.1)
     return keys
 
 
 def compilation_config_view(cc: Mapping[str, Any], rules: Rules) -> dict[str, Any]:
     """``compilation_config`` as the version's CompilationConfig holds it after parsing: ignored keys
-    dropped, ``level`` also setting ``mode`` (0.11.1+), the legacy flags converted (up to 0.11.0), old
-    pass_config spellings renamed (0.12+), graph modes by name. This is what vLLM's "non-default
+    dropped, ``level`` also setting ``mode`` (0.11.1+), mode names as numbers, the legacy flags converted
+    (up to 0.11.0), old pass_config spellings renamed (0.12+), graph modes by name. This is what vLLM's "non-default
     args" show, so it is what tests/test_vllm_oracle.py compares."""
     ignored = ignored_compilation_keys(rules)
     out = {k: v for k, v in cc.items() if k not in ignored}
@@ -494,6 +496,8 @@ def compilation_config_view(cc: Mapping[str, Any], rules: Rules) -> dict[str, An
             del out["pass_config"]  # nothing vLLM reads: the defaults stand
     if "level" in out and rules.mode_key == "mode" and "mode" not in out:
         out["mode"] = out["level"]
+    if rules.mode_key == "mode" and parse_comp_mode(out.get("mode")) is not None:
+        out["mode"] = parse_comp_mode(out["mode"])  # a mode name (``VLLM_COMPILE``) is held as its number
     if rules.legacy_graph_flags and rules.legacy_flags_in_config and "cudagraph_mode" not in out:
         if out.get("use_cudagraph") is False:
             out["cudagraph_mode"] = "NONE"

@@ -60,6 +60,9 @@ class Resolution:
     runner_v2: bool | None = None
     #: Breakable CUDA graphs (0.33): piecewise graphs without VLLM_COMPILE.
     breakable: bool = False
+    #: splitting_ops do not split the graph as given: Inductor partitions it ("inductor"), or attention
+    #: fusion decides them ("attn_fusion"); None: splitting_ops as given (or the default).
+    splitting_by: str | None = None
     why: list[str] = field(default_factory=list)
     assumes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -151,8 +154,8 @@ def _decode_context_parallel(r: Resolution) -> None:
 
 
 def _async_scheduling(r: Resolution) -> None:
-    """``--async-scheduling`` with pipeline parallelism or a speculative method the version's list lacks is
-    refused (0.33: by Model Runner V1 only)."""
+    """``--async-scheduling`` with pipeline parallelism, a speculative method the version's list lacks or
+    ``disable_padded_drafter_batch`` is refused (0.33: by Model Runner V1 only)."""
     if not r.args.get("async_scheduling") or r.runner_v2:
         return  # Model Runner V2 takes async scheduling with any of these
     if _int(r.args.get("pipeline_parallel_size")) > 1:
@@ -161,6 +164,39 @@ def _async_scheduling(r: Resolution) -> None:
     if method is not None and method not in r.rules.async_spec_methods:
         allowed = "EAGLE/MTP speculative decoding" if r.rules.async_spec_methods else "no speculative decoding"
         raise Refused(f"async scheduling is only supported with {allowed}, not {method!r}")
+    if method is not None and r.args["speculative_config"].get("disable_padded_drafter_batch") is True:
+        raise Refused("async scheduling with EAGLE/MTP speculative decoding does not support "
+                      "disable_padded_drafter_batch=True")
+
+
+#: Capture-size options and the compilation_config key each one sets.
+_CAPTURE_OPTIONS = (("cuda_graph_sizes", "cudagraph_capture_sizes"),
+                    ("cudagraph_capture_sizes", "cudagraph_capture_sizes"),
+                    ("max_cudagraph_capture_size", "max_cudagraph_capture_size"))
+
+
+def _capture_options(r: Resolution) -> None:
+    """A capture-size option next to the compilation_config key it sets (or to another option that sets
+    it) is refused: vLLM copies each option into compilation_config only while that key is unset."""
+    if not r.rules.capture_options_exclusive:
+        return
+    taken = {key for key in ("cudagraph_capture_sizes", "max_cudagraph_capture_size") if r.cc.get(key) is not None}
+    for option, key in _CAPTURE_OPTIONS:
+        if r.args.get(option) is None:
+            continue
+        if key in taken:
+            raise Refused(f"{option} and compilation_config.{key} are mutually exclusive")
+        taken.add(key)
+
+
+def _scheduler_sizes(r: Resolution) -> None:
+    """``--max-num-seqs`` / ``--max-num-batched-tokens`` must be at least 1."""
+    if not r.rules.scheduler_sizes_checked:
+        return
+    for dest in ("max_num_seqs", "max_num_batched_tokens"):
+        value = r.args.get(dest)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise Refused(f"{dest} {value}: input should be greater than or equal to 1")
 
 
 def _v2_unsupported(r: Resolution) -> list[str]:
@@ -510,19 +546,28 @@ def _all2all(r: Resolution) -> None:
     r.set(r.rules.all2all_ht_mode, "all2all deepep_high_throughput with data parallel > 1")
 
 
+def _inductor_partition(r: Resolution) -> None:
+    """use_inductor_graph_partition=true: Inductor partitions the graph, splitting_ops change no mode."""
+    if r.rules.inductor_partition and r.cc.get("use_inductor_graph_partition") is True and r.comp == VLLM_COMPILE:
+        r.splitting_by = "inductor"
+        r.why.append("use_inductor_graph_partition=true: splitting_ops do not change the graph mode")
+
+
 def _fuse_attn_quant(r: Resolution) -> None:
-    """Attention+quant fusion (pass_config.enable_attn_fusion 0.11.1, fuse_attn_quant 0.12+) empties
-    splitting_ops: piecewise modes become FULL."""
+    """Attention+quant fusion (pass_config.enable_attn_fusion 0.11.1, fuse_attn_quant 0.12+) decides
+    splitting_ops: unset, they are emptied and piecewise modes become FULL; given, they stay as given."""
     passes = r.cc.get("pass_config")
     keys = [key for key in r.rules.attn_fusion_keys if isinstance(passes, Mapping) and passes.get(key) is True]
-    partition = r.cc.get("use_inductor_graph_partition") is True  # graph partition keeps the splitting ops
-    if keys and r.comp == VLLM_COMPILE and "splitting_ops" not in r.cc and not partition and has_piecewise(r.mode):
+    if not keys or r.comp != VLLM_COMPILE or r.splitting_by:
+        return
+    r.splitting_by = "attn_fusion"
+    if "splitting_ops" not in r.cc and has_piecewise(r.mode):
         r.set("FULL", f"pass_config.{keys[0]}=true (splitting_ops emptied)")
 
 
 def _empty_splitting_ops(r: Resolution) -> None:
-    """``splitting_ops=[]``: no piecewise graphs."""
-    if r.cc.get("splitting_ops") != [] or r.comp != VLLM_COMPILE:
+    """``splitting_ops=[]``: no piecewise graphs (unless Inductor partitioning or attention fusion decides)."""
+    if r.cc.get("splitting_ops") != [] or r.comp != VLLM_COMPILE or r.splitting_by:
         return
     if r.rules.empty_splitting_ops == "piecewise-to-full":
         if r.mode == "PIECEWISE":
@@ -539,26 +584,48 @@ def _piecewise_needs_compile(r: Resolution) -> None:
                       f"cudagraph_mode={r.mode}")
 
 
+#: The smallest default ``max_num_batched_tokens`` of a GPU server: capture sizes up to it are never dropped.
+_MIN_DEFAULT_BATCHED_TOKENS = 2048
+
+
 def _capture_sizes(r: Resolution) -> None:
-    """Graphs with a maximum capture size of 0 or no capture sizes fail an assertion."""
+    """Graphs with a maximum capture size of 0 or no capture sizes fail an assertion; a given maximum that is
+    not the largest given capture size (those above max_num_batched_tokens dropped) is refused."""
     if r.mode == "NONE" or not r.rules.capture_size_checks:
         return
-    cc_sizes = r.cc.get("cudagraph_capture_sizes")
-    sizes = r.args.get("cudagraph_capture_sizes", cc_sizes)
-    if r.args.get("max_cudagraph_capture_size", r.cc.get("max_cudagraph_capture_size")) == 0:
+    sizes = next((r.args[o] for o in ("cudagraph_capture_sizes", "cuda_graph_sizes") if r.args.get(o) is not None),
+                 r.cc.get("cudagraph_capture_sizes"))
+    largest = r.args.get("max_cudagraph_capture_size", r.cc.get("max_cudagraph_capture_size"))
+    if largest == 0:
         raise Refused("Maximum cudagraph size should be greater than or equal to 1 when using cuda graph")
     if sizes == []:
         raise Refused("cudagraph_capture_sizes should contain at least one element when using cuda graph")
+    if isinstance(largest, int) and isinstance(sizes, list) and sizes:
+        _capture_max_matches(r, largest, sizes)
+
+
+def _capture_max_matches(r: Resolution, largest: int, sizes: list[Any]) -> None:
+    """A given maximum capture size must equal the largest capture size kept (vLLM's _set_cudagraph_sizes)."""
+    limit = r.args.get("max_num_batched_tokens")
+    if not isinstance(limit, int):
+        if max(sizes) > _MIN_DEFAULT_BATCHED_TOKENS:
+            r.assumes.append(f"capture sizes above {_MIN_DEFAULT_BATCHED_TOKENS} assumed within the default "
+                             "max_num_batched_tokens")
+        limit = max(sizes)
+    kept = [size for size in sizes if isinstance(size, int) and size <= limit]
+    if largest != (max(kept) if kept else 0):
+        raise Refused(f"customized max_cudagraph_capture_size(={largest}) should be consistent with the max value "
+                      f"of cudagraph_capture_sizes(={max(kept) if kept else 0})")
 
 
 #: vLLM normalises graphs without VLLM_COMPILE twice (0.33): before and after the model rules.
 STEPS: tuple[Step, ...] = (
-    _memory_fraction, _speculative_method, _v1_required, _speculative_on_v0, _expert_parallel,
-    _decode_context_parallel, _model_runner, _async_scheduling, _enforce_eager, _optimization_level,
+    _memory_fraction, _scheduler_sizes, _capture_options, _speculative_method, _v1_required, _speculative_on_v0,
+    _expert_parallel, _decode_context_parallel, _model_runner, _async_scheduling, _enforce_eager, _optimization_level,
     _compilation_mode, _torch_compile_disable, _breakable_cudagraph, _default_mode, _explicit_mode, _legacy_flags,
     _dynamic_speculation, _graphs_without_compile, _context_parallel, _pooling, _encoder_decoder, _kv_connector,
-    _eager_mode, _capture_sizes, _graphs_without_compile, _v2_stock_torch_compile, _moonep, _all2all, _fuse_attn_quant,
-    _empty_splitting_ops, _piecewise_needs_compile, _dual_batch_overlap,
+    _eager_mode, _capture_sizes, _graphs_without_compile, _v2_stock_torch_compile, _moonep, _all2all,
+    _inductor_partition, _fuse_attn_quant, _empty_splitting_ops, _piecewise_needs_compile, _dual_batch_overlap,
 )
 
 

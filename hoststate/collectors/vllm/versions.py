@@ -104,6 +104,10 @@ class Rules:
     #: modes become FULL (CompilationConfig.set_splitting_ops_for_attn_fusion: 0.11.1 ``enable_attn_fusion``;
     #: 0.12 ``fuse_attn_quant``, ``enable_attn_fusion`` its deprecated spelling). Empty: no such rule.
     attn_fusion_keys: tuple[str, ...]
+    #: ``compilation_config.use_inductor_graph_partition=true`` is a field: Inductor partitions the graph itself,
+    #: so neither ``splitting_ops=[]`` nor attention fusion changes the graph mode
+    #: (CompilationConfig.set_splitting_ops_for_v1, 0.11.0+).
+    inductor_partition: bool
     #: pass_config's ``enable_*`` keys were renamed (``enable_attn_fusion`` -> ``fuse_attn_quant`` ...), the
     #: old spelling setting the new field (0.12+). Before, the new names are not fields and are ignored.
     pass_config_renamed: bool
@@ -135,6 +139,11 @@ class Rules:
     #: Graphs with an empty capture-size list or a maximum capture size of 0 fail an assertion
     #: (VllmConfig._set_cudagraph_sizes, 0.11.1+).
     capture_size_checks: bool
+    #: ``--cuda-graph-sizes`` / ``--cudagraph-capture-sizes`` / ``--max-cudagraph-capture-size`` next to the
+    #: compilation_config key they set are refused as mutually exclusive (EngineArgs.create_engine_config, 0.11.1+).
+    capture_options_exclusive: bool
+    #: ``--max-num-seqs`` / ``--max-num-batched-tokens`` below 1 fail SchedulerConfig's validation (0.11.1+).
+    scheduler_sizes_checked: bool
     #: Options this version's parser does not have (dest names): using one is refused.
     missing_options: frozenset[str] = frozenset()
     #: ``--disable-X`` spellings of flags (0.33's EnableDisableAction): option -> dest set to False.
@@ -298,9 +307,9 @@ ROWS: tuple[dict[str, Any], ...] = (
      "encoder_decoder_mode": "PIECEWISE", "serve_model_option": "option", "max_model_len_auto": False,
      "spec_methods": _SPEC_METHODS_0110, "spec_refused_methods": frozenset(), "attn_fusion_keys": (),
      "pass_config_renamed": False, "pass_old_spellings_dropped": False, "unknown_compilation_keys": "ignored",
-     "model_rules_default_only": True, "async_spec_methods": frozenset(),
+     "inductor_partition": False, "model_rules_default_only": True, "async_spec_methods": frozenset(),
      "dcp_head_check": False, "v0_env": True, "v1_attention_backends": frozenset(), "fp8_kv_v1_backends": {},
-     "capture_size_checks": False,
+     "capture_size_checks": False, "capture_options_exclusive": False, "scheduler_sizes_checked": False,
      "missing_options": frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
                                    "performance_mode", "all2all_backend", "attention_config",
                                    "decode_context_parallel_size"}) | _NEW_AFTER_0102},
@@ -313,6 +322,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                             "mla": frozenset({"FLASHMLA", "CUTLASS_MLA"})},
      "missing_options": _MISSING_0102 | _NEW_AFTER_0102, "no_negation": _NO_NEGATION_0102},
     {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "all2all_ht_mode": "NONE",
+     "inductor_partition": True,
      "spec_methods": _SPEC_METHODS_0110, "v1_attention_backends": frozenset(), "fp8_kv_v1_backends": {},
      "missing_options": _MISSING_0102 - {"enable_dbo", "pooler_config", "structured_outputs_config"}
      | {"max_seq_len_to_capture"} | _V0_OPTIONS | _NEW_AFTER_0110, "no_negation": _NO_NEGATION_0110},
@@ -321,7 +331,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "empty_splitting_ops": "split", "legacy_graph_flags": False, "context_parallel_piecewise": True,
      "spec_methods": _SPEC_METHODS, "serve_model_option": "moved", "attn_fusion_keys": ("enable_attn_fusion",),
      "model_rules_default_only": False, "capture_size_checks": True, "async_spec_methods": _EAGLE_MTP,
-     "dcp_head_check": True,
+     "dcp_head_check": True, "capture_options_exclusive": True, "scheduler_sizes_checked": True,
      "aliases": {**_ALIASES_0102, "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
                  "-n": "nnodes", "-r": "node_rank"},
      "missing_options": frozenset({"optimization_level", "performance_mode", "attention_config", "attention_backend",
