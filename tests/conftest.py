@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
+import tempfile
 
 import pytest
 
@@ -26,3 +28,14 @@ def require(condition: bool, why: str) -> None:
     if IN_CI:
         pytest.fail(f"CI=true but a required component is missing: {why}")
     pytest.skip(why)
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory every user can search (pytest's tmp_path is root-only): for servers started as another user."""
+    path = pathlib.Path(tempfile.mkdtemp(prefix="hoststate-shared-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -9,11 +9,9 @@ bytes that are not UTF-8 in argv and environ. Everything goes through ``hoststat
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -53,17 +51,6 @@ def children():
         for child in started:
             child.kill()
             child.wait(timeout=30)
-
-
-@pytest.fixture
-def shared_dir():
-    """A directory every user can search (pytest's tmp_path is root-only)."""
-    path = Path(tempfile.mkdtemp(prefix="hoststate-proc-", dir="/tmp"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _status(snap: dict) -> dict:

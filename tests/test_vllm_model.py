@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -70,17 +68,6 @@ def test_a_model_directory_is_read_before_any_cache(tmp_path):
     _hub(tmp_path / "hub", "org/m", MOE)
     facts = read_facts(str(tmp_path / "m"), {"HF_HUB_CACHE": str(tmp_path / "hub")}, read_input_file)
     assert facts.moe is False
-
-
-@pytest.fixture
-def shared_dir():
-    """A directory every user can search (pytest's tmp_path is root-only)."""
-    path = Path(tempfile.mkdtemp(prefix="hoststate-model-", dir="/tmp"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.parametrize("mode", [0o600, 0o644])
