@@ -24,7 +24,7 @@ import functools
 import os
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -222,6 +222,25 @@ _KEYED = re.compile(
 _BARE = re.compile(r"[^\s,;&#}\])\"']*")
 
 
+def bracket_depths(text: str, start: int = 0) -> Iterator[tuple[int, int]]:
+    """(index, bracket depth after it) of every character of ``text`` from ``start`` that is outside a quoted
+    string (``'`` or ``"``, backslash escapes inside): how Python-literal and JSON values nest, in one pass."""
+    depth, quote, i, n = 0, "", start, len(text)
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "\"'":
+            quote = c
+        else:
+            depth += (c in "[{(") - (c in "]})")
+            yield i, depth
+        i += 1
+
+
 def _value_end(text: str, start: int) -> int:
     """Where the value starting at ``start`` ends: a quoted string, a bracketed list or table, or a bare word."""
     n = len(text)
@@ -239,24 +258,7 @@ def _value_end(text: str, start: int) -> int:
                 return i + len(closer)
             i += 1
     if text[start] in "[{(":
-        depth, i, quote = 0, start, ""
-        while i < n:
-            c = text[i]
-            if quote:
-                if c == "\\":
-                    i += 1
-                elif c == quote:
-                    quote = ""
-            elif c in "\"'":
-                quote = c
-            elif c in "[{(":
-                depth += 1
-            elif c in "]})":
-                depth -= 1
-                if depth == 0:
-                    return i + 1
-            i += 1
-        return n
+        return next((i + 1 for i, depth in bracket_depths(text, start) if depth == 0 and text[i] in "]})"), n)
     m = _BARE.match(text, start)
     return m.end() if m else start
 

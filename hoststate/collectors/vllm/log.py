@@ -35,6 +35,7 @@ from typing import Any
 
 from hoststate.collectors.vllm.modes import COMP_NAMES, parse_cg_mode, parse_comp_mode
 from hoststate.io import reason_of
+from hoststate.redact import bracket_depths
 
 #: Longest line read; longer ones (a logged 50 MB prompt) are skipped without being matched.
 MAX_LINE = 256 << 10
@@ -138,28 +139,17 @@ def parse_pyrepr(text: str) -> Any:
     return _from_ast(tree.body)
 
 
+_KEY_AT = re.compile(r",\s*([A-Za-z_]\w*)=")
+
+
 def split_config(text: str) -> dict[str, str]:
     """``model='m', tensor_parallel_size=8, compilation_config={...}`` -> {key: value text}."""
     items: dict[str, str] = {}
-    depth, quote, start, i = 0, "", 0, 0
-    key_at = re.compile(r",\s*([A-Za-z_]\w*)=")
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0 and key_at.match(text, i):
+    start = 0
+    for i, depth in bracket_depths(text):
+        if depth == 0 and text[i] == "," and _KEY_AT.match(text, i):
             _add_item(items, text[start:i])
             start = i + 1
-        i += 1
     _add_item(items, text[start:])
     return items
 
