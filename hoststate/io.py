@@ -266,12 +266,18 @@ class Reader:
                 self.note(rel, f"not an integer: {text[:40]!r}")
             return None
 
-    def scan(self, rel: str, *, record: bool = True) -> list[tuple[str, int]] | None:
-        """Sorted (name, mode) of a directory's entries, links not followed; None with the reason recorded."""
+    def _open_dir(self, rel: str, record: bool) -> int | None:
+        """A descriptor for the directory ``rel``, or None with the reason recorded."""
         try:
-            fd = self.open(rel, os.O_RDONLY | os.O_DIRECTORY)
+            return self.open(rel, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as err:
             self._record(rel, err, record)
+            return None
+
+    def scan(self, rel: str, *, record: bool = True) -> list[tuple[str, int]] | None:
+        """Sorted (name, mode) of a directory's entries, links not followed; None with the reason recorded."""
+        fd = self._open_dir(rel, record)
+        if fd is None:
             return None
         try:
             out = []
@@ -289,10 +295,8 @@ class Reader:
 
     def listdir(self, rel: str, *, record: bool = True) -> list[str] | None:
         """Sorted directory entries, or None with the reason recorded."""
-        try:
-            fd = self.open(rel, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError as err:
-            self._record(rel, err, record)
+        fd = self._open_dir(rel, record)
+        if fd is None:
             return None
         try:
             return sorted(os.listdir(fd))
