@@ -139,7 +139,8 @@ def parse_rules(doc: dict[str, Any], origin: str) -> list[Rule]:
         if not isinstance(item, dict):
             raise PolicyError(f"{where}: must be a table", origin)
         if "path" in item and isinstance(item["path"], str):
-            where = f"rule {n} ({item['path']})"
+            shown = item["path"] if item["path"].isprintable() else repr(item["path"])  # one line, always
+            where = f"rule {n} ({shown})"
         extra = set(item) - _RULE_KEYS
         if extra:
             raise PolicyError(f"{where}: unknown key(s) {sorted(extra)}", origin)
