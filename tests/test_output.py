@@ -1,6 +1,7 @@
 """Outputs never replace what is not theirs (hoststate.output.write_output, used by snap -o, export -o and
 guard --save-current): devices and FIFOs are written into, symlinks never replaced, a command's inputs never
-written, the umask and a replaced file's mode and owner kept, and a signal mid-write leaves no temporary file."""
+written, the umask kept, our own replaced file's mode kept while another owner's file becomes ours, and a signal
+mid-write leaves no temporary file. Hostile objects placed by another user: tests/test_output_shared.py."""
 
 from __future__ import annotations
 
@@ -201,18 +202,32 @@ def test_a_new_file_follows_the_umask(tmp_path, umask, mode) -> None:
     assert stat.S_IMODE(os.stat(out).st_mode) == mode
 
 
-def test_force_keeps_the_replaced_files_mode_and_owner(tmp_path) -> None:
-    require(os.geteuid() == 0, "only root can give a file to another owner (CI runs as root)")
+def test_force_keeps_our_own_replaced_files_mode_and_group(tmp_path) -> None:
+    require(os.geteuid() == 0, "only root can give a file another group (CI runs as root)")
     out = tmp_path / "kept.toml"
     out.write_text("old\n")
-    os.chown(out, 1234, 2345)
+    os.chown(out, 0, 2345)
     os.chmod(out, 0o604)
     old_inode = os.stat(out).st_ino
     proc = cli(*snap_args(out, "--force"))
     assert proc.returncode == 0, proc.stderr
     st = os.stat(out)
-    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o604, 1234, 2345)
+    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o604, 0, 2345)
     assert st.st_ino != old_inode and loads(out.read_bytes())["hoststate"]["schema"]  # replaced in one rename
+
+
+def test_force_over_another_owners_file_leaves_our_owner_and_umask(tmp_path) -> None:
+    """Their owner and mode are never taken over: a 0666 file of uid 1234 becomes root's file with the umask's mode
+    (tests/test_output_shared.py does this in a sticky directory with a file nobody really placed)."""
+    require(os.geteuid() == 0, "only root can give a file to another owner (CI runs as root)")
+    out = tmp_path / "theirs.toml"
+    out.write_text("old\n")
+    os.chown(out, 1234, 2345)
+    os.chmod(out, 0o666)
+    proc = cli(*snap_args(out, "--force"), umask=0o022)
+    assert proc.returncode == 0, proc.stderr
+    st = os.stat(out)
+    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o644, 0, 0)
 
 
 # -- signals mid-write -----------------------------------------------------------------------------------------
