@@ -494,6 +494,11 @@ def serve_options() -> dict[str, Any]:
     parser, _, _ = build_parser(["vllm", "serve"])
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     serve = subparsers.choices["serve"]
+    # What argparse matches is its option table, not action.option_strings: 0.33's EnableDisableAction
+    # registers --no-enable-X / --no-disable-X and then drops them from option_strings (help only).
+    registered: dict[int, list[str]] = {}
+    for option, action in serve._option_string_actions.items():
+        registered.setdefault(id(action), []).append(option)
     options: dict[str, str] = {}
     dests: dict[str, dict[str, Any]] = {}
     positionals = []
@@ -501,13 +506,15 @@ def serve_options() -> dict[str, Any]:
         if not action.option_strings:
             positionals.append(action.dest)
             continue
-        for option in action.option_strings:
+        strings = registered.get(id(action), [])
+        for option in strings:
             options[option] = action.dest
         dests.setdefault(action.dest, {"actions": []})["actions"].append({
             "action": type(action).__name__,
             "nargs": action.nargs,
             "type": getattr(action.type, "__name__", None if action.type is None else repr(action.type)),
-            "options": sorted(action.option_strings),
+            "options": sorted(strings),
+            "hidden": sorted(set(strings) - set(action.option_strings)),
             "default": jsonable(action.default),
         })
     for dest, info in dests.items():

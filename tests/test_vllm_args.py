@@ -606,3 +606,24 @@ def test_compilation_config_as_0_11_1_holds_it():
     assert view == {"cudagraph_mode": "FULL"}
     view = compilation_config_view({"max_cudagraph_capture_size": 0}, rules_for("0.11.1")[0])
     assert view == {"max_cudagraph_capture_size": 0}
+
+
+@pytest.mark.parametrize(("flag", "dest", "value"), [
+    ("--no-enable-prefix-caching", "enable_prefix_caching", False),
+    ("--no-enable-chunked-prefill", "enable_chunked_prefill", False),
+    ("--no-disable-cascade-attn", "disable_cascade_attn", False),
+    ("--disable-prefix-caching", "enable_prefix_caching", False),
+    ("--enable-cascade-attn", "disable_cascade_attn", False),
+])
+def test_0_33_accepts_the_hidden_no_spellings(flag, dest, value):
+    """0.33's EnableDisableAction keeps ``--no-`` + the declared spelling registered with the parser and only drops
+    it from ``--help`` (fixtures/vllm/oracle/options/0.33.0.json lists it under ``hidden``)."""
+    parsed = normalise(["M", flag], "0.33.0")
+    assert parsed.refusals == []
+    assert parsed.args[dest] is value
+
+
+@pytest.mark.parametrize("flag", ["--no-enable-cascade-attn", "--no-disable-prefix-caching", "--no-headless"])
+def test_0_33_refuses_no_spellings_its_parser_never_registered(flag):
+    """The inverse spelling's ``--no-`` form is not registered (only the declared one's is)."""
+    assert any("unrecognized arguments" in r for r in normalise(["M", flag], "0.33.0").refusals)

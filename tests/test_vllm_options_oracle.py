@@ -126,6 +126,15 @@ def test_short_spellings_are_vllms() -> None:
         assert ours == vllm_short, rules.version
 
 
+def test_hidden_spellings_are_recorded_and_read():
+    """0.33 registers ``--no-enable-X`` / ``--no-disable-X`` and hides them from help only: the recording takes the
+    parser's option table, so they are there (about fifty), and hoststate reads each as vLLM's dest."""
+    data, rules = _load(RECORDED / "0.33.0.json")
+    hidden = {o for info in data["dests"].values() for action in info["actions"] for o in action["hidden"]}
+    assert len(hidden) >= 50 and "--no-enable-prefix-caching" in hidden
+    assert all(o.startswith("--no-") and _accepted(o, rules) == data["options"][o] for o in hidden)
+
+
 def _false_default(info: dict[str, Any]) -> bool:
     return not info["takes_value"] and all(action["default"] is False for action in info["actions"])
 

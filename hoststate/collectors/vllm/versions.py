@@ -273,7 +273,9 @@ _NO_NEGATION_0102 = frozenset({"disable_async_output_proc", "disable_log_stats",
 _NO_NEGATION_0110 = _NO_NEGATION_0102 - _V0_OPTIONS | {"guided_decoding_disable_additional_properties",
                                                       "guided_decoding_disable_any_whitespace",
                                                       "guided_decoding_disable_fallback"}
-#: 0.33's enable/disable pairs (EnableDisableAction): ``--enable-X``/``--disable-X``, no ``--no-`` spelling.
+#: 0.33's enable/disable pairs (EnableDisableAction): ``--enable-X``/``--disable-X``; the declared spelling's ``--no-``
+#: form (``--no-enable-X`` for an enable_X dest, ``--no-disable-X`` for a disable_X dest) is still accepted, only
+#: hidden from ``--help``.
 _ENABLE_DISABLE_033 = frozenset({
     "disable_cascade_attn", "disable_chunked_mm_input", "disable_custom_all_reduce", "disable_fastapi_docs",
     "disable_hybrid_kv_cache_manager", "disable_nccl_for_dp_synchronization", "disable_sliding_window",
@@ -353,8 +355,8 @@ ROWS: tuple[dict[str, Any], ...] = (
      "piecewise_kv_connectors": {"LMCacheConnectorV1": "use_layerwise"},
      "dbo_all2all_backends": frozenset({"deepep_low_latency", "deepep_high_throughput", "nixl_ep"}),
      "encoder_decoder_mode": "FULL_DECODE_ONLY", "max_model_len_auto": True, "convert_makes_pooling": True,
-     "disable_flags": _DISABLE_FLAGS_033, "no_negation": _ENABLE_DISABLE_033 | {
-         "aggregate_engine_logging", "data_parallel_multi_port_external_lb", "disable_log_stats", "grpc", "headless"},
+     "disable_flags": _DISABLE_FLAGS_033, "no_negation": frozenset({
+         "aggregate_engine_logging", "data_parallel_multi_port_external_lb", "disable_log_stats", "grpc", "headless"}),
      "spec_methods": _SPEC_METHODS_033, "spec_refused_methods": frozenset(),
      "async_spec_methods": _EAGLE_033 | {"ngram_gpu", "draft_model", "dspark"},
      "attn_fusion_keys": ("fuse_attn_quant",), "pass_old_spellings_dropped": True,
