@@ -20,6 +20,7 @@ from hoststate.errors import InputError
 from hoststate.io import SNAPSHOT_MAX_BYTES, Reader, read_input
 from hoststate.paths import format_path, leaves
 from hoststate.redact import redact_strings, redact_text
+from hoststate.text import clean_all
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -103,6 +104,7 @@ def assemble(sections: Mapping[str, Section], meta: Mapping[str, Any]) -> dict[s
         snap["collectors"][name] = status
         if sec.data:
             snap[name] = finite(sec.data)
+    snap = clean_all(snap)  # no surrogate (an undecodable byte) may reach UTF-8 TOML or the digest: hoststate.text
     snap["hoststate"]["digest"] = digest(snap)
     return snap
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from hoststate.collectors import Context, Section
 from hoststate.procfiles import ProcView
+from hoststate.text import clean
 
 #: Distributions recorded by name (PEP 503 normalised: lower case, ``-``).
 STACK: tuple[str, ...] = (
@@ -64,7 +65,8 @@ def scan(path: list[str], listdir: Lister, read: Reader) -> dict[str, str]:
         for entry in entries or []:
             if not entry.endswith((".dist-info", ".egg-info")):
                 continue
-            stem = entry.rsplit(".", 1)[0]
+            # a name is anyone's to choose: undecodable bytes (surrogateescape) become \\xNN (hoststate.text)
+            stem = clean(entry).rsplit(".", 1)[0]
             raw_name, _, version = stem.partition("-")
             name = normalise_name(raw_name)
             if name in out or not (name in STACK or name.startswith(PREFIXES)):
@@ -81,7 +83,7 @@ def scan(path: list[str], listdir: Lister, read: Reader) -> dict[str, str]:
                     text = read(where)  # a single-file egg-info is the PKG-INFO itself
                 version = _metadata_version(text or "") or ""
             if version:
-                out[name] = version
+                out[name] = clean(version)
     return dict(sorted(out.items()))
 
 

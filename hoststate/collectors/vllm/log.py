@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hoststate.collectors.vllm.modes import COMP_NAMES, parse_cg_mode, parse_comp_mode
-from hoststate.io import reason_of
+from hoststate.io import decode, reason_of
 from hoststate.redact import bracket_depths
+from hoststate.text import clean
 
 #: Longest line read; longer ones (a logged 50 MB prompt) are skipped without being matched.
 MAX_LINE = 256 << 10
@@ -110,6 +111,43 @@ CONFIG_KEYS: tuple[str, ...] = (
 )
 
 
+#: Deepest nesting kept from a logged value; below it a value is kept as MAX_DEPTH_TEXT (vLLM's own values nest
+#: three or four levels; a snapshot refuses more than 32, hoststate.snapshot.MAX_DEPTH).
+MAX_VALUE_DEPTH = 12
+MAX_DEPTH_TEXT = f"<nested deeper than {MAX_VALUE_DEPTH} levels>"
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """A parsed log value as a snapshot can hold it: strings with surrogates escaped (``\\udcff``: vLLM logs a
+    model path that is not UTF-8 that way; hoststate.text), bytes literals as text with ``\\xNN`` escapes,
+    Ellipsis as ``...``, anything else TOML has no type for (complex, None inside a list) as its repr, integers
+    beyond 64 bits as text, nesting beyond MAX_VALUE_DEPTH as MAX_DEPTH_TEXT. Tables keep string keys."""
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, bool | float) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if -(1 << 63) <= value < (1 << 63) else clean(_repr(value))
+    if isinstance(value, bytes):
+        return decode(value)
+    if value is Ellipsis:
+        return "..."
+    if isinstance(value, list | tuple | dict):
+        if depth >= MAX_VALUE_DEPTH:
+            return MAX_DEPTH_TEXT
+        if isinstance(value, dict):
+            return {clean(str(k)): plain(v, depth + 1) for k, v in value.items()}
+        return [plain(v, depth + 1) for v in value]
+    return clean(_repr(value))
+
+
+def _repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except ValueError:  # an integer too long for str() (sys.get_int_max_str_digits)
+        return f"<{type(value).__name__}>"
+
+
 def _from_ast(node: ast.AST) -> Any:
     if isinstance(node, ast.Constant):
         return node.value
@@ -123,7 +161,9 @@ def _from_ast(node: ast.AST) -> Any:
     if isinstance(node, ast.Attribute):
         return ast.unparse(node)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
-        return -node.operand.value
+        operand = node.operand.value
+        if isinstance(operand, int | float | complex) and not isinstance(operand, bool):
+            return -operand
     if isinstance(node, ast.Call):  # SpeculativeConfig(method='suffix', ...) -> its keyword arguments
         return {kw.arg or "**": _from_ast(kw.value) for kw in node.keywords}
     return ast.unparse(node)
@@ -134,9 +174,13 @@ def parse_pyrepr(text: str) -> Any:
     cleaned = _ENUM.sub(lambda m: repr(m.group(1)), text.strip())
     try:
         tree = ast.parse(cleaned, mode="eval")
+        return plain(_from_ast(tree.body))
     except SyntaxError as err:
         raise ValueError(f"not a Python repr ({err.msg})") from None
-    return _from_ast(tree.body)
+    except (RecursionError, MemoryError):
+        raise ValueError("not a Python repr (nested too deeply)") from None
+    except ValueError as err:  # a NUL in the text, an integer too long to convert
+        raise ValueError(f"not a Python repr ({err})") from None
 
 
 _KEY_AT = re.compile(r",\s*([A-Za-z_]\w*)=")
@@ -163,13 +207,13 @@ def _add_item(items: dict[str, str], chunk: str) -> None:
 def parse_value(text: str) -> Any:
     """One engine-config value: JSON, then Python repr, else the text itself (``auto``, ``torch.bfloat16``)."""
     try:
-        return json.loads(text)
-    except ValueError:
+        return plain(json.loads(text))
+    except (ValueError, RecursionError):
         pass
     try:
         return parse_pyrepr(text)
     except ValueError:
-        return text
+        return clean(text)
 
 
 
