@@ -34,9 +34,12 @@ STDIO = "-"
 STDIN_MAX_BYTES = 8 << 20
 
 
-def use_color(fmt: str = "text") -> bool:
-    """Colour for a text report on a terminal, unless NO_COLOR is set to anything non-empty (no-color.org)."""
-    return fmt == "text" and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+def use_color(fmt: str = "text", when: str = "auto", stream: Any = None) -> bool:
+    """Colour for a text report: ``--color=always``/``never``, or with ``auto`` on a terminal unless NO_COLOR is
+    set to anything non-empty (no-color.org)."""
+    if fmt != "text" or when == "never":
+        return False
+    return when == "always" or ((stream or sys.stdout).isatty() and not os.environ.get("NO_COLOR"))
 
 
 def read_stdin(what: str = "snapshot") -> bytes:
@@ -329,9 +332,9 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     baseline, policy or pattern), CMD not started. The baseline file is never written. Neither --baseline nor
     --save-current may be '-': stdin and stdout belong to CMD.
     """
-    from hoststate.guard import Acceptance, command_env, evaluate, refusal_message, run_command, with_guard_table
+    from hoststate.guard import Acceptance, command_env, evaluate, run_command, with_guard_table
     from hoststate.output import write_output
-    from hoststate.report import clip, finding_line, importance, summarize
+    from hoststate.report import render_guard
     from hoststate.snapshot import to_toml
 
     check_root(opts.get("root"))
@@ -348,21 +351,8 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     if verbose:
         for line in summary_lines(result.current):
             click.echo(line, err=True)
-    counts = ", ".join(f"{result.diff.counts.get(s, 0)} {s}" for s in ("invalidating", "warning", "info"))
-    click.echo(f"hoststate guard: baseline {baseline} ({result.baseline_digest or 'no digest'}): "
-               f"{result.verdict} ({counts})", err=True)
-    for line in summarize(result.refused):
-        click.echo(f"  {line.severity.upper():<12}  {clip(line.text, 104)}", err=True)
-    for finding in sorted(result.refused, key=importance):
-        click.echo(f"  REFUSED   {finding_line(finding)}", err=True)
-    for finding in result.accepted:
-        click.echo(f"  ACCEPTED  {finding_line(finding)}", err=True)
-    warnings = result.warnings
-    if verbose:
-        for finding in warnings:
-            click.echo(f"  warning   {finding_line(finding)}", err=True)
-    elif warnings:
-        click.echo(f"  {len(warnings)} warning(s) not listed (-v lists them)", err=True)
+    click.echo(render_guard(result, baseline_snap=result.baseline_snapshot, color=use_color(stream=sys.stderr),
+                            verbose=verbose, saved=save_current), err=True, nl=False)
     for pattern in result.unused_accept:
         _error(f"hoststate guard: note: --accept {pattern!r} matched no invalidating finding")
     if save_current:
@@ -370,7 +360,8 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
                      what="the baseline or another input")
         click.echo(f"hoststate guard: wrote {save_current} (verdict {result.verdict})", err=True)
     if result.refused:
-        raise GuardRefused(refusal_message(result) + ("; the command was not started" if command else ""), result)
+        raise GuardRefused(f"refused ({len(result.refused)} invalidating not accepted)"
+                           + ("; the command was not started" if command else ""), result)
     if not command:
         ctx.exit(0)
     if result.accepted:

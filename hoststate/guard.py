@@ -106,6 +106,8 @@ class GuardResult:
     policy_files: tuple[str, ...] = ()
     #: Every unreadable invalidating finding was accepted (``--allow-unreadable``).
     allow_unreadable: bool = False
+    #: The baseline snapshot as read (the report says when it describes vLLM differently from ``current``).
+    baseline_snapshot: dict[str, Any] = field(default_factory=dict)
 
     @property
     def findings(self) -> list[Finding]:
@@ -252,6 +254,7 @@ def evaluate(baseline: str | os.PathLike[str] | Mapping[str, Any], *, root: str 
         unused_accept=acceptance.unused,
         policy_files=tuple(policy_files),
         allow_unreadable=allow_unreadable,
+        baseline_snapshot=base_snap,
     )
 
 
@@ -271,10 +274,9 @@ def refusal_message(result: GuardResult) -> str:
     n = len(result.refused)
     top = min(result.refused, key=importance).path if result.refused else ""
     unread = sum(1 for f in result.refused if f.change == "unreadable")
-    unread_note = f", {unread} of them unreadable (--allow-unreadable accepts those)" if unread else ""
-    return (f"refused: {n} invalidating finding{'s' if n != 1 else ''} against baseline {safe(str(result.baseline))}, "
-            f"most important: {headline(result.refused)} ({safe(top)}){unread_note}; re-measure the baseline on this "
-            "host state, or --accept PATTERN to run knowingly as non-comparable")
+    unread_note = f", {unread} unreadable (--allow-unreadable)" if unread else ""
+    return (f"refused: {n} invalidating finding{'s' if n != 1 else ''}{unread_note}, first {safe(top)}: "
+            f"{headline(result.refused)}")
 
 
 def check_baseline(baseline: str | os.PathLike[str] | Mapping[str, Any], **options: Any) -> GuardResult:

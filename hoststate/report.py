@@ -28,8 +28,11 @@ from hoststate.snapshot import jsonable
 
 FORMATS = ("text", "json", "markdown")
 WIDTH = 120
-_COLOURS = {"invalidating": "\x1b[1;31m", "warning": "\x1b[33m", "info": "\x1b[36m", "ignore": "\x1b[2m"}
-_RESET = "\x1b[0m"
+#: The one colour table of every report (diff, guard, check, show, fleet), by severity or verdict word.
+COLOURS = {"invalidating": "\x1b[1;31m", "refused": "\x1b[1;31m", "warning": "\x1b[33m", "info": "\x1b[36m",
+           "ignore": "\x1b[2m", "accepted": "\x1b[35m", "ok": "\x1b[32m"}
+RESET = "\x1b[0m"
+_COLOURS, _RESET = COLOURS, RESET
 _TITLES = {"invalidating": "INVALIDATING", "warning": "WARNING", "info": "INFO", "ignore": "IGNORED"}
 _ELLIPSIS = "..."
 
@@ -61,6 +64,45 @@ def clip(text: str, width: int) -> str:
     keep = width - len(_ELLIPSIS)
     head = (keep + 1) // 2
     return text[:head] + _ELLIPSIS + text[len(text) - (keep - head):]
+
+
+def paint(text: str, tone: str, color: bool) -> str:
+    """``text`` in the colour of ``tone`` (a severity or verdict word) when ``color`` is on."""
+    return f"{COLOURS[tone]}{text}{RESET}" if color and tone in COLOURS else text
+
+
+@dataclass(frozen=True)
+class Elide:
+    """A part of a line that may be shortened in its middle (a value); every other part is kept whole."""
+
+    text: str
+
+
+#: The shortest a value is elided to (keeps its head and tail readable).
+_MIN_VALUE = 15
+
+
+def fit(parts: Sequence[str | Elide], width: int = WIDTH, indent: int = 4) -> list[str]:
+    """One line of at most ``width`` columns from ``parts``: names and key words (plain strings) are never cut;
+    values (:class:`Elide`) are shortened in the middle, longest first, down to 15 columns each. When the names
+    alone do not fit, the line is wrapped at spaces onto lines indented by ``indent``: nothing is hidden."""
+    texts = [p.text if isinstance(p, Elide) else p for p in parts]
+    over = sum(map(len, texts)) - width
+    elidable = [i for i, p in enumerate(parts) if isinstance(p, Elide)]
+    while over > 0 and elidable:
+        i = max(elidable, key=lambda k: len(texts[k]))
+        room = len(texts[i]) - _MIN_VALUE
+        if room <= 0:
+            break
+        cut = min(room, over)
+        texts[i] = clip(texts[i], len(texts[i]) - cut)
+        over -= cut
+    line = "".join(texts)
+    if len(line) <= width:
+        return [line]
+    lead = len(line) - len(line.lstrip(" "))
+    return textwrap.wrap(line, width=width, initial_indent=" " * lead, subsequent_indent=" " * max(indent, lead),
+                         break_long_words=True, break_on_hyphens=False) or [""]
 
 
 # -- values and changes ------------------------------------------------------------------------------------------
@@ -129,6 +171,21 @@ def change_text(f: Finding, width: int = WIDTH) -> str:
     return f"{show_value(f.old, width)} -> {show_value(f.new, width)}"
 
 
+def change_parts(f: Finding) -> list[str | Elide]:
+    """:func:`change_text` as parts for :func:`fit`: the words kept whole, each value elidable."""
+    delta = list_delta(f.old, f.new) if f.change == "changed" else None
+    if delta is not None:
+        gone, came = delta
+        if not gone and not came:
+            return ["same items, other order"]
+        return ["-", Elide(_items(gone, 10**6)), " +", Elide(_items(came, 10**6))]
+    if f.change == "added":
+        return ["added ", Elide(show_value(f.new, None))]
+    if f.change == "removed":
+        return ["removed (was ", Elide(show_value(f.old, None)), ")"]
+    return [Elide(show_value(f.old, None)), " -> ", Elide(show_value(f.new, None))]
+
+
 def finding_lines(f: Finding, width: int = WIDTH, *, reason: bool = True) -> list[str]:
     """One finding in lines of at most ``width`` columns: ``path: change  (reason)``.
 
@@ -145,13 +202,13 @@ def finding_lines(f: Finding, width: int = WIDTH, *, reason: bool = True) -> lis
     delta = list_delta(f.old, f.new) if f.change == "changed" else None
     if delta is None:
         if len(path) < width:  # the whole path on its line (a GPU's UUID stays readable), the change below it
-            return [f"{path}:", clip(f"    {change_text(f, width)}", width)]
-        return [clip(one, width)]
+            return [f"{path}:", *fit(["    ", *change_parts(f)], width)]
+        return fit([f"{path}: ", *change_parts(f)], width)
     gone, came = delta
     what = f"list changed, {len(gone)} removed, {len(came)} added"
-    lines = [f"{path}: {what}"] if len(path) + len(what) + 2 <= width else [clip(f"{path}:", width), f"    {what}"]
-    lines += [clip(f"    - {show_value(v, None)}", width) for v in gone]
-    lines += [clip(f"    + {show_value(v, None)}", width) for v in came]
+    lines = [f"{path}: {what}"] if len(path) + len(what) + 2 <= width else [*fit([f"{path}:"], width), f"    {what}"]
+    lines += [line for v in gone for line in fit(["    - ", Elide(show_value(v, None))], width)]
+    lines += [line for v in came for line in fit(["    + ", Elide(show_value(v, None))], width)]
     return lines
 
 
@@ -238,7 +295,7 @@ def _short(f: Finding, rel: str) -> str:
     if f.change == "coverage":
         return f"{rel} {_word(f.old)} -> {_word(f.new)}"
     if f.change == "unreadable":
-        return f"{rel} unreadable"
+        return f"{rel} unreadable" if rel else "unreadable"
     delta = list_delta(f.old, f.new) if f.change == "changed" else None
     if delta is not None:
         gone, came = delta
@@ -413,6 +470,21 @@ def _by_rule(findings: Iterable[Finding]) -> list[tuple[str, str, str, list[Find
     return [(s, r, why, fs) for (s, r, why), fs in ordered]
 
 
+def _example_parts(group: list[Finding]) -> list[str | Elide]:
+    """:func:`_example` as parts for :func:`fit`."""
+    first = change_parts(group[0])
+    same = len({change_text(f, 10**6) for f in group}) == 1
+    return first if same else ["e.g. ", *first]
+
+
+def rule_lines(group: list[Finding], rule: str, width: int = WIDTH, indent: str = "  ") -> list[str]:
+    """A rule's findings on one line: ``8 x RULE: change`` (a single finding: ``PATH: change``); the rule or path
+    is never cut, values are elided in the middle."""
+    if len(group) == 1:
+        return [indent + line for line in finding_lines(group[0], width - len(indent), reason=False)]
+    return fit([f"{indent}{len(group)} x {safe(rule)}: ", *_example_parts(group)], width, len(indent) + 4)
+
+
 def _example(group: list[Finding], width: int) -> str:
     """The change of a rule's findings: once when they all agree (``"disabled" -> "enabled"``), else the first."""
     changes = {change_text(f, width) for f in group}
@@ -458,14 +530,10 @@ def render_text(result: DiffResult, *, baseline: str, current: str, color: bool 
         lines.append("")
         lines.append(f"{_COLOURS[severity]}{title}{_RESET}" if color else title)
         for _sev, rule, reason, group in mine:
-            if len(group) == 1:
-                lines.extend("  " + line for line in finding_lines(group[0], WIDTH - 2, reason=False))
-            else:
-                head = f"  {len(group)} x {safe(rule)}: "
-                lines.append(head + clip(_example(group, WIDTH), WIDTH - len(head)))
-                if verbose:
-                    for f in group:
-                        lines.extend("      " + line for line in finding_lines(f, WIDTH - 6, reason=False))
+            lines.extend(rule_lines(group, rule))
+            if len(group) > 1 and verbose:
+                for f in group:
+                    lines.extend("      " + line for line in finding_lines(f, WIDTH - 6, reason=False))
             lines.extend(_wrap(safe(reason), 6))
     lines.append("")
     summary = f"verdict: {result.verdict} ({_counts(result)})"
@@ -553,3 +621,139 @@ def render_diff(result: DiffResult, fmt: str, *, baseline: str, current: str, co
     if fmt == "text":
         return render_text(result, baseline=baseline, current=current, color=color, verbose=verbose)
     raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})")
+
+
+# -- how each side describes vLLM --------------------------------------------------------------------------------
+
+_SOURCE_WORDS = {"cmd": "--vllm-cmd", "pid": "--vllm-pid", "discovered": "a discovered server", "log": "--vllm-log",
+                 "url": "--vllm-url", "servers": "discovered servers", "none": "no server",
+                 "skipped": "not read (skipped)", "dead-url": "--vllm-url (unreachable)"}
+_URL = re.compile(r"https?://\S+")
+
+
+def vllm_source(snap: Any) -> tuple[str, str]:
+    """(kind, words) of how a snapshot describes vLLM: ``cmd``, ``pid``, ``discovered``, ``log``, ``url``,
+    ``servers``, ``dead-url`` (a --vllm-url that did not answer, with its error), ``none`` or ``skipped``."""
+    snap = snap if isinstance(snap, dict) else {}
+    entry = (snap.get("collectors") or {}).get("vllm")
+    entry = entry if isinstance(entry, dict) else {}
+    unread = entry.get("unreadable") if isinstance(entry.get("unreadable"), dict) else {}
+    for key, why in unread.items():
+        text = f"{key} {why}"
+        url = _URL.search(text)
+        if url and re.search(r"refused|unreachable|timed out|error|reset|not known", str(why), re.IGNORECASE):
+            error = re.sub(r"\s*--vllm-url\s+\S+.*$", "", str(why)).strip() or "unreachable"
+            return "dead-url", f"--vllm-url {safe(url.group())} did not answer ({safe(error)})"
+    vllm = snap.get("vllm") if isinstance(snap.get("vllm"), dict) else {}
+    if isinstance(vllm.get("servers"), dict) and vllm["servers"]:
+        return "servers", f"{len(vllm['servers'])} discovered servers"
+    source = vllm.get("source")
+    if isinstance(source, str) and source in _SOURCE_WORDS:
+        return source, _SOURCE_WORDS[source]
+    status = entry.get("status")
+    if status == "skipped":
+        return "skipped", f"not read ({safe(str(entry.get('reason') or 'skipped'))})"
+    return "none", "no vLLM server" + (f" ({safe(str(entry['reason']))})" if entry.get("reason") else "")
+
+
+def vllm_source_note(baseline: Any, current: Any) -> list[str]:
+    """The report's first line when the two sides describe vLLM differently, with the fix; [] when they agree.
+
+    Findings under ``vllm`` then compare two descriptions (a command line against a discovered process, a dead
+    URL against a live one), not two servers: the reader must know that before reading them."""
+    (kind_a, words_a), (kind_b, words_b) = vllm_source(baseline), vllm_source(current)
+    if kind_b == "dead-url" or kind_a == "dead-url":
+        side, words = ("now", words_b) if kind_b == "dead-url" else ("in the baseline", words_a)
+        return fit([f"vLLM: {side} ", Elide(words), ": the vllm findings are values missing, not changed; "
+                    "start the server or fix the URL, then compare again"])
+    if kind_a == kind_b or {kind_a, kind_b} <= {"discovered", "pid"}:
+        return []
+    if "skipped" in (kind_a, kind_b) or ("none" in (kind_a, kind_b) and {kind_a, kind_b} & {"servers", "discovered"}):
+        fix = "snap both sides the same way (the server running, or the same --vllm-* option)"
+    else:
+        fix = "describe both sides with the same --vllm-* option (or both by discovery)"
+    return fit([f"vLLM described differently: baseline by {words_a}, now by {words_b}: the vllm findings compare "
+                f"the two descriptions; fix: {fix}"])
+
+
+# -- guard --------------------------------------------------------------------------------------------------------
+
+#: How many rule lines guard lists per section before "(+N more rules)": the refusal fits one screen.
+GUARD_RULES = 12
+
+
+def accept_patterns(findings: Iterable[Finding]) -> list[str]:
+    """The ``--accept`` patterns that accept exactly these findings' rules; more than three rules are folded into
+    one ``SUBSYSTEM.**`` per top-level table (what the user reviews in the summary lines)."""
+    findings = list(findings)
+    rules = sorted({f.rule or f.path for f in findings})
+    if len(rules) <= 3:
+        return rules
+    return sorted({f"{_parts(f)[0]}.**" for f in findings})
+
+
+def _guard_section(title: str, tone: str, findings: list[Finding], color: bool, verbose: bool) -> list[str]:
+    groups = _by_rule(findings)
+    lines = ["", paint(f"{title} ({_plural(len(findings), 'finding')}, {_plural(len(groups), 'rule')})", tone,
+                       color)]
+    shown = groups if verbose else groups[:GUARD_RULES]
+    for _sev, rule, reason, group in shown:
+        lines.extend(rule_lines(group, rule))
+        if verbose:
+            if len(group) > 1:
+                for f in group:
+                    lines.extend("      " + line for line in finding_lines(f, WIDTH - 6, reason=False))
+            lines.extend(_wrap(safe(reason), 6))
+    if len(groups) > len(shown):
+        lines.append(f"  (+{_plural(len(groups) - len(shown), 'more rule')}; -v lists every finding)")
+    return lines
+
+
+def render_guard(result: Any, *, baseline_snap: Any = None, color: bool = False, verbose: bool = False,
+                 saved: str | None = None) -> str:
+    """guard's report on stderr: its verdict line, how vLLM was described when the sides differ, diff's summary,
+    the refused and accepted findings by rule, then one line saying what to do. A refusal of the seed scenario fits
+    one screen (tests/test_presentation.py)."""
+    counts = ", ".join(f"{result.diff.counts.get(s, 0)} {s}" for s in ("invalidating", "warning", "info"))
+    tone = "refused" if result.refused else "accepted" if result.accepted else "ok"
+    head = fit(["hoststate guard: baseline ", safe(str(result.baseline)), " (",
+                Elide(result.baseline_digest or "no digest"), "): ", paint(result.verdict, tone, color),
+                f" ({counts})"], WIDTH + (len(paint("", tone, color))))
+    lines = [*head]
+    if baseline_snap is not None:
+        lines += vllm_source_note(baseline_snap, result.current)
+    for s in summarize(result.findings):
+        if verbose or s.severity in ("invalidating", "warning"):
+            lines.append(f"{_tag(s.severity, color)}  {s.text}")
+    if result.refused:
+        lines += _guard_section("REFUSED", "refused", result.refused, color, verbose)
+    if result.accepted:
+        lines += _guard_section("ACCEPTED", "accepted", result.accepted, color, verbose)
+    others = [f for f in result.findings if f.severity in ("warning", "info")]
+    if verbose and others:
+        lines += _guard_section("WARNING", "warning", [f for f in others if f.severity == "warning"], color, True)
+    elif others:
+        rest = ", ".join(f"{sum(1 for f in others if f.severity == s)} {s}" for s in ("warning", "info"))
+        note = f"  ({rest} not listed; -v lists them)"
+        if lines[-1].endswith("; -v lists every finding)"):
+            lines[-1] = lines[-1][:-len("; -v lists every finding)")] + f"; {rest} not listed; -v lists them)"
+        else:
+            lines.append(note)
+    if result.refused:
+        lines += next_step(result, saved)
+    return "\n".join(lines) + "\n"
+
+
+def next_step(result: Any, saved: str | None = None) -> list[str]:
+    """The one thing to do after a refusal: the exact accept options, and the re-baseline command."""
+    import shlex
+
+    # a no-break space keeps each option with its pattern when the line wraps (textwrap breaks at ASCII spaces)
+    accept = " ".join(f"--accept\xa0{shlex.quote(p)}" for p in accept_patterns(result.refused))
+    base = shlex.quote(str(result.baseline))
+    now = shlex.quote(saved) if saved else "NOW.toml"
+    then = "" if saved else " (NOW.toml: --save-current)"
+    lines = [*fit([f"next: re-measure, or run as non-comparable: {accept}"], WIDTH, 6),
+             *fit([f"  or make this the baseline with the same --accept: hoststate rebaseline {base} {now} -o NEW.toml"
+                   f"{then}"], WIDTH, 6)]
+    return [line.replace("\xa0", " ") for line in lines]

@@ -82,10 +82,11 @@ def test_refuses_the_seed_experiment_and_does_not_start_the_command(seed_baselin
     assert proc.returncode == 3, proc.stderr
     assert not marker.exists()
     err = proc.stderr.splitlines()
-    refused = [line for line in err if line.lstrip().startswith("REFUSED")]
-    assert any(WQ_STATE in line and '"disabled" -> "enabled"' in line and "re-measure" in line for line in refused)
-    assert all("(" in line and line.endswith(")") for line in refused), "every finding carries its reason"
-    assert err[-1].startswith("hoststate: refused: ") and "not started" in err[-1]
+    refused = err[err.index(next(line for line in err if line.startswith("REFUSED ("))):]
+    assert any(line == '  8 x dsa.devices.*.wqs.*.state: "disabled" -> "enabled"' for line in refused), err
+    assert any(line.startswith("next: ") and "--accept 'dsa.**'" in line for line in err), err
+    assert all(len(line) <= 120 for line in err)
+    assert err[-1].startswith("hoststate: refused (") and "not started" in err[-1]
     assert proc.stdout == ""
 
 
@@ -103,7 +104,7 @@ def test_accept_pattern_runs_as_non_comparable_and_records_it(seed_baseline, tmp
                  "--", *touch_cmd(marker))
     assert proc.returncode == 0, proc.stderr
     assert marker.exists()
-    assert any(line.lstrip().startswith("ACCEPTED") and WQ_STATE in line for line in proc.stderr.splitlines())
+    assert "ACCEPTED (" in proc.stderr and "dsa.devices.*.wqs.*.state" in proc.stderr, proc.stderr
     assert "non-comparable" in proc.stderr
 
     current = loads(saved.read_bytes(), str(saved))  # still a valid snapshot with the [guard] table
@@ -128,9 +129,10 @@ def test_a_narrow_accept_does_not_let_other_findings_through(seed_baseline, tmp_
                  "--", *touch_cmd(marker))
     assert proc.returncode == 3
     assert not marker.exists()
-    lines = proc.stderr.splitlines()
-    assert any(line.lstrip().startswith("ACCEPTED") and WQ_STATE in line for line in lines)
-    assert any(line.lstrip().startswith("REFUSED") and 'wq0.0".size' in line for line in lines)
+    text = proc.stderr
+    accepted, refused = text[text.index("ACCEPTED ("):], text[text.index("REFUSED ("):text.index("ACCEPTED (")]
+    assert "8 x dsa.devices.*.wqs.*.state:" in accepted and "dsa.devices.*.wqs.*.state" not in refused, text
+    assert "8 x dsa.devices.*.wqs.*.size: 0 -> 32" in refused, text
 
 
 def test_a_comparable_run_records_verdict_comparable(seed_baseline, tmp_path) -> None:

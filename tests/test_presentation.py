@@ -26,3 +26,46 @@ def test_hypothesis_is_derandomised_under_ci():
     assert settings.get_profile("ci").database is None
     if IN_CI:
         assert settings.default.derandomize is True
+
+
+# -- the seed guard refusal fits one screen -------------------------------------------------------------------------
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from tests.conftest import HOSTS, PYTHONPATH, REPO  # noqa: E402
+
+SERVE = "vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 8 --gpu-memory-utilization 0.85 --max-model-len 16384"
+
+
+def hs(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
+    env.pop("NO_COLOR", None)
+    return subprocess.run([sys.executable, "-m", "hoststate", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def seed_baseline(tmp_path_factory):
+    out = tmp_path_factory.mktemp("seed") / "seed-baseline.toml"
+    proc = hs("snap", "-q", "--root", str(HOSTS / "seed-baseline"), "--vllm-cmd", SERVE + " -O1", "--vllm-version",
+              "0.12.0", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_the_seed_guard_refusal_fits_one_screen(seed_baseline):
+    proc = hs("guard", "--baseline", seed_baseline.name, "--root", str(HOSTS / "seed-experiment"), "--vllm-cmd",
+              SERVE, "--vllm-version", "0.12.0", "--", "echo", "benchmark", cwd=seed_baseline.parent)
+    assert proc.returncode == 3 and proc.stdout == "", proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) < 30, proc.stderr
+    assert max(map(len, lines)) <= 120, proc.stderr
+    # diff's summary first, the refused findings by rule, then what to do
+    assert lines[1].startswith("INVALIDATING  dsa0, dsa2: 8 WQs disabled -> enabled"), proc.stderr
+    assert '  8 x dsa.devices.*.wqs.*.state: "disabled" -> "enabled"' in lines
+    nxt = "\n".join(lines[lines.index(next(line for line in lines if line.startswith("next: "))):])
+    assert "--accept 'dsa.**'" in nxt and "--accept 'vllm.**'" in nxt
+    assert "hoststate rebaseline seed-baseline.toml NOW.toml -o NEW.toml" in nxt
+    assert lines[-1].startswith("hoststate: refused (") and "not started" in lines[-1]
