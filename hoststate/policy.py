@@ -1,25 +1,32 @@
 """Policy: data that rates each snapshot path invalidating / warning / info / ignore, with a reason.
 
-Rules are tried in order, user files first, then the shipped ``default_policy.toml``; the first
-rule whose pattern matches a path decides. In a pattern, ``*`` is exactly one key and ``**`` any
-number of keys (zero included).
+The order of rules never decides a rating. Of the rules whose pattern matches a path, a user rule (``--policy``)
+beats every shipped rule (``default_policy.toml``), and within each layer the most specific pattern wins
+(``Pattern.specificity``); patterns equally specific resolve to the more severe rating (fail closed). In a pattern,
+``*`` is exactly one key and ``**`` any number of keys (zero included).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from hoststate.errors import PolicyError
 from hoststate.io import POLICY_MAX_BYTES, read_input
-from hoststate.paths import Path, split_path
+from hoststate.paths import Path, leaves, split_path
 
 SEVERITIES = ("invalidating", "warning", "info", "ignore")
 RANK = {s: i for i, s in enumerate(SEVERITIES)}
 DEFAULT_POLICY = "default_policy.toml"
+#: Rule layers: any matching user rule beats every shipped rule (an override must override).
+DEFAULT_LAYER, USER_LAYER = 0, 1
+#: How specific a pattern key is, by what it matched: a literal key, a glob (then its literal characters), ``*``,
+#: and last a key taken by ``**``.
+_LITERAL, _GLOB, _STAR, _ANY = 3, 2, 1, 0
 _RULE_KEYS = {"path", "severity", "reason", "tolerance", "compare", "one_side"}
 
 
@@ -32,7 +39,7 @@ class Pattern:
     diff take minutes.
     """
 
-    __slots__ = ("parts", "_items")
+    __slots__ = ("parts", "_items", "any_keys")
 
     def __init__(self, parts: Path):
         items: list[tuple[str, Any]] = []
@@ -50,6 +57,8 @@ class Pattern:
                 items.append(("key", part))
         self.parts = tuple(parts)
         self._items = tuple(items)
+        #: How many ``**`` the pattern holds ('**.**' is one).
+        self.any_keys = sum(1 for kind, _ in items if kind == "**")
 
     def _close(self, states: set[int]) -> set[int]:
         """Positions reachable without consuming a key: a ``**`` may match none."""
@@ -78,6 +87,57 @@ class Pattern:
             states = self._close(nxt)
         return end in states
 
+    def _completes(self, keys: Path) -> list[list[bool]]:
+        """``done[i][j]``: pattern items from ``j`` match ``keys`` from ``i`` (keys x items table, filled backwards)."""
+        items, end, n = self._items, len(self._items), len(keys)
+        done = [[False] * (end + 1) for _ in range(n + 1)]
+        done[n][end] = True
+        for j in range(end - 1, -1, -1):
+            done[n][j] = items[j][0] == "**" and done[n][j + 1]
+        for i in range(n - 1, -1, -1):
+            key = keys[i]
+            for j in range(end - 1, -1, -1):
+                kind, arg = items[j]
+                if kind == "**":
+                    done[i][j] = done[i][j + 1] or (bool(key) and done[i + 1][j])
+                else:
+                    done[i][j] = done[i + 1][j + 1] and _takes(kind, arg, key)
+        return done
+
+    def specificity(self, keys: Path) -> tuple[tuple[int, int], ...] | None:
+        """None when the pattern does not match ``keys``; else, per key of the path, how specifically it was
+        matched: ``(3, 0)`` a literal key, ``(2, n)`` a glob with n literal characters, ``(1, 0)`` ``*``, ``(0, 0)``
+        a key taken by ``**``. Compared as tuples, key by key from the left: a longer run of literal keys is more
+        specific. Where ``**`` could take keys in several ways, the most specific way counts (deterministic)."""
+        done = self._completes(keys)
+        if not done[0][0]:
+            return None
+        items, end = self._items, len(self._items)
+        states = self._close_done({0}, done, 0)
+        out: list[tuple[int, int]] = []
+        for i, key in enumerate(keys):
+            best: tuple[int, int] = (-1, 0)
+            nxt: set[int] = set()
+            for j in states:
+                if j == end:
+                    continue
+                kind, arg = items[j]
+                target = j if kind == "**" else j + 1
+                if not (done[i + 1][target] and _takes(kind, arg, key)):
+                    continue
+                rank = _rank(kind, arg)
+                if rank > best:
+                    best, nxt = rank, set()
+                if rank == best:
+                    nxt.add(target)
+            out.append(best)
+            states = self._close_done(nxt, done, i + 1)
+        return tuple(out)
+
+    def _close_done(self, states: set[int], done: list[list[bool]], i: int) -> set[int]:
+        """``_close`` restricted to positions from which the rest of the path still matches."""
+        return {j for j in self._close(set(states)) if done[i][j]}
+
     def first_key(self, key: str) -> bool:
         """Whether a path starting with ``key`` could match (the policy's per-first-key buckets)."""
         if not self._items:
@@ -85,6 +145,21 @@ class Pattern:
         kind, arg = self._items[0]
         return (kind in ("*", "**") and bool(key)) or (kind == "key" and key == arg) or (
             kind == "glob" and glob_key(arg, key))
+
+
+def _takes(kind: str, arg: Any, key: str) -> bool:
+    """Whether one pattern item of ``kind`` consumes ``key`` (keys are never empty in a match)."""
+    if kind in ("*", "**"):
+        return bool(key)
+    return key == arg if kind == "key" else glob_key(arg, key)
+
+
+def _rank(kind: str, arg: Any) -> tuple[int, int]:
+    if kind == "key":
+        return (_LITERAL, 0)
+    if kind == "glob":
+        return (_GLOB, sum(map(len, arg)))
+    return (_STAR, 0) if kind == "*" else (_ANY, 0)
 
 
 def glob_key(pieces: tuple[str, ...], key: str) -> bool:
@@ -100,6 +175,48 @@ def glob_key(pieces: tuple[str, ...], key: str) -> bool:
             return False
         pos = found + len(piece)
     return True
+
+
+def _items_compatible(a: tuple[str, Any], b: tuple[str, Any]) -> bool:
+    """Whether some one key is consumed by both pattern items. Two globs: their first pieces must agree as
+    prefixes and their last as suffixes; past that the answer is yes (over-inclusive, never missing a key)."""
+    (kind_a, arg_a), (kind_b, arg_b) = a, b
+    if kind_a in ("*", "**") or kind_b in ("*", "**"):
+        return True
+    if kind_a == "key":
+        return _takes(kind_b, arg_b, arg_a)
+    if kind_b == "key":
+        return _takes(kind_a, arg_a, arg_b)
+    first_a, first_b, last_a, last_b = arg_a[0], arg_b[0], arg_a[-1], arg_b[-1]
+    return (first_a.startswith(first_b) or first_b.startswith(first_a)) and (
+        last_a.endswith(last_b) or last_b.endswith(last_a))
+
+
+def intersects(a: Path, b: Path) -> bool:
+    """Whether some path matches both patterns (split, e.g. ``Pattern.parts``): a walk over pairs of positions,
+    at most len(a) x len(b) states. Over-inclusive only for two globs in one key (see _items_compatible)."""
+    items_a, items_b = Pattern(a)._items, Pattern(b)._items
+    end = (len(items_a), len(items_b))
+    seen: set[tuple[int, int]] = set()
+    todo = [(0, 0)]
+    while todo:
+        i, j = todo.pop()
+        if (i, j) in seen:
+            continue
+        seen.add((i, j))
+        if (i, j) == end:
+            return True
+        any_a = i < end[0] and items_a[i][0] == "**"
+        any_b = j < end[1] and items_b[j][0] == "**"
+        if any_a:
+            todo.append((i + 1, j))
+        if any_b:
+            todo.append((i, j + 1))
+        if i < end[0] and j < end[1] and _items_compatible(items_a[i], items_b[j]):
+            todo.append((i if any_a else i + 1, j if any_b else j + 1))
+            if any_a and any_b:
+                todo.extend(((i + 1, j + 1), (i, j + 1), (i + 1, j)))
+    return False
 
 
 def compile_pattern(pattern: Path) -> Pattern:
@@ -120,12 +237,28 @@ class Rule:
     #: Severity when only one side has a value (added/removed), when it differs from ``severity``: a
     #: reading present on one side only (a log given once) is not a measured change.
     one_side: str | None = None
+    #: USER_LAYER (a --policy file) or DEFAULT_LAYER (the shipped policy): any matching user rule wins.
+    layer: int = USER_LAYER
 
     def matches(self, parts: Path) -> bool:
         return self.pattern is not None and self.pattern.match(parts)
 
+    def precedence(self, parts: Path) -> tuple[Any, ...] | None:
+        """None when the rule does not match ``parts``; else a key that is larger for the rule that should win:
+        layer, then specificity key by key, then fewer ``**`` (``a.b`` over ``a.b.**``), then the more severe
+        rating, one-side rating and smaller tolerance (fail closed), then the rule's text (any total order: two
+        rules that still tie say the same thing). Never the rule's place in the list."""
+        if self.pattern is None:
+            return None
+        spec = self.pattern.specificity(parts)
+        if spec is None:
+            return None
+        return (self.layer, spec, -self.pattern.any_keys, -RANK[self.severity],
+                -RANK[self.one_side or self.severity], -(self.tolerance or 0.0), self.compare == "sequence",
+                self.path, self.reason, self.origin)
 
-def parse_rules(doc: dict[str, Any], origin: str) -> list[Rule]:
+
+def parse_rules(doc: dict[str, Any], origin: str, layer: int = USER_LAYER) -> list[Rule]:
     """Rules of one policy document; every defect raises PolicyError naming the rule."""
     unknown_top = set(doc) - {"rule"}
     if unknown_top:
@@ -169,7 +302,7 @@ def parse_rules(doc: dict[str, Any], origin: str) -> list[Rule]:
             raise PolicyError(f"{where}: bad pattern: {err}", origin) from err
         rules.append(
             Rule(path, severity, reason, None if tolerance is None else float(tolerance), compare, origin, pattern,
-                 one_side)
+                 one_side, layer)
         )
     return rules
 
@@ -185,9 +318,10 @@ def _finite_non_negative(value: Any) -> bool:
 
 
 class Policy:
-    """An ordered rule list, matched fast: rules are bucketed by the path's first key (only rules whose first
-    pattern key can match it), the first rule of the bucket that matches wins, as in a linear scan, and results
-    are cached per path (snapshots repeat paths across GPUs and WQs)."""
+    """A set of rules (their order carries no meaning), matched fast: rules are bucketed by the path's first key
+    (only rules whose first pattern key can match it), each rule of the bucket is tried once, the one with the
+    largest ``Rule.precedence`` wins, and results are cached per path (snapshots repeat paths across GPUs and
+    WQs). Matching a path costs bucket size x keys x pattern steps."""
 
     def __init__(self, rules: list[Rule]):
         self.rules = rules
@@ -204,8 +338,13 @@ class Policy:
             return self._cache[parts]
         except KeyError:
             pass
-        rules = self._bucket(parts[0]) if parts else []
-        rule = self._cache[parts] = next((r for r in rules if r.matches(parts)), None)
+        best: tuple[Any, ...] | None = None
+        rule = None
+        for candidate in self._bucket(parts[0]) if parts else []:
+            key = candidate.precedence(parts)
+            if key is not None and (best is None or key > best):
+                best, rule = key, candidate
+        self._cache[parts] = rule
         return rule
 
     def severity(self, parts: Path) -> str:
@@ -225,11 +364,12 @@ def _read_toml(text: str, origin: str) -> dict[str, Any]:
 @functools.lru_cache(maxsize=1)
 def default_rules() -> tuple[Rule, ...]:
     text = resources.files("hoststate").joinpath(DEFAULT_POLICY).read_text(encoding="utf-8")
-    return tuple(parse_rules(_read_toml(text, DEFAULT_POLICY), DEFAULT_POLICY))
+    return tuple(parse_rules(_read_toml(text, DEFAULT_POLICY), DEFAULT_POLICY, DEFAULT_LAYER))
 
 
 def load_policy(files: list[str] | tuple[str, ...] = ()) -> Policy:
-    """User policy files (in the order given) before the shipped default rules."""
+    """User policy files (one layer, above the shipped default rules; the order of files and rules carries no
+    meaning)."""
     rules: list[Rule] = []
     for name in files:
         data = read_input(name, max_bytes=POLICY_MAX_BYTES, what="policy", error=PolicyError)
@@ -245,3 +385,19 @@ def load_policy(files: list[str] | tuple[str, ...] = ()) -> Policy:
 @functools.lru_cache(maxsize=1)
 def default_policy() -> Policy:
     return Policy(list(default_rules()))
+
+
+def unmatched_rules(rules: Iterable[Rule], *snapshots: Mapping[str, Any]) -> list[Rule]:
+    """The user rules whose pattern matches no value (leaf) in any of ``snapshots``: a misspelt path would
+    otherwise silently do nothing. Shipped rules are left out (they cover hosts without DSA, GPUs or a server)."""
+    user = [r for r in rules if r.layer == USER_LAYER]
+    if not user:
+        return []
+    paths = {path for snap in snapshots for path, _ in leaves(snap)}
+    return [r for r in user if not any(r.matches(path) for path in paths)]
+
+
+def unmatched_reason(rule: Rule) -> str:
+    """What a reviewer reads for a user rule that matched nothing."""
+    return (f"Policy rule '{rule.path}' ({rule.severity}) of {rule.origin or 'a user policy'} matches no value in "
+            "either snapshot, so it rates nothing: check the path for a typo against `hoststate show`.")

@@ -12,18 +12,22 @@ from collections.abc import Mapping
 from hoststate.collectors import Context, Section
 from hoststate.redact import redact_env
 
-#: Every variable with one of these prefixes (reference/vllm.md, "Environment variables").
+#: Every variable with one of these prefixes: the families vLLM, PyTorch (TORCH_*, PYTORCH_*, TorchDynamo, Inductor),
+#: Triton, FlashInfer, NCCL/NVSHMEM, the CUDA runtime and its libraries (CUDA_*, cuBLAS, cuBLASLt, cuDNN), OpenMP, MKL
+#: and OpenBLAS read; default_policy.toml rates each family.
 ALLOW_PREFIXES: tuple[str, ...] = (
-    "VLLM_", "CUDA_", "NCCL_", "PYTORCH_", "TORCH_", "TORCHINDUCTOR_", "ARCTIC_", "OMP_", "CUBLAS_", "CUDNN_",
-    "NVIDIA_", "KMP_", "MKL_", "UCX_", "GLOO_",
+    "VLLM_", "CUDA_", "NCCL_", "PYTORCH_", "TORCH_", "TORCHDYNAMO_", "TORCHINDUCTOR_", "TRITON_", "FLASHINFER_",
+    "ARCTIC_", "OMP_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NVIDIA_", "NVSHMEM_", "KMP_", "MKL_", "OPENBLAS_", "UCX_",
+    "GLOO_",
 )
-#: And these by name.
+#: And these by name: the dynamic loader's library path and preloads (another libnccl or allocator runs), and
+#: switches of the Hugging Face stack and extension builds.
 ALLOW_NAMES: frozenset[str] = frozenset(
     {
         "TORCH_COMPILE_DISABLE", "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF",
         "CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING", "ARCTIC_INFERENCE_ENABLED", "VLLM_PLUGINS",
-        "TOKENIZERS_PARALLELISM", "LD_PRELOAD", "MALLOC_CONF", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-        "HF_HUB_ENABLE_HF_TRANSFER", "MAX_JOBS",
+        "TOKENIZERS_PARALLELISM", "LD_PRELOAD", "LD_LIBRARY_PATH", "MALLOC_CONF", "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE", "HF_HUB_ENABLE_HF_TRANSFER", "MAX_JOBS",
     }
 )
 
