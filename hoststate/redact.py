@@ -31,11 +31,20 @@ from urllib.parse import unquote
 
 REDACTED = "<redacted>"
 
-#: An environment variable whose upper-cased name contains one of these is secret (design.md, plus PASS).
-SECRET_NAME_WORDS: tuple[str, ...] = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "AUTH")
+#: An environment variable is secret when a word of its upper-cased name (words split at ``_``) contains one of
+#: these: design.md's words, PASS, and the short forms PWD, CRED (``_CREDS``), COOKIE and SIGNATURE. A prefix
+#: does not hide one (``VLLM_TOKENIZER_HF_TOKEN`` is secret).
+SECRET_NAME_WORDS: tuple[str, ...] = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD", "CREDENTIAL",
+                                      "CRED", "AUTH", "COOKIE", "SIGNATURE")
 
-#: Words that contain a secret word but are not about secrets; removed from a name before the test above.
-HARMLESS_NAME_WORDS: tuple[str, ...] = ("BYPASS", "PASSTHROUGH", "COMPASS", "AUTHOR")
+#: Words that contain a secret word but are not about secrets; removed from a word of a name before the test
+#: above. ``TOKENS`` as a whole word is a count (``VLLM_MAX_TOKENS_PER_EXPERT_FP4_MOE``).
+HARMLESS_NAME_WORDS: tuple[str, ...] = ("BYPASS", "PASSTHROUGH", "COMPASS", "AUTHOR", "TOKENIZER")
+COUNT_WORDS: frozenset[str] = frozenset({"TOKENS"})
+
+#: Whole names that contain a secret word and hold no secret: the shell's working directories and the
+#: InfiniBand partition key index NCCL uses.
+NOT_SECRET_NAMES: frozenset[str] = frozenset({"PWD", "OLDPWD", "NCCL_IB_PKEY"})
 
 #: Credentials named outright (HF_/OPENAI_/AWS_ and friends), also caught when the words above miss them.
 CREDENTIAL_NAMES: frozenset[str] = frozenset(
@@ -61,15 +70,6 @@ CREDENTIAL_NAMES: frozenset[str] = frozenset(
     }
 )
 
-#: Environment names that contain a secret word but hold no secret (counts of tokens, tokenizer switches,
-#: the InfiniBand partition key index NCCL uses).
-NOT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"^TOKENIZERS_PARALLELISM$"),
-    re.compile(r"^VLLM_\w*_TOKENS(_\w+)?$"),
-    re.compile(r"^VLLM_\w*TOKENIZER\w*$"),
-    re.compile(r"^NCCL_IB_PKEY$"),
-)
-
 #: A key (option, configuration key, query parameter) holding a secret has one of these words
 #: (words are split at ``_``, ``-``, ``.`` and lower-to-upper case changes) ...
 SECRET_KEY_WORDS: frozenset[str] = frozenset(
@@ -83,7 +83,21 @@ SECRET_KEY_WORDS: frozenset[str] = frozenset(
 SECRET_KEY_ENDINGS: tuple[str, ...] = ("token", "password", "passwd", "secret", "apikey")
 #: ... or ends in one of these words (``db_pass``, ``redis_pwd``, ``key``; ``pass_config`` is not a secret) ...
 SECRET_LAST_WORDS: frozenset[str] = frozenset({"pass", "pwd", "key", "keys"})
-#: ... or has ``key`` right after one of these (``access_key_id``, ``private_key_path``).
+#: A secret word names a quantity or a switch, not a secret, right before one of these words or right after one
+#: of these first words (vLLM's ``long_prefill_token_threshold``, ``return_tokens_as_token_ids``,
+#: ``allow_credentials``) ...
+QUANTITY_WORDS: frozenset[str] = frozenset({"threshold", "thresholds", "ids", "count", "budget", "limit"})
+SWITCH_WORDS: frozenset[str] = frozenset({"allow", "enable", "disable", "require"})
+#: ... or ends in an abbreviation of one of these (argparse takes ``--passw`` for ``--password``) ...
+ABBREVIATED_WORDS: tuple[str, ...] = ("password", "passphrase", "secret", "token", "credential", "credentials")
+#: ... of at least this many letters ...
+ABBREVIATION_LEAST = 4
+#: ... or is an abbreviation of a secret option of vLLM's server that reaches into its last word (argparse takes
+#: ``--api-ke`` and ``--hf-t``; ``--api`` and ``--hf`` are ambiguous, and refused); tests/test_redact.py checks
+#: this list against the option table, hoststate/collectors/vllm/options.py ...
+SERVER_SECRET_OPTIONS: tuple[str, ...] = ("api_key", "hf_token")
+#: ... or has ``key`` (or its abbreviation ``k``, ``ke``) right after one of these (``access_key_id``,
+#: ``private_key_path``, ``--api-ke``).
 KEY_QUALIFIERS: frozenset[str] = frozenset(
     {"api", "access", "secret", "private", "signing", "encryption", "master", "client", "auth", "ssh", "account",
      "service", "session", "license"}
@@ -117,8 +131,8 @@ def _to_last_at(m: re.Match[str]) -> str:
 
 _KEEP1, _KEEP2 = r"\1" + REDACTED, r"\1\2" + REDACTED
 #: Secret shapes found inside any string value, each with its hints (space-separated). Flags are scoped
-#: (``(?i:...)``); every repetition is bounded or cannot restart inside its own match, so a long line costs
-#: linear time.
+#: (``(?i:...)``); every repetition either stops at a character its match cannot hold or cannot restart inside
+#: its own match, so a long line costs linear time.
 VALUE_RULES: tuple[ValueRule, ...] = (
     _rule("pem-block", r"(?s:-----BEGIN [A-Z0-9 ]{1,64}-----.*?(?:-----END [A-Z0-9 ]{1,64}-----|\Z))", REDACTED,
           "-----begin"),
@@ -127,28 +141,184 @@ VALUE_RULES: tuple[ValueRule, ...] = (
     _rule("bearer", r"(?i:\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=-]{8,})", _KEEP2, "bearer basic token"),
     # scheme://user:PASSWORD@host: the password may hold '@' and '/', so it runs to the last '@' of the word
     # (the replacement is a function: the pattern takes the whole word once instead of backtracking in it).
-    _rule("url-userinfo", r"(?i:(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,31}://[^/\s:@\"'<>]{0,256}:[^\s\"'<>]{1,2048})",
-          "", "://"),
+    # A user name of any length: it stops at '/', which every later '://' holds, so scans never overlap.
+    _rule("url-userinfo", r"(?i:(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,31}://[^/\s:@\"'<>]*:[^\s\"'<>]+)", "", "://"),
     # scheme://TOKEN@host: a bare token as the user name (git remotes).
-    _rule("url-token-user", r"(?i:(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{0,31}://)[a-z0-9_-]{20,256}(@))",
+    _rule("url-token-user", r"(?i:(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{0,31}://)[a-z0-9_-]{20,}(@))",
           r"\1" + REDACTED + r"\2", "://"),
     _rule("slack-webhook", r"(?i:\b(hooks\.slack\.com/(?:services|workflows|triggers)/)[\w/-]+)", _KEEP1,
           "hooks.slack.com/"),
     _rule("discord-webhook", r"(?i:\b(discord(?:app)?\.com/api/webhooks/\d+/)[\w-]+)", _KEEP1, "/api/webhooks/"),
-    _rule("openai-key", r"\bsk-[A-Za-z0-9_-]{8,}", REDACTED, "sk-"),
-    _rule("stripe-key", r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{8,}", REDACTED, "_live_ _test_"),
-    _rule("stripe-webhook", r"\bwhsec_[A-Za-z0-9]{16,}", REDACTED, "whsec_"),
-    _rule("hf-token", r"\bhf_[A-Za-z0-9]{20,}", REDACTED, "hf_"),
-    _rule("aws-access-key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", REDACTED, "akia asia"),
-    _rule("github-token", r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{16,}", REDACTED,
-          "ghp_ gho_ ghu_ ghs_ ghr_ github_pat_"),
-    _rule("gitlab-token", r"\bgl(?:pat|dt|ptt|rt|cbt)-[A-Za-z0-9_-]{16,}", REDACTED,
-          "glpat- gldt- glptt- glrt- glcbt-"),
-    _rule("google-api-key", r"\bAIza[0-9A-Za-z_-]{30,}", REDACTED, "aiza"),
-    _rule("slack-token", r"\bxox[abposre]-[A-Za-z0-9-]{10,}", REDACTED, "xox"),
-    _rule("slack-app-token", r"\bxapp-[A-Za-z0-9-]{10,}", REDACTED, "xapp-"),
+    _rule("teams-webhook", r"(?i:\b(webhook\.office\.com/webhookb2/)[\w@/-]+)", _KEEP1, "webhookb2/"),
+    _rule("aws-access-key", r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b", REDACTED,
+          "a3t akia asia abia acca"),
+    _rule("azure-ad-client-secret", r"(?<![\w~.])[\w~.]{3}\dQ~[\w~.-]{31,}", REDACTED, "q~"),
+    _rule("terraform-cloud-token", r"(?i:\b[a-z0-9]{14}\.atlasv1\.[\w=-]{60,})", REDACTED, "atlasv1"),
+    _rule("twilio-api-key", r"\bSK[0-9a-fA-F]{32}\b", REDACTED, "sk"),
     _rule("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", REDACTED, "eyj"),
 )
+
+#: Alphabets of token bodies: word characters and '-', plus '.', plus base64's '+/='.
+W, D, B = r"[\w-]", r"[\w.-]", r"[\w+/=-]"
+#: Provider token formats, each a fixed prefix and a body: (rule id, prefix, body alphabet, fewest body
+#: characters). Anchored on gitleaks' default rule set (config/gitleaks.toml of gitleaks v8.30, MIT): the rule
+#: ids are gitleaks' own, the prefixes theirs, the bodies widened to the token alphabet and their lengths taken
+#: as a floor (a token one character shorter or with a '-' more is still redacted). Rules marked ``*`` are not
+#: in gitleaks (documented by the provider or by trufflehog's detectors). A prefix written in lower case with a
+#: trailing ``(?i)`` mark is matched in any case. gitleaks rules that need a context word (``adafruit ... =``)
+#: are covered by the key rules below (a secret key, or a secret environment name, hides its value); its
+#: catch-all generic-api-key is the ``key = value`` scan.
+TOKEN_FORMATS: tuple[tuple[str, str, str, int], ...] = (
+    ("1password-secret-key", "A3-", r"[A-Z0-9-]", 30),
+    ("1password-service-account-token", "ops_eyJ", B, 64),
+    ("adobe-client-secret", "p8e-", W, 32),
+    ("age-secret-key", "AGE-SECRET-KEY-1", r"[A-Z0-9]", 58),
+    ("alibaba-access-key-id", "LTAI", W, 20),
+    ("anthropic-api-key", "sk-ant-", W, 20),
+    ("anthropic-admin-api-key", "sk-ant-admin01-", W, 20),
+    ("artifactory-api-key", "AKCp", W, 60),
+    ("artifactory-reference-token", "cmVmd", W, 59),
+    ("atlassian-api-token", "ATATT3", B, 60),
+    ("aws-amazon-bedrock-api-key-long-lived", "ABSK", B, 100),
+    ("aws-amazon-bedrock-api-key-short-lived", "bedrock-api-key-", B, 20),
+    ("cloudflare-origin-ca-key", "v1.0-", W, 100),
+    ("clojars-api-token", "clojars_(?i)", W, 60),
+    ("databricks-api-token", "dapi", W, 32),
+    ("digitalocean-access-token", "doo_v1_", W, 64),
+    ("digitalocean-pat", "dop_v1_", W, 64),
+    ("digitalocean-refresh-token", "dor_v1_", W, 64),
+    ("docker-hub-pat *", "dckr_pat_", W, 20),
+    ("doppler-api-token", "dp.pt.", W, 40),
+    ("duffel-api-token", "duffel_live_", B, 40),
+    ("duffel-api-token", "duffel_test_", B, 40),
+    ("dynatrace-api-token", "dt0c01.", D, 60),
+    ("easypost-api-token", "EZAK", W, 54),
+    ("easypost-test-api-token", "EZTK", W, 54),
+    ("facebook-page-access-token", "EAAM", W, 100),
+    ("facebook-page-access-token", "EAAC", W, 100),
+    ("flutterwave-secret-key", "FLWSECK_TEST-", W, 12),
+    ("flutterwave-public-key", "FLWPUBK_TEST-", W, 32),
+    ("flyio-access-token", "fo1_", W, 40),
+    ("flyio-access-token", "fm1a_", B, 100),
+    ("flyio-access-token", "fm1r_", B, 100),
+    ("flyio-access-token", "fm2_", B, 100),
+    ("frameio-api-token", "fio-u-", W, 64),
+    ("gcp-api-key", "AIza", W, 30),
+    ("gcp-oauth-access-token *", "ya29.", D, 20),
+    ("gcp-oauth-client-secret *", "GOCSPX-", W, 24),
+    ("github-pat", "ghp_", W, 16),
+    ("github-oauth", "gho_", W, 16),
+    ("github-app-token", "ghu_", W, 16),
+    ("github-app-token", "ghs_", W, 16),
+    ("github-refresh-token", "ghr_", W, 16),
+    ("github-fine-grained-pat", "github_pat_", W, 16),
+    ("gitlab-pat", "glpat-", W, 16),
+    ("gitlab-deploy-token", "gldt-", W, 16),
+    ("gitlab-ptt", "glptt-", W, 16),
+    ("gitlab-runner-authentication-token", "glrt-", W, 16),
+    ("gitlab-cicd-job-token", "glcbt-", W, 16),
+    ("gitlab-feature-flag-client-token", "glffct-", W, 16),
+    ("gitlab-feed-token", "glft-", W, 16),
+    ("gitlab-incoming-mail-token", "glimt-", W, 16),
+    ("gitlab-kubernetes-agent-token", "glagent-", W, 16),
+    ("gitlab-oauth-app-secret", "gloas-", W, 16),
+    ("gitlab-scim-token", "glsoat-", W, 16),
+    ("gitlab-rrt", "GR1348941", W, 20),
+    ("gitlab-session-cookie", "_gitlab_session=", W, 32),
+    ("grafana-api-key", "eyJrIjoi", B, 70),
+    ("grafana-cloud-api-token", "glc_(?i)", B, 32),
+    ("grafana-service-account-token", "glsa_(?i)", W, 32),
+    ("groq-api-key *", "gsk_", W, 32),
+    ("hashicorp-vault-batch-token", "hvb.", W, 24),
+    ("hashicorp-vault-service-token", "hvs.", W, 24),
+    ("heroku-api-key-v2", "HRKU-AA", W, 58),
+    ("huggingface-access-token", "hf_", r"[A-Za-z0-9]", 20),
+    ("huggingface-organization-api-token", "api_org_", r"[A-Za-z0-9]", 20),
+    ("infracost-api-token", "ico-", W, 32),
+    ("intra42-client-secret", "s-s4t2ud-", W, 64),
+    ("intra42-client-secret", "s-s4t2af-", W, 64),
+    ("langsmith-api-key *", "lsv2_pt_", W, 32),
+    ("langsmith-api-key *", "lsv2_sk_", W, 32),
+    ("linear-api-key", "lin_api_(?i)", W, 40),
+    ("new-relic-user-api-key", "NRAK-", W, 27),
+    ("new-relic-insert-key", "NRII-", W, 32),
+    ("notion-api-token", "ntn_", W, 46),
+    ("npm-access-token", "npm_(?i)", W, 36),
+    ("nvidia-api-key *", "nvapi-", W, 32),
+    ("octopus-deploy-api-key", "API-", r"[A-Z0-9]", 26),
+    ("openai-api-key", "sk-proj-", W, 8),
+    ("openai-api-key", "sk-svcacct-", W, 8),
+    ("openai-api-key", "sk-admin-", W, 8),
+    ("openai-api-key", "sk-", r"[A-Za-z0-9]", 16),
+    ("openrouter-api-key *", "sk-or-", W, 16),
+    ("openshift-user-token", "sha256~", W, 43),
+    ("perplexity-api-key", "pplx-", W, 40),
+    ("planetscale-api-token", "pscale_tkn_", D, 32),
+    ("planetscale-oauth-token", "pscale_oauth_", D, 32),
+    ("planetscale-password", "pscale_pw_", D, 32),
+    ("postman-api-token", "PMAK-", W, 59),
+    ("prefect-api-token", "pnu_", W, 36),
+    ("pulumi-api-token", "pul-", W, 40),
+    ("pypi-upload-token", "pypi-", W, 50),
+    ("readme-api-token", "rdme_", W, 70),
+    ("replicate-api-token *", "r8_", W, 37),
+    ("rubygems-api-token", "rubygems_", W, 48),
+    ("scalingo-api-token", "tk-us-", W, 48),
+    ("sendgrid-api-token", "SG.", D, 66),
+    ("sendinblue-api-token", "xkeysib-", W, 64),
+    ("sentry-org-token", "sntrys_", B, 64),
+    ("sentry-user-token", "sntryu_", W, 64),
+    ("settlemint-application-access-token", "sm_aat_", W, 16),
+    ("settlemint-personal-access-token", "sm_pat_", W, 16),
+    ("settlemint-service-access-token", "sm_sat_", W, 16),
+    ("shippo-api-token", "shippo_live_", W, 40),
+    ("shippo-api-token", "shippo_test_", W, 40),
+    ("shopify-access-token", "shpat_", W, 32),
+    ("shopify-custom-access-token", "shpca_", W, 32),
+    ("shopify-private-app-access-token", "shppa_", W, 32),
+    ("shopify-shared-secret", "shpss_", W, 32),
+    ("slack-app-token", "xapp-", W, 10),
+    ("slack-bot-token", "xoxb-", W, 10),
+    ("slack-user-token", "xoxp-", W, 10),
+    ("slack-user-token", "xoxe-", W, 10),
+    ("slack-legacy-token", "xoxo-", W, 10),
+    ("slack-legacy-token", "xoxs-", W, 10),
+    ("slack-legacy-workspace-token", "xoxa-", W, 10),
+    ("slack-legacy-workspace-token", "xoxr-", W, 10),
+    ("slack-config-access-token", "xoxe.xox", W, 20),
+    ("sourcegraph-access-token", "sgp_", W, 40),
+    ("square-access-token", "sq0atp-", W, 22),
+    ("square-oauth-secret *", "sq0csp-", W, 40),
+    ("square-access-token", "EAAA", W, 40),
+    ("stripe-access-token", "sk_live_", W, 8),
+    ("stripe-access-token", "sk_test_", W, 8),
+    ("stripe-access-token", "sk_prod_", W, 8),
+    ("stripe-access-token", "rk_live_", W, 8),
+    ("stripe-access-token", "rk_test_", W, 8),
+    ("stripe-access-token", "rk_prod_", W, 8),
+    ("stripe-publishable-key *", "pk_live_", W, 8),
+    ("stripe-webhook-secret *", "whsec_", W, 16),
+    ("tailscale-key *", "tskey-", W, 20),
+    ("tavily-api-key *", "tvly-", W, 24),
+    ("typeform-api-token", "tfp_", D, 59),
+    ("xai-api-key *", "xai-", W, 40),
+)
+
+
+def _token_pattern(formats: tuple[tuple[str, str, str, int], ...]) -> re.Pattern[str]:
+    """One scan for every format: longest prefix first (``sk-ant-`` before ``sk-``), never inside a word. A
+    body is one greedy class with a floor and nothing after it, so a match costs its own length and a miss at
+    most its floor."""
+    branches = []
+    for _rule_id, prefix, body, least in sorted(formats, key=lambda f: -len(f[1].removesuffix("(?i)"))):
+        literal = prefix.removesuffix("(?i)")
+        head = f"(?i:{re.escape(literal)})" if prefix.endswith("(?i)") else re.escape(literal)
+        branches.append(f"{head}{body}{{{least},}}")
+    return re.compile(r"(?<!\w)(?:" + "|".join(branches) + ")")
+
+
+_TOKENS = _token_pattern(TOKEN_FORMATS)
+
 
 #: Lower-case literals one of which every secret key contains (SECRET_KEY_WORDS and friends, CREDENTIAL_NAMES).
 KEY_HINTS: tuple[str, ...] = ("pass", "pwd", "secret", "credential", "creds", "token", "auth", "key", "sig",
@@ -166,11 +336,16 @@ def is_secret_name(name: str) -> bool:
     upper = name.upper().replace("-", "_")
     if upper in CREDENTIAL_NAMES:
         return True
-    if any(p.match(upper) for p in NOT_SECRET_PATTERNS):
+    if upper in NOT_SECRET_NAMES:
         return False
-    for word in HARMLESS_NAME_WORDS:
-        upper = upper.replace(word, "_")
-    return any(word in upper for word in SECRET_NAME_WORDS)
+    for word in upper.split("_"):
+        if word in COUNT_WORDS:
+            continue
+        for harmless in HARMLESS_NAME_WORDS:
+            word = word.replace(harmless, " ")
+        if any(secret in word for secret in SECRET_NAME_WORDS):
+            return True
+    return False
 
 
 @functools.lru_cache(maxsize=4096)
@@ -180,14 +355,29 @@ def _secret_part(part: str) -> bool:
     words = _words(part)
     if not words:
         return False
-    if words[-1] in SECRET_LAST_WORDS:
+    if words[-1] in SECRET_LAST_WORDS or _abbreviates_secret(words):
         return True
     for i, word in enumerate(words):
         if word in SECRET_KEY_WORDS or word.endswith(SECRET_KEY_ENDINGS):
-            return True
+            quantity = i + 1 < len(words) and words[i + 1] in QUANTITY_WORDS
+            if not quantity and words[0] not in SWITCH_WORDS:
+                return True
         if word in ("key", "keys") and i > 0 and words[i - 1] in KEY_QUALIFIERS:
             return True
     return False
+
+
+def _abbreviates_secret(words: tuple[str, ...]) -> bool:
+    """True when a key's words are an abbreviation argparse would expand to a secret option."""
+    last = words[-1]
+    if last in SECRET_KEY_WORDS:
+        return False  # a whole word, decided with its neighbours
+    if len(last) >= ABBREVIATION_LEAST and any(w.startswith(last) for w in ABBREVIATED_WORDS):
+        return True
+    if len(words) > 1 and "key".startswith(last) and words[-2] in KEY_QUALIFIERS:
+        return True
+    joined = "_".join(words)
+    return any(option.startswith(joined) and len(joined) > option.rfind("_") + 1 for option in SERVER_SECRET_OPTIONS)
 
 
 def is_secret_key(key: str) -> bool:
@@ -212,11 +402,24 @@ def is_secret_flag(flag: str) -> bool:
 
 # -- key = value pairs in any text --------------------------------------------------------------------------------
 
-#: A key where a word starts (so a scan never restarts inside one), its closing quote and separator; a
-#: value after white space only follows an option (``--api-key KEY``), not any word.
+#: One character of a key as written in an escaped form: ``\u005f`` (JSON, also escaped twice), ``\x5f``,
+#: ``%5F``.
+_KEY_ESCAPE = r"\\+u[0-9a-fA-F]{4}|\\+U[0-9a-fA-F]{8}|\\+x[0-9a-fA-F]{2}|%[0-9a-fA-F]{2}"
+#: A key where a word starts (so a scan never restarts inside one; a key of any length is scanned once), its
+#: closing quote and separator; a value after white space only follows an option (``--api-key KEY``), not any
+#: word.
 _KEYED = re.compile(
-    r"(?<![\w.\\-])(?:(--)|-?)([A-Za-z_][\w.-]{0,200})(\\?[\"']?)(\s{0,8}[:=]\s{0,8}|(?(1)[ \t]{1,8}(?=[^\s-])|(?!)))"
+    rf"(?<![\w.\\%-])(?:(--)|-?)((?:[A-Za-z_]|{_KEY_ESCAPE})(?:[\w.-]|{_KEY_ESCAPE})*)(\\?[\"']?)"
+    r"(\s{0,8}[:=]\s{0,8}|(?(1)[ \t]{1,8}(?=[^\s-])|(?!)))"
 )
+_ESCAPED_CHAR = re.compile(r"\\+(?:u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|x([0-9a-fA-F]{2}))|%([0-9a-fA-F]{2})")
+
+
+def _unescaped_key(key: str) -> str:
+    """A key as a parser reads it: ``api\\u005fkey`` is ``api_key``."""
+    if "\\" not in key and "%" not in key:
+        return key
+    return _ESCAPED_CHAR.sub(lambda m: chr(min(int(next(g for g in m.groups() if g), 16), 0x10FFFF)), key)
 
 
 _BARE = re.compile(r"[^\s,;&#}\])\"']*")
@@ -270,7 +473,7 @@ def _redact_keyed(text: str) -> str:
     out: list[str] = []
     pos = 0
     for m in _KEYED.finditer(text):
-        if m.start() < pos or not is_secret_key(m.group(2)):
+        if m.start() < pos or not is_secret_key(_unescaped_key(m.group(2))):
             continue
         start = m.end()
         end = _value_end(text, start)
@@ -299,7 +502,7 @@ def redact_text(text: str) -> str:
         return text
     for _ in range(3):  # again over what a rule kept (a key as a URL's user name), until nothing changes
         lower = text.lower()
-        done = text
+        done = _TOKENS.sub(REDACTED, text)
         for rule in VALUE_RULES:
             if any(hint in lower for hint in rule.hints):
                 done = rule.pattern.sub(rule.replacement, done)
@@ -489,9 +692,23 @@ def redact_command_line(text: str) -> str:
 
 # -- URLs ---------------------------------------------------------------------------------------------------------
 
-#: ``user:PASSWORD@`` at the start of a URL (with or without a scheme); the password runs to the last '@'.
-_USERINFO = re.compile(r"^(?:([a-zA-Z][a-zA-Z0-9+.-]{0,31}://))?([^/\s:@?#]{0,256}):(?!//)([^\s]{1,512})@(?=[^\s@]*$)")
-_TOKEN_USER = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]{0,31}://)([^/\s:@?#]{1,512})@")
+_SCHEME = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]{0,31}://")
+_TOKEN_USER = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]{0,31}://)([^/\s:@?#]+)@")
+
+
+def _userinfo_at(url: str) -> tuple[int, int, int] | None:
+    """Where ``user:PASSWORD@`` of a URL (with or without a scheme) is: (user start, password start, index of
+    the '@' that ends it), else None. The password runs to the last '@' (it may hold '@' and '/'); a user name
+    or password of any length is found in one pass (no pattern backtracks over them)."""
+    m = _SCHEME.match(url)
+    start = m.end() if m else 0
+    at = url.rfind("@", start)
+    colon = url.find(":", start, at if at > 0 else 0)
+    if at < 0 or colon < 0 or url.startswith("//", colon + 1) or colon + 1 == at:
+        return None
+    if any(c in "/?#@" or c.isspace() for c in url[start:colon]) or any(c.isspace() for c in url[colon:]):
+        return None
+    return start, colon + 1, at
 
 
 def url_secrets(url: str) -> list[str]:
@@ -499,9 +716,9 @@ def url_secrets(url: str) -> list[str]:
     and the values of secret query and fragment parameters, so that a message repeating any part of the URL
     can be cleaned with redact_mentions."""
     found: list[str] = []
-    m = _USERINFO.match(url)
-    if m:
-        found.append(m.group(3))
+    where = _userinfo_at(url)
+    if where:
+        found.append(url[where[1]:where[2]])
     else:
         t = _TOKEN_USER.match(url)
         if t:
@@ -531,9 +748,9 @@ def redact_url(url: str) -> str:
     secret query and fragment parameters replaced."""
     if not isinstance(url, str):
         return url
-    m = _USERINFO.match(url)
-    if m:
-        url = f"{m.group(1) or ''}{m.group(2)}:{REDACTED}@{url[m.end():]}"
+    where = _userinfo_at(url)
+    if where:
+        url = f"{url[:where[1]]}{REDACTED}{url[where[2]:]}"
     else:
         t = _TOKEN_USER.match(url)
         if t and not t.group(2).startswith(REDACTED):

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 import pytest
 
 from hoststate.redact import (
     REDACTED,
+    SERVER_SECRET_OPTIONS,
+    TOKEN_FORMATS,
     VALUE_RULES,
     is_secret_key,
     is_secret_name,
@@ -186,16 +192,50 @@ def test_every_value_rule_fires_on_an_example():
         "pem-block": "-----BEGIN X-----\nabc", "header": "Cookie: a=b", "bearer": "Bearer abcdefghijk",
         "url-userinfo": "http://u:pw@h", "url-token-user": "https://abcdefghijklmnopqrstuvwxyz@h",
         "slack-webhook": "hooks.slack.com/services/T/B/x", "discord-webhook": "discord.com/api/webhooks/1/x",
-        "openai-key": "sk-abcdefghijk", "stripe-key": "pk_test_abcdefghij", "stripe-webhook": "whsec_abcdefghijklmnopq",
-        "hf-token": "hf_abcdefghijklmnopqrstuv", "aws-access-key": "ASIAABCDEFGHIJKLMNOP",
-        "github-token": "ghs_abcdefghijklmnopqrst", "gitlab-token": "glrt-abcdefghijklmnopqr",
-        "google-api-key": "AIza" + "b" * 35, "slack-token": "xoxp-1234567890ab", "slack-app-token": "xapp-1-abcdefghij",
+        "teams-webhook": "https://x.webhook.office.com/webhookb2/abc@def/IncomingWebhook/0123/xyz",
+        "aws-access-key": "ASIAABCDEFGHIJKLMNOP", "azure-ad-client-secret": "abc8Q~" + "d" * 31,
+        "terraform-cloud-token": "abcdefghij1234.atlasv1." + "x" * 60, "twilio-api-key": "SK" + "0a" * 16,
         "jwt": "eyJabcdefghij.eyJabcdefghij.abcdefghijk",
     }
     assert set(examples) == {rule.name for rule in VALUE_RULES}
     for rule in VALUE_RULES:
         out = redact_text(examples[rule.name])
         assert REDACTED in out and out != examples[rule.name], rule.name
+
+
+def _token_example(prefix: str, body: str, least: int) -> str:
+    """A token of one TOKEN_FORMATS entry: its prefix and ``least`` body characters of its alphabet."""
+    alphabet = [c for c in "Ab3Xy7Qz9K0mN5pR2sT8uV4wL6" if re.fullmatch(body, c)]
+    return prefix.removesuffix("(?i)") + "".join(alphabet[i % len(alphabet)] for i in range(least))
+
+
+@pytest.mark.parametrize(("rule_id", "prefix", "body", "least"), TOKEN_FORMATS,
+                         ids=[f"{f[0]} {f[1]}" for f in TOKEN_FORMATS])
+def test_every_token_format_is_redacted_and_one_char_short_is_not_a_token(rule_id, prefix, body, least):
+    token = _token_example(prefix, body, least)
+    for text in (token, f"key {token} next", f'{{"x": "{token}"}}', f"https://h/?q={token}&v=1"):
+        out = redact_text(text)
+        assert token not in out and token[-8:] not in out and REDACTED in out, (rule_id, out)
+    # the floor is a floor: the prefix with too short a body is a word like any other (unless a shorter
+    # format of the same prefix takes it, as sk- does for sk-ant-)
+    short = token[:-1]
+    if not any(short.startswith(p.removesuffix("(?i)")) and p != prefix for _r, p, _b, _n in TOKEN_FORMATS):
+        assert redact_text(f"x {short} y") == f"x {short} y", rule_id
+
+
+def test_the_token_table_anchors_on_gitleaks_and_covers_the_planted_providers():
+    ids = {rule_id for rule_id, *_rest in TOKEN_FORMATS}
+    from_gitleaks = {i for i in ids if not i.endswith(" *")}
+    assert len(from_gitleaks) >= 90 and len(ids) >= 100
+    prefixes = {prefix.removesuffix("(?i)") for _r, prefix, _b, _n in TOKEN_FORMATS}
+    assert {"nvapi-", "ya29.", "pypi-", "hvs.", "npm_", "gsk_", "xai-", "sk-ant-", "glpat-", "dop_v1_"} <= prefixes
+    # a prefix in any case is marked as such, and no entry repeats another
+    assert len({(p, b) for _r, p, b, _n in TOKEN_FORMATS}) == len(TOKEN_FORMATS)
+
+
+def test_a_token_inside_a_word_is_not_a_token():
+    for text in ("mask-abcdefghijklmnopqrstuvwx", "xghp_abcdefghijklmnopqrstu", "my_hf_abcdefghijklmnopqrstuvwxyz"):
+        assert redact_text(text) == text
 
 
 # -- guard's command echo: programs with their own secret options --------------------------------------------------
@@ -247,3 +287,129 @@ def test_url_password_with_at_and_slash():
     assert redact_url(url) == f"http://bench:{REDACTED}@127.0.0.1:8000/v1"
     assert "p@ss/w0rd" in url_secrets(url)
     assert "w0rd" not in redact_mentions("nonnumeric port: 'ss/w0rd@127.0.0.1:8000'", url)
+
+
+# -- round three: names, abbreviations, long and escaped keys, long URL user names ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("VLLM_DB_CREDS", True), ("S3_CREDS", True), ("DB_PWD", True), ("VLLM_SESSION_COOKIE", True),
+        ("VLLM_REQUEST_SIGNATURE", True), ("VLLM_TOKENIZER_HF_TOKEN", True), ("CUDA_TOKENIZER_API_KEY", True),
+        ("VLLM_TOKENIZER_POOL_SIZE", False), ("VLLM_TOKENIZER_MODE", False), ("PWD", False), ("OLDPWD", False),
+        ("VLLM_MAX_TOKENS_PER_EXPERT_FP4_MOE", False), ("TOKENIZERS_PARALLELISM", False),
+    ],
+)
+def test_env_names_with_short_words_and_prefixes(name, secret):
+    assert is_secret_name(name) is secret
+    assert (redact_env({name: "value1"})[name] == REDACTED) is secret
+
+
+def test_server_secret_options_are_the_secret_options_of_the_vllm_table():
+    """SERVER_SECRET_OPTIONS (abbreviations) must follow the option table when vLLM adds a secret option."""
+    from hoststate.collectors.vllm.options import OPTIONS
+
+    assert set(SERVER_SECRET_OPTIONS) == {dest for dest in OPTIONS if is_secret_key(dest)}
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--api-ke", "S1"], ["--api-ke", REDACTED]),
+        (["--api-k=S1"], [f"--api-k={REDACTED}"]),
+        (["--api_ke", "S1", "S2", "--port", "8000"], ["--api_ke", REDACTED, REDACTED, "--port", "8000"]),
+        (["--hf-t", "S1"], ["--hf-t", REDACTED]),
+        (["--hf-toke=S1"], [f"--hf-toke={REDACTED}"]),
+        (["--passw", "S1"], ["--passw", REDACTED]),
+        (["--db-passwo", "S1"], ["--db-passwo", REDACTED]),
+        # ambiguous in vLLM (api_server_count, hf_overrides): argparse refuses them; other options stay
+        (["--api-server-count", "4", "--hf-overrides", "{}", "--tokenizer", "t", "--tok", "3"],
+         ["--api-server-count", "4", "--hf-overrides", "{}", "--tokenizer", "t", "--tok", "3"]),
+    ],
+)
+def test_argparse_abbreviations_of_secret_options(argv, expected):
+    assert redact_argv(argv) == expected
+    assert redact_command_line(" ".join(argv)) == " ".join(expected)
+
+
+def test_an_abbreviated_option_in_parsed_args_is_redacted():
+    """vLLM's argv reader keeps an option it does not know under its own name (``api_ke``)."""
+    assert redact_value({"api_ke": ["S1"], "hf_tok": "S2", "api_server_count": 4}) == {
+        "api_ke": REDACTED, "hf_tok": REDACTED, "api_server_count": 4}
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ('{"api\\u005fkey": "S3CRETesc1"}', "S3CRETesc1"),
+        ('{"\\u0068f_token": "S3CRETesc2", "n": 1}', "S3CRETesc2"),
+        ('{\\"hf\\\\u005ftoken\\": \\"S3CRETesc3\\"}', "S3CRETesc3"),
+        ("{'pass\\x77ord': 'S3CRETesc4'}", "S3CRETesc4"),
+        ("https://h/x?api%5Fkey=S3CRETesc5&v=1", "S3CRETesc5"),
+        ('{"' + "x" * 5000 + '_token": "S3CRETlong1"}', "S3CRETlong1"),
+        ('{"a": {"' + "nested_" * 1000 + 'password": "S3CRETlong2"}}', "S3CRETlong2"),
+    ],
+)
+def test_escaped_and_very_long_keys(text, secret):
+    for out in (redact_text(text), redact_command_line(text), str(redact_value({"x": text}))):
+        assert secret not in out and REDACTED in out, out[-200:]
+
+
+@pytest.mark.parametrize("user", ["u" * 300, "a-" * 5000 + "b", "svc.account_" * 100])
+def test_a_very_long_url_user_name_still_hides_the_password(user):
+    url = f"postgres://{user}:S3CRETuser1@db:5432/x"
+    assert redact_url(url) == f"postgres://{user}:{REDACTED}@db:5432/x"
+    assert redact_text(f"url={url} next") == f"url=postgres://{user}:{REDACTED}@db:5432/x next"
+    assert "S3CRETuser1" in url_secrets(url)
+    token_user = "ghx" + "a" * 600
+    assert redact_url(f"https://{token_user}@github.com/o/r") == f"https://{REDACTED}@github.com/o/r"
+
+
+#: Values a snapshot holds that a loose secret rule would take: each must come through every function intact.
+ORDINARY = [
+    "0123456789abcdef0123456789abcdef01234567",  # a git SHA
+    "sha256:4b1d5f0e2a7c9d3b6e8f1a2c4d6e8f0a1b3c5d7e9f1a3b5c7d9e1f3a5b7c9d1e",
+    "GPU-8f2a3c1e-5b7d-4e9f-a1c3-5e7f9b1d3f5a", "MIG-4e9fa1c3-5e7f-9b1d-3f5a-8f2a3c1e5b7d",
+    "00000000:1B:00.0", "meta-llama/Llama-3.1-8B-Instruct", "mistralai/Mistral-7B-Instruct-v0.3",
+    "deepseek-ai/DeepSeek-V3", "nvidia/Llama-3.1-Nemotron-70B-Instruct-HF", "Qwen/Qwen2.5-72B-Instruct-AWQ",
+    "/root/.cache/huggingface/hub/models--meta-llama--Llama-3.1-8B/snapshots/0123456789abcdef0123456789abcdef01234567",
+    "scikit-learn==1.5.2", "sk-learn-tutorial-v2", "torch-2.5.1+cu124", "flashinfer-python", "hf_transfer",
+    "nvidia-cublas-cu12==12.4.5.8", "tokenizer_mode=auto", "api_server_count=4", "--hf-overrides={}",
+    "AGE-SECRET-KEY-1 is a prefix", "Bearer", "pypi-simple", "npm_config_cache=/tmp/npm",
+]
+
+
+@pytest.mark.parametrize("value", ORDINARY)
+def test_ordinary_values_are_not_redacted(value):
+    assert redact_text(value) == value
+    assert redact_argv([value]) == [value]
+    assert redact_command_line(value) == value
+    assert redact_env({"VLLM_X": value}) == {"VLLM_X": value}
+    assert redact_strings({"k": [value]}) == {"k": [value]}
+
+
+#: Inputs that make a backtracking pattern quadratic or worse, each over a megabyte.
+HOSTILE = [
+    "sk-" * 400_000, "ghp_" * 300_000, "-ghp_a" * 200_000, "x://" * 300_000, "http://" + "u" * 1_200_000 + "@h",
+    "http://" + "a:" * 600_000, "http://u:" + "@" * 1_200_000 + " x", '{"' + "a" * 1_200_000, "a_" * 600_000 + "token",
+    "\\u0041" * 200_000, '{"k": [' * 200_000, "api_key=" * 150_000, "-----BEGIN A-----" * 70_000,
+    "Authorization: " * 80_000, "hvs." + "a" * 1_200_000, "a:" * 600_000 + "@", "%5F" * 400_000 + "=x",
+]
+
+_HOSTILE_RUN = """
+import sys
+from hoststate.redact import redact_argv, redact_command_line, redact_text, redact_url, url_secrets
+from tests.test_redact import HOSTILE
+for text in HOSTILE:
+    redact_text(text); redact_url(text); url_secrets(text); redact_argv([text]); redact_command_line(text[:300_000])
+print("done", len(HOSTILE))
+"""
+
+
+def test_redaction_of_hostile_megabyte_inputs_finishes():
+    """Every scan is linear: a quadratic one would take hours on these inputs. The timeout only detects a hang
+    (it is far above what a linear scan needs), it measures nothing."""
+    proc = subprocess.run([sys.executable, "-c", _HOSTILE_RUN], capture_output=True, text=True, timeout=300,
+                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    assert proc.returncode == 0 and proc.stdout.split() == ["done", str(len(HOSTILE))], proc.stderr[-2000:]
