@@ -25,7 +25,7 @@ from hoststate.collectors import env as env_collector
 from hoststate.collectors import packages as packages_collector
 from hoststate.collectors.vllm.argv import Command, ConfigLoader, locate, normalise, parse_config_text, split_command
 from hoststate.collectors.vllm.cudagraph import declare
-from hoststate.collectors.vllm.discovery import Proc, discover, inspect
+from hoststate.collectors.vllm.discovery import Proc, discover, inspect, select, server_at
 from hoststate.collectors.vllm.http import query_url
 from hoststate.collectors.vllm.log import LogFacts, parse_log, read_log
 from hoststate.collectors.vllm.model import Read, read_facts
@@ -276,6 +276,8 @@ def build(
     data: dict[str, Any] = {"source": source}
     if proc is not None:
         data["pid"] = proc.pid
+        if proc.selected_because:
+            data["selected_because"] = proc.selected_because
     unreadable = {} if unreadable is None else unreadable
     packages, packages_from, packages_error = _packages(proc, unreadable)
     version, version_from = _version(ctx, log, url, packages, packages_from)
@@ -367,24 +369,26 @@ def _from_pid(ctx: Context, sec: Section) -> _Server | Section:
 def _from_discovery(ctx: Context, sec: Section) -> _Server | Section:
     if not ctx.live:
         return Section(status="skipped", reason="process discovery cannot honour --root")
-    found = discover(sec.unreadable)
+    found, notes = select(discover(sec.unreadable))  # listening servers first: an idle lookalike never decides
     if len(found) > 1:
-        return _several(ctx, found, sec)
+        _several(ctx, found, sec)
+    sec.notes.extend(notes)
+    if len(found) > 1:
+        return sec
     if not found:
         sec.status, sec.reason = "absent", "no vLLM server running"
         return sec
     return _Server("discovered", proc=found[0])
 
 
-def _from_url(ctx: Context) -> _Server:
-    """A URL names a server; when it runs here, its process (matched by port) gives arguments and environment."""
+def _from_url(ctx: Context, sec: Section) -> _Server:
+    """A URL names a server; when it runs here, the process that owns its listening socket gives arguments
+    and environment (discovery.server_at)."""
     server = _Server("log" if ctx.vllm_log is not None else "url")
-    port = _url_port(ctx.vllm_url) if ctx.vllm_url and ctx.live else None
-    for candidate in discover({}) if port else []:
-        command = locate(candidate.argv)
-        if normalise(command.args, None, program=command.program or "").args.get("port", DEFAULT_PORT) == port:
-            server.proc = candidate
-            break
+    if ctx.vllm_url and ctx.live:
+        server.proc, note = server_at(ctx.vllm_url, {})
+        if note:
+            sec.notes.append(note)
     return server
 
 
@@ -395,7 +399,7 @@ def _server(ctx: Context, sec: Section) -> _Server | Section:
         return _from_cmd(ctx, sec)
     if all(v is None for v in (ctx.vllm_log, ctx.vllm_url)):
         return _from_discovery(ctx, sec)
-    return _from_url(ctx)
+    return _from_url(ctx, sec)
 
 
 def collect(ctx: Context) -> Section:
@@ -425,14 +429,6 @@ def collect(ctx: Context) -> Section:
     if problem and sec.status == "ok":
         sec.status, sec.reason = "partial", "some vLLM arguments could not be read (see vllm.args_error)"
     return sec.settle()
-
-
-def _url_port(url: str) -> int | None:
-    try:
-        parts = urlsplit(url)
-        return parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        return None
 
 
 def _several(ctx: Context, found: list[Proc], sec: Section) -> Section:

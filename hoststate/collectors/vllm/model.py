@@ -8,7 +8,8 @@ When it cannot, each fact is None (unknown) and the resolution states the assump
 (``vllm.cudagraph.declared_assumes``) instead of guessing silently.
 
 Every file goes through the caller's ``Read`` function, which decides whose rights apply: a running
-server's cache is another user's, read as that process could read it (procfiles.ProcView); a
+server's cache is another user's, read by a reader holding that process's identity, so the kernel
+decides (procfiles.ProcView: mode bits, ACLs, LSMs; a setuid-style process gets no root rights); a
 captured tree is read confined to ``--root``; the user's own ``--vllm-cmd`` model from here,
 regular files only. Contents are untrusted input: bounded, JSON only.
 """
@@ -17,12 +18,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hoststate.collectors.vllm.limits import ConfigLimits, config_limits
+
 #: Largest config file read.
 MAX_BYTES = 1 << 20
+#: What a Hugging Face cache's ``refs/<revision>`` file holds: the commit its snapshot directory is named after.
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 #: config.json keys that hold a model's number of routed experts (vLLM's ``get_num_experts``).
 EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")
@@ -50,6 +56,8 @@ class ModelFacts:
     kv_heads: int | None = None
     mla: bool | None = None
     architectures: tuple[str, ...] = ()
+    #: Attention heads, maximum length, checkpoint quantization: what vLLM checks the arguments against.
+    limits: ConfigLimits = ConfigLimits()
     source: str = "the model's config.json was not read"
 
     @property
@@ -105,7 +113,8 @@ def facts_from_config(config: Mapping[str, Any], modules: Any = None, source: st
     encdec = bool(config.get("is_encoder_decoder")) or bool(_text_config(config).get("is_encoder_decoder"))
     return ModelFacts(moe=_num_experts(config) > 1, pooling=_runner_is_pooling(archs, st_pooling),
                       encoder_decoder=encdec, kv_heads=_kv_heads(config),
-                      mla=_text_config(config).get("kv_lora_rank") is not None, architectures=archs, source=source)
+                      mla=_text_config(config).get("kv_lora_rank") is not None, architectures=archs,
+                      limits=config_limits(config), source=source)
 
 
 #: Reads one file: (content, None) or (None, reason). Whose rights and which root is the caller's choice.
@@ -148,8 +157,10 @@ def model_dirs(model: str, env: Mapping[str, str], read: Read, revision: str | N
         ref = revision or "main"
         data, _ = read(os.path.join(cache, repo, "refs", ref))
         if data is not None:
-            ref = data[:100].decode("ascii", "replace").strip() or ref
-        if "/" not in ref and ".." not in ref:
+            commit = data.decode("ascii", "replace").strip()
+            # Only a commit hash is taken from the file: anything else it holds never reaches a path or a message.
+            ref = commit if _COMMIT.fullmatch(commit) else ""
+        if ref and "/" not in ref and ".." not in ref:
             out.append(os.path.join(cache, repo, "snapshots", ref))
     return out
 
