@@ -356,8 +356,11 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     for pattern in result.unused_accept:
         _error(f"hoststate guard: note: --accept {pattern!r} matched no invalidating finding")
     if save_current:
-        write_output(save_current, to_toml(with_guard_table(result, command=command)), force=force, protect=inputs,
-                     what="the baseline or another input")
+        from hoststate.text import clean_all
+
+        # guard's command and the baseline's name are argv: undecodable bytes become \xNN (hoststate.text)
+        saved = to_toml(clean_all(with_guard_table(result, command=command)))
+        write_output(save_current, saved, force=force, protect=inputs, what="the baseline or another input")
         click.echo(f"hoststate guard: wrote {save_current} (verdict {result.verdict})", err=True)
     if result.refused:
         raise GuardRefused(f"refused ({len(result.refused)} invalidating not accepted)"
