@@ -369,9 +369,10 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
         ctx.exit(0)
     if result.accepted:
         from hoststate.redact import redact_argv
+        from hoststate.text import clean
 
         click.echo(f"hoststate guard: running as non-comparable ({len(result.accepted)} accepted): "
-                   f"{' '.join(redact_argv(list(command)))}", err=True)
+                   f"{' '.join(redact_argv([clean(c) for c in command]))}", err=True)
     ctx.exit(run_command(command, env=command_env(result, saved=save_current)))
 
 
