@@ -6,8 +6,9 @@ each rule's reason once; every finding only with ``verbose``. Text lines fit WID
 in the middle, and a changed list is shown as the items removed and added, never as two truncated lists.
 
 Values come from other people's processes and files: every control character (newline, ESC, CSI, OSC, C1, bidi
-overrides) is shown as an escape, so a value can neither start a line of its own ("verdict: clean") nor drive the
-terminal. Pure functions returning strings; the CLI decides where they go and whether colour is on.
+overrides) and every invisible one (zero-width, fillers, spaces other than U+0020, private use, unassigned) is
+shown as an escape by ``safe``, so a value can neither start a line of its own ("verdict: clean"), pass for another
+key, nor drive the terminal. Pure functions returning strings; the CLI decides where they go and whether colour is on.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import datetime as dt
 import json
 import re
 import textwrap
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -38,21 +40,40 @@ _ELLIPSIS = "..."
 
 # -- escaping ----------------------------------------------------------------------------------------------------
 
-#: C0 and C1 controls, DEL, line/paragraph separators and bidirectional overrides: none may reach a terminal.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+#: Unicode categories never shown as themselves: controls (Cc), format characters (Cf: zero-width spaces and
+#: joiners, bidirectional marks and overrides, soft hyphen, tags), line/paragraph separators (Zl, Zp), spaces
+#: other than U+0020 (Zs), surrogates (Cs), private use (Co) and unassigned code points (Cn). A key holding one
+#: could look identical to a real key, or drive the terminal.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Zs", "Cs", "Co", "Cn"})
+#: Letters and marks that render as nothing (fillers, variation selectors, invisible vowels, the blank braille
+#: pattern): visible categories, but as invisible as a zero-width space.
+_FILLERS = frozenset(
+    [0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x2800, 0x3164, 0xFFA0, *range(0x180B, 0x1810),
+     *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)]
+)
+#: Every character outside printable ASCII is looked at (then kept unless hidden): ASCII text costs one scan.
+_SUSPECT = re.compile("[^\x20-\x7e]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
+
+
+def _hidden(char: str) -> bool:
+    return char != " " and (ord(char) in _FILLERS or unicodedata.category(char) in _HIDDEN_CATEGORIES)
 
 
 def _escape_char(match: re.Match[str]) -> str:
     char = match.group()
     if char in _NAMED:
         return _NAMED[char]
-    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+    if not _hidden(char):
+        return char
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def safe(text: str) -> str:
-    """``text`` with every control character written as a visible escape (``\\n``, ``\\e``, ``\\x9b``)."""
-    return _CONTROL.sub(_escape_char, text)
+    """``text`` with every control or invisible character written as a visible escape (``\\n``, ``\\e``, ``\\x9b``,
+    ``\\u200b``, ``\\u3164``, ``\\U000e0041``): the one escaping of snapshot text in every report."""
+    return _SUSPECT.sub(_escape_char, text)
 
 
 def clip(text: str, width: int) -> str:
