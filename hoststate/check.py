@@ -33,6 +33,8 @@ CODES: tuple[tuple[str, str, str, str], ...] = (
      "suffix decoding on a 405B FP8 model at high gpu_memory_utilization"),
     ("HS901", "collector-failed", "snapshot", "a collector failed (error, timeout or denied)"),
     ("HS902", "values-unreadable", "snapshot", "a collector could not read some values"),
+    ("HS306", "gpu-missing", "gpu", "NVML counts more GPUs than the snapshot describes (a GPU lost or unreadable)"),
+    ("HS404", "vllm-version-unknown", "vllm", "the vLLM version is unknown: the declared mode rests on assumed rules"),
 )
 _NAMES = {code: name for code, name, _, _ in CODES}
 SEVERITIES = ("warning", "info")
@@ -254,6 +256,20 @@ def check_nvlink_down(snap: Mapping[str, Any]) -> Iterator[Advisory]:
                    ("gpu", "devices", uuid, "nvlink"))
 
 
+def check_gpu_missing(snap: Mapping[str, Any]) -> Iterator[Advisory]:
+    """A GPU NVML counts but could not describe (GpuIsLost, fallen off the bus) changes what a TP run can use."""
+    gpu = _table(snap, "gpu")
+    count, described = gpu.get("count"), len(list(_gpus(snap)))
+    if isinstance(count, bool) or not isinstance(count, int) or count <= described:
+        return
+    unread = _table(snap, "collectors", "gpu", "unreadable")
+    why = sorted({str(v) for k, v in unread.items() if str(k).startswith("devices")})
+    yield _adv("HS306", "warning", f"{count - described} of {count} GPUs not described"
+               f"{' (' + ', '.join(why) + ')' if why else ''}: a lost GPU leaves tensor-parallel runs without it and "
+               "its NVLink peers with fewer links; check `nvidia-smi -q`, reset or service it before a benchmark",
+               ("gpu", "count"))
+
+
 # -- vLLM --------------------------------------------------------------------------------------------------------
 
 
@@ -278,6 +294,18 @@ def check_cudagraph(snap: Mapping[str, Any]) -> Iterator[Advisory]:
             yield _adv("HS401", "warning", f"declared CUDA graph mode {declared} but the server used {observed}"
                        f"{source}: a runtime downgrade; pin a mode the attention backend supports, or record the "
                        "observed one with the result", (*path, "cudagraph", "observed"))
+
+
+def check_vllm_version(snap: Mapping[str, Any]) -> Iterator[Advisory]:
+    """Without a version, the declared CUDA graph mode follows the newest rules hoststate knows: say so."""
+    for path, server in _servers(snap).items():
+        graph = _table(server, "cudagraph")
+        if server.get("version") is None and graph.get("declared"):
+            rules = graph.get("rules_version")
+            yield _adv("HS404", "warning", "the vLLM version is unknown"
+                       + (f": the rules of {rules} (newest known) were assumed" if rules else "")
+                       + f" for the declared mode {graph['declared']}; give --vllm-version (or let the server's "
+                       "/version or log say it)", (*path, "version"))
 
 
 def _spec_config(server: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -387,9 +415,11 @@ CHECKS: dict[str, Callable[[Mapping[str, Any]], Iterator[Advisory]]] = {
     "HS303": check_ecc_pending,
     "HS304": check_mig_pending,
     "HS305": check_nvlink_down,
+    "HS306": check_gpu_missing,
     "HS401": check_cudagraph,
     "HS402": check_suffix_moe,
     "HS403": check_suffix_405b_fp8,
+    "HS404": check_vllm_version,
     "HS901": check_collectors,
     "HS902": check_unreadable,
 }
@@ -406,14 +436,34 @@ def run_checks(snap: dict) -> list[Advisory]:
     return out
 
 
-_COLOURS = {"warning": "\x1b[33m", "info": "\x1b[36m"}
+def render_text(advisories: list[Advisory], color: bool = False) -> str:
+    """One block per code, warnings first: ``CODE name [severity]`` once, then each advisory's path and message
+    wrapped within 120 columns (nothing cut); then the counts."""
+    from hoststate.report import WIDTH, fit, paint, safe
+
+    counts = {s: sum(1 for a in advisories if a.severity == s) for s in SEVERITIES}
+    lines: list[str] = []
+    ordered = sorted(advisories, key=lambda a: (SEVERITIES.index(a.severity), a.code))
+    for i, a in enumerate(ordered):
+        if i == 0 or ordered[i - 1].code != a.code:
+            same = sum(1 for b in ordered if b.code == a.code)
+            lines.append(paint(f"{a.code} {a.name} [{a.severity}]", a.severity, color)
+                         + (f" x {same}" if same > 1 else ""))
+        lines += fit([f"  {safe(a.path) + ': ' if a.path else ''}{safe(a.message)}"], WIDTH, 6)
+    lines.append(f"{counts['warning']} warning(s), {counts['info']} info" if advisories else "no advisories")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(advisories: list[Advisory]) -> dict[str, Any]:
+    """The object of docs/check.schema.json: every advisory and the counts per severity."""
+    counts = {s: sum(1 for a in advisories if a.severity == s) for s in SEVERITIES}
+    return {"advisories": [a.to_dict() for a in advisories], "counts": counts}
 
 
 def render_checks(advisories: list[Advisory], fmt: str, color: bool = False) -> str:
-    """Advisories as text (one line each), JSON ({"advisories": [...], "counts": {...}}) or a Markdown table."""
-    counts = {s: sum(1 for a in advisories if a.severity == s) for s in SEVERITIES}
+    """Advisories as text (a block per code), JSON (docs/check.schema.json) or a Markdown table."""
     if fmt == "json":
-        return json.dumps({"advisories": [a.to_dict() for a in advisories], "counts": counts}, indent=2) + "\n"
+        return json.dumps(to_json(advisories), indent=2) + "\n"
     if fmt == "markdown":
         if not advisories:
             return "No advisories.\n"
@@ -425,13 +475,4 @@ def render_checks(advisories: list[Advisory], fmt: str, color: bool = False) -> 
         return "\n".join(rows) + "\n"
     if fmt != "text":
         raise ValueError(f"unknown format {fmt!r} (one of text, json, markdown)")
-    from hoststate.report import safe
-
-    lines = []
-    for a in advisories:
-        head = f"{a.code} {a.name} [{a.severity}]"
-        if color:
-            head = f"{_COLOURS[a.severity]}{head}\x1b[0m"
-        lines.append(f"{head} {safe(a.path) + ': ' if a.path else ''}{safe(a.message)}")
-    lines.append(f"{counts['warning']} warning(s), {counts['info']} info" if advisories else "no advisories")
-    return "\n".join(lines) + "\n"
+    return render_text(advisories, color)

@@ -171,6 +171,12 @@ def summary_lines(snap: dict[str, Any], ctx: Any = None) -> list[str]:
             extra += f"  {len(entry['unreadable'])} unreadable"
         if entry.get("reason") and status != "skipped":
             extra += f"  ({entry['reason']})"
+        if name == "vllm" and status in ("ok", "partial"):
+            from hoststate.check import check_vllm_version
+
+            if any(check_vllm_version(snap)):
+                rules = snap.get("vllm", {}).get("cudagraph", {}).get("rules_version", "the newest")
+                extra += f"  (version unknown: rules of {rules} assumed; give --vllm-version)"
         lines.append(f"  {name:<13} {status:<8} {entry.get('took_ms', 0):>7.1f} ms{extra}")
     if ctx is not None:
         for name, section in ctx.sections.items():
@@ -374,6 +380,45 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
         click.echo(f"hoststate guard: running as non-comparable ({len(result.accepted)} accepted): "
                    f"{' '.join(redact_argv([clean(c) for c in command]))}", err=True)
     ctx.exit(run_command(command, env=command_env(result, saved=save_current)))
+
+
+@cli.command()
+@click.argument("baseline", type=click.Path(dir_okay=False))
+@click.argument("current", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), metavar="NEW",
+              help="Write the new baseline here (atomically; never over an existing file without --force, never "
+              "over BASELINE or CURRENT).")
+@click.option("--accept", "accept", multiple=True, metavar="PATTERN",
+              help="Accept the invalidating findings whose path matches (guard's --accept syntax; repeatable). "
+              "Every invalidating finding must be accepted, or nothing is written.")
+@click.option("--policy", "policy_files", multiple=True, type=click.Path(dir_okay=False), metavar="P",
+              help="A policy file tried before the shipped rules (repeatable).")
+@click.option("--by", metavar="NAME", help="Who accepts (default: the sudo caller, else this user's login name).")
+@click.option("--force", is_flag=True, help="Replace NEW if it exists.")
+def rebaseline(baseline: str, current: str, output: str, accept: tuple[str, ...], policy_files: tuple[str, ...],
+               by: str | None, force: bool) -> None:
+    """Make CURRENT (a snapshot, e.g. guard's --save-current file) the new baseline, recording its provenance.
+
+    Every invalidating finding of BASELINE vs CURRENT must match an --accept PATTERN; the new file says which
+    baseline it replaces, which findings were accepted, by whom and when ([hoststate.rebaseline]; `show`
+    displays it). Exit 0 written; 2 bad input or NEW not writable; 3 findings not accepted (nothing written).
+    """
+    from hoststate.rebaseline import rebaseline as make
+    from hoststate.report import render_guard
+    from hoststate.snapshot import to_toml, write
+
+    inputs = (baseline, current, *policy_files)
+    prepare_output(output, force, protect=inputs, what="the baseline or another input")
+    try:
+        new, result = make(baseline, current, accept=accept, policy_files=policy_files, by=by)
+    except GuardRefused as refused:
+        click.echo(render_guard(refused.result, color=use_color(stream=sys.stderr), title="hoststate rebaseline"),
+                   err=True, nl=False)
+        raise
+    write(output, to_toml(new), force=force, protect=inputs)
+    table = new["hoststate"]["rebaseline"]
+    click.echo(f"hoststate rebaseline: wrote {output}: replaces {baseline} ({table['replaces_digest']}), "
+               f"{len(table['accepted'])} invalidating finding(s) accepted by {table['by']}", err=True)
 
 
 @cli.command()

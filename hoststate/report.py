@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import shlex
 import textwrap
 import unicodedata
 from collections import Counter
@@ -122,7 +123,7 @@ def fit(parts: Sequence[str | Elide], width: int = WIDTH, indent: int = 4) -> li
     if len(line) <= width:
         return [line]
     lead = len(line) - len(line.lstrip(" "))
-    return textwrap.wrap(line, width=width, initial_indent=" " * lead, subsequent_indent=" " * max(indent, lead),
+    return textwrap.wrap(line[lead:], width=width, initial_indent=" " * lead, subsequent_indent=" " * max(indent, lead),
                          break_long_words=True, break_on_hyphens=False) or [""]
 
 
@@ -338,6 +339,8 @@ def _short_gpu(key: str) -> str:
 def _rel(parts: tuple[str, ...], skip: int) -> str:
     """The path below the subsystem, with a GPU's UUID cut to its first group (``GPU-7de10c90``)."""
     keys = list(parts[skip:])
+    if parts[:3] == ("system", "cpufreq", "governor") and len(parts) == 4:  # keyed by CPU range: read forwards
+        return f"CPUs {safe(parts[3])} governor"
     if parts[:2] == ("gpu", "devices") and len(parts) > 2:
         keys = [_short_gpu(parts[2]), *parts[3:]]
     return safe(".".join(keys))
@@ -400,21 +403,25 @@ def _vllm(findings: list[Finding]) -> str:
 
 
 def _gpu(findings: list[Finding]) -> str:
-    """GPUs that appear or vanish as a whole (by UUID) first, then the settings that changed on GPUs on both sides."""
-    per_uuid: dict[str, set[str]] = {}
+    """GPUs lost or removed (every value of the device gone or unreadable) and added first, then the settings that
+    changed on GPUs on both sides; a lost GPU's consequences on the others (NVLink peers, topology) are counted."""
+    per_gpu: dict[str, set[str]] = {}
     for f in findings:
         p = _parts(f)
-        if p[1:2] == ("devices",) and len(p) > 3:
-            per_uuid.setdefault(p[2], set()).add(f.change)
-    gone = sorted(u for u, changes in per_uuid.items() if changes == {"removed"})
-    came = sorted(u for u, changes in per_uuid.items() if changes == {"added"})
-    whole = set(gone) | set(came)
+        if p[1:2] == ("devices",) and len(p) > 2:
+            per_gpu.setdefault(p[2], set()).add(f.change)
+    lost = sorted(u for u, changes in per_gpu.items() if "unreadable" in changes <= {"removed", "unreadable"})
+    gone = sorted(u for u, changes in per_gpu.items() if changes == {"removed"})
+    came = sorted(u for u, changes in per_gpu.items() if changes == {"added"})
+    whole = set(lost) | set(gone) | set(came)
     whole_items = [f"{len(ids)} GPU{'s' if len(ids) != 1 else ''} {word} "
                    f"({', '.join(safe(_short_gpu(u)) for u in ids)})"
-                   for word, ids in (("removed", gone), ("added", came)) if ids]
+                   for word, ids in (("lost", lost), ("removed", gone), ("added", came)) if ids]
     rest = [f for f in findings if _parts(f)[1:2] != ("devices",) or len(_parts(f)) < 3 or _parts(f)[2] not in whole]
-    items = whole_items + [_short(f, _rel(_parts(f), 1)) for f in sorted(rest, key=importance)[:6]]
-    return _fit("GPU: ", items, len(whole_items) + len(rest))
+    if whole_items:
+        return _fit("GPU: ", whole_items, len(whole_items) + len(rest), "related")
+    items = [_short(f, _rel(_parts(f), 1)) for f in sorted(rest, key=importance)[:6]]
+    return _fit("GPU: ", items, len(rest))
 
 
 def _accel_config(findings: list[Finding]) -> str:
@@ -706,10 +713,18 @@ GUARD_RULES = 12
 def accept_patterns(findings: Iterable[Finding]) -> list[str]:
     """The ``--accept`` patterns that accept exactly these findings' rules; more than three rules are folded into
     one ``SUBSYSTEM.**`` per top-level table (what the user reviews in the summary lines)."""
+    from hoststate.policy import compile_pattern
+
     findings = list(findings)
-    rules = sorted({f.rule or f.path for f in findings})
-    if len(rules) <= 3:
-        return rules
+    chosen: set[str] = set()
+    for f in findings:
+        try:  # a rule's pattern, when it matches the finding's own path (a whole unreadable table may not)
+            exact = f.rule if f.rule and compile_pattern(split_path(f.rule)).match(_parts(f)) else f.path
+        except ValueError:
+            exact = f.path
+        chosen.add(exact)
+    if len(chosen) <= 3:
+        return sorted(chosen)
     return sorted({f"{_parts(f)[0]}.**" for f in findings})
 
 
@@ -731,13 +746,13 @@ def _guard_section(title: str, tone: str, findings: list[Finding], color: bool, 
 
 
 def render_guard(result: Any, *, baseline_snap: Any = None, color: bool = False, verbose: bool = False,
-                 saved: str | None = None) -> str:
+                 saved: str | None = None, title: str = "hoststate guard") -> str:
     """guard's report on stderr: its verdict line, how vLLM was described when the sides differ, diff's summary,
     the refused and accepted findings by rule, then one line saying what to do. A refusal of the seed scenario fits
     one screen (tests/test_presentation.py)."""
     counts = ", ".join(f"{result.diff.counts.get(s, 0)} {s}" for s in ("invalidating", "warning", "info"))
     tone = "refused" if result.refused else "accepted" if result.accepted else "ok"
-    head = fit(["hoststate guard: baseline ", safe(str(result.baseline)), " (",
+    head = fit([f"{title}: baseline ", safe(str(result.baseline)), " (",
                 Elide(result.baseline_digest or "no digest"), "): ", paint(result.verdict, tone, color),
                 f" ({counts})"], WIDTH + (len(paint("", tone, color))))
     lines = [*head]
@@ -760,15 +775,16 @@ def render_guard(result: Any, *, baseline_snap: Any = None, color: bool = False,
             lines[-1] = lines[-1][:-len("; -v lists every finding)")] + f"; {rest} not listed; -v lists them)"
         else:
             lines.append(note)
-    if result.refused:
+    if result.refused and title == "hoststate guard":
         lines += next_step(result, saved)
+    elif result.refused:
+        accept = " ".join(f"--accept {shlex.quote(p)}" for p in accept_patterns(result.refused))
+        lines += fit([f"next: review the findings above; accept them with {accept}"], WIDTH, 6)
     return "\n".join(lines) + "\n"
 
 
 def next_step(result: Any, saved: str | None = None) -> list[str]:
     """The one thing to do after a refusal: the exact accept options, and the re-baseline command."""
-    import shlex
-
     # a no-break space keeps each option with its pattern when the line wraps (textwrap breaks at ASCII spaces)
     accept = " ".join(f"--accept\xa0{shlex.quote(p)}" for p in accept_patterns(result.refused))
     base = shlex.quote(str(result.baseline))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from hoststate.paths import get
-from hoststate.report import WIDTH, clip, safe
+from hoststate.report import WIDTH, fit, safe
 
 
 def _fmt(value: Any) -> str:
@@ -75,6 +75,12 @@ def _gpu(snap: dict[str, Any]) -> list[str | None]:
 
     for uuid, dev in sorted(devices, key=index):
         lines.append(_line(f"GPU{dev.get('index', '?')}", f"{dev.get('name', '?')} {uuid}"))
+    count = gpu.get("count")
+    if isinstance(count, int) and not isinstance(count, bool) and count > len(devices):
+        unread = _table(get(snap, ("collectors", "gpu", "unreadable")))
+        lost = sorted({str(v) for k, v in unread.items() if str(k).startswith("devices")})
+        lines.append(_line("MISSING", f"{count - len(devices)} of {count} GPUs not described"
+                           + (f" ({', '.join(lost)})" if lost else "") + "; see `hoststate check` (HS306)"))
     return lines
 
 
@@ -85,11 +91,67 @@ def _vllm(snap: dict[str, Any]) -> list[str | None]:
         return [_line(f"server {port}", s.get("model")) for port, s in servers.items() if isinstance(s, dict)]
     return [
         _line("source", v.get("source")),
-        _line("version", v.get("version")),
+        _line("version", _vllm_version(v)),
         _line("model", v.get("model")),
         _line("cudagraph declared", get(v, ("cudagraph", "declared"))),
         _line("cudagraph observed", get(v, ("cudagraph", "observed"))),
     ]
+
+
+def _vllm_version(v: dict[str, Any]) -> str | None:
+    version = v.get("version")
+    if version is None and (v.get("source") or v.get("args")):
+        return "unknown (not detected; give --vllm-version: the newest rules were assumed)"
+    return version
+
+
+def _counts(value: Any) -> str:
+    counts = _table(value)
+    return ", ".join(f"{counts.get(s, 0)} {s}" for s in ("invalidating", "warning", "info"))
+
+
+def _by_rule(records: Any) -> list[str]:
+    """Accepted or refused finding records, one line per rule with its count."""
+    rules: dict[str, int] = {}
+    for r in records if isinstance(records, list) else []:
+        if isinstance(r, dict):
+            key = f"{r.get('rule') or r.get('path')}" + (f" (by {r['accepted_by']})" if r.get("accepted_by") else "")
+            rules[key] = rules.get(key, 0) + 1
+    return [f"    {n} x {rule}" for rule, n in rules.items()]
+
+
+def _rebaseline(snap: dict[str, Any]) -> list[str | None]:
+    """Where a baseline made by `hoststate rebaseline` came from: what it replaces, which findings were accepted."""
+    r = _table(get(snap, ("hoststate", "rebaseline")))
+    if not r:
+        return []
+    at = r.get("at")
+    lines: list[str | None] = [
+        _line("replaces", f"{r.get('replaces')} ({r.get('replaces_digest')})"),
+        _line("made from", r.get("from")),
+        _line("accepted by", f"{r.get('by')} at {at.isoformat() if hasattr(at, 'isoformat') else at}"),
+        _line("accept patterns", r.get("accept")),
+        _line("accepted findings", f"{len(r.get('accepted') or [])} ({_counts(r.get('counts'))} in all)"),
+    ]
+    return lines + list(_by_rule(r.get("accepted")))
+
+
+def _guard(snap: dict[str, Any]) -> list[str | None]:
+    """A guarded run's saved snapshot (--save-current): the baseline, the verdict, what was accepted or refused."""
+    g = _table(snap.get("guard"))
+    if not g:
+        return []
+    lines: list[str | None] = [
+        _line("baseline", f"{g.get('baseline')} ({g.get('baseline_digest')})"),
+        _line("verdict", f"{g.get('verdict')} ({_counts(g.get('counts'))})"),
+        _line("accept patterns", g.get("accept")),
+        _line("command", " ".join(map(str, g.get("command") or [])) or None),
+    ]
+    for key in ("accepted", "refused"):
+        if g.get(key):
+            lines.append(_line(key, f"{len(g[key])} invalidating finding(s)"))
+            lines.extend(_by_rule(g[key]))
+    return lines
 
 
 SECTIONS = (("system", _system), ("dsa", _dsa), ("gpu", _gpu), ("vllm", _vllm))
@@ -108,6 +170,12 @@ def render_summary(snap: dict[str, Any], source: str = "") -> str:
         reason = f"  ({entry['reason']})" if entry.get("reason") else ""
         unread = f"  {len(entry['unreadable'])} unreadable" if entry.get("unreadable") else ""
         out.append(f"  {name:<13} {entry.get('status')}{unread}{reason}")
+    for title, render in (("rebaseline (this baseline replaces another):", _rebaseline),
+                          ("guard (this snapshot is a guarded run's):", _guard)):
+        lines = [line for line in render(snap) if line]
+        if lines:
+            out.append(title)
+            out.extend(lines)
     for name, render in SECTIONS:
         if name in snap:
             lines = [line for line in render(snap) if line]
@@ -125,5 +193,6 @@ def render_summary(snap: dict[str, Any], source: str = "") -> str:
                 line = " "
             line += f" {item},"
         out.append(line.rstrip(","))
-    # Values come from the host and its users: escape controls so none can fake a line or drive the terminal.
-    return "\n".join(clip(safe(line), WIDTH) if len(line) > WIDTH or not line.isprintable() else line for line in out)
+    # Values come from the host and its users: escape controls so none can fake a line or drive the terminal; a
+    # long line wraps (indented under its value), nothing is cut.
+    return "\n".join(part for line in out for part in fit([safe(line)], WIDTH, 25))

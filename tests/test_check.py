@@ -120,12 +120,13 @@ def test_suffix_decoding_boundaries(snap, expected):
 
 
 def test_cudagraph_declared_vs_observed():
-    snap = {"vllm": {"model": "m", "cudagraph": {"declared": "FULL_AND_PIECEWISE", "observed": "PIECEWISE",
-                                                  "observed_from": "log"}}}
+    snap = {"vllm": {"model": "m", "version": "0.12.0",
+                     "cudagraph": {"declared": "FULL_AND_PIECEWISE", "observed": "PIECEWISE", "observed_from": "log"}}}
     assert codes(snap) == ["HS401"]
     snap["vllm"]["cudagraph"]["observed"] = "full_and_piecewise"
     assert codes(snap) == []
-    servers = {"vllm": {"servers": {"8000": {"model": "m", "cudagraph": {"declared": "FULL", "observed": "NONE"}}}}}
+    servers = {"vllm": {"servers": {"8000": {"model": "m", "version": "0.12.0",
+                                             "cudagraph": {"declared": "FULL", "observed": "NONE"}}}}}
     assert [a.path for a in run_checks(servers)] == ["vllm.servers.8000.cudagraph.observed"]
 
 
@@ -184,3 +185,60 @@ def test_gpu_advisories_on_the_real_h200_snapshot_shape() -> None:
     dev["observed"]["processes"] = [{"pid": 4242, "name": "python3 other_job.py"}]
     codes = {a.code for a in run_checks(snap)}
     assert {"HS301", "HS302"} <= codes
+
+
+# -- views agree: a lost GPU, an unknown vLLM version, lines within 120 columns --------------------------------------
+
+
+def _lost_gpu_snapshot(tmp_path):
+    """The 8-GPU HGX replay with GPU 5 lost (GpuIsLost), snapped through the real collector."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import FIXTURES, PYTHONPATH
+
+    out = tmp_path / "lost.toml"
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "HOSTSTATE_NVML_REPLAY": str(FIXTURES / "nvml" /
+                                                                                  "hgx-h100-8-gpu-lost.json")}
+    proc = subprocess.run([sys.executable, "-m", "hoststate", "snap", "-q", "--only", "gpu", "-o", str(out)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return load(str(out))
+
+
+def test_a_lost_gpu_is_a_warning_not_info(tmp_path):
+    snap = _lost_gpu_snapshot(tmp_path)
+    lost = [a for a in run_checks(snap) if a.code == "HS306"]
+    assert len(lost) == 1 and lost[0].severity == "warning" and lost[0].path == "gpu.count"
+    assert "1 of 8 GPUs not described" in lost[0].message and "GpuIsLost" in lost[0].message
+    from hoststate.show import render_summary
+
+    shown = render_summary(snap, "lost.toml")
+    assert "MISSING" in shown and "1 of 8 GPUs not described" in shown
+    assert all(len(line) <= 120 for line in shown.splitlines())
+
+
+def test_all_gpus_described_is_quiet():
+    snap = {"gpu": {"count": 2, "devices": {"GPU-a": {"index": 0}, "GPU-b": {"index": 1}}}}
+    assert "HS306" not in codes(snap)
+
+
+def test_an_unknown_vllm_version_is_said():
+    snap = {"vllm": {"source": "cmd", "model": "m", "cudagraph": {"declared": "FULL_AND_PIECEWISE",
+                                                                   "rules_version": "0.33.0"}}}
+    [adv] = [a for a in run_checks(snap) if a.code == "HS404"]
+    assert adv.severity == "warning" and "0.33.0" in adv.message and adv.path == "vllm.version"
+    snap["vllm"]["version"] = "0.12.0"
+    assert "HS404" not in codes(snap)
+
+
+def test_check_text_keeps_every_line_within_120_columns_and_cuts_nothing():
+    advisories = run_checks(load(SEED_E))
+    text = render_checks(advisories, "text")
+    lines = text.splitlines()
+    assert all(len(line) <= 120 for line in lines), text
+    assert lines[0] == "HS201 wq-config-not-saved [warning]" and "HS202 wq-enabled-no-clients [warning] x 8" in lines
+    flat = " ".join(text.split())
+    for a in advisories:  # every message is there whole, only wrapped
+        assert " ".join(a.message.split()) in flat
