@@ -62,10 +62,14 @@ def load_snapshot(name: str) -> dict[str, Any]:
 def prepare_output(path: str | None, force: bool, option: str = "-o", *, protect: tuple[str, ...] = (),
                    what: str = "an input") -> None:
     """Before any collecting: create a missing parent directory and refuse what the writer would refuse (an
-    existing file without --force, a symlink, a directory, one of the command's inputs in ``protect``), so a
-    write never fails after minutes of work. ``-`` and no path mean stdout."""
+    existing file without --force, a symlink, a directory, a directory reached through another user's symlink,
+    one of the command's inputs in ``protect``), so a write never fails after minutes of work. ``-`` and no path
+    mean stdout."""
     if not path or path == STDIO:
         return
+    from hoststate.output import check_output, check_parent
+
+    check_parent(path)  # before a directory is created through another user's link
     parent = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(parent, exist_ok=True)
@@ -75,8 +79,6 @@ def prepare_output(path: str | None, force: bool, option: str = "-o", *, protect
         raise WriteError(f"{option} {path}: cannot write: {parent} is not a directory")
     if not os.access(parent, os.W_OK):
         raise WriteError(f"{option} {path}: cannot write in {parent}: not writable")
-    from hoststate.output import check_output
-
     check_output(path, force=force, protect=protect, what=what)
 
 

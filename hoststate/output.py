@@ -13,7 +13,8 @@ must never replace what is not its own and never write into what someone else pl
   (a FIFO without a reader is refused at once, nothing hangs), without following a link it was not reached
   through, and checked after opening to be the file that was checked;
 - a symlink is never replaced: it is followed only when every link on the way belongs to us or to root and it
-  leads to such a device or FIFO (``/dev/stdout``), otherwise refused, ``force`` or not;
+  leads to such a device or FIFO (``/dev/stdout``), otherwise refused, ``force`` or not; a directory on the way
+  reached through another user's symlink is refused too (check_parent);
 - a directory, a block device or a socket is refused;
 - a file in ``protect`` (the command's inputs: a baseline, a policy, the snapshot being exported) is never written,
   whatever name reaches it (the same file is recognised by device and inode: hard links, symlinks, ``./x``);
@@ -101,8 +102,41 @@ def _follow(path: str) -> tuple[os.stat_result | None, bool]:
     return None, False
 
 
+def check_parent(path: str) -> None:
+    """WriteError when a directory on the way to ``path`` is reached through a symlink of another user (``/tmp/x``
+    made a link to ``/etc``): checked before any directory is created or written in. Components that do not exist
+    yet are left to the caller to create."""
+    parts = os.path.dirname(os.path.abspath(path)).split("/")
+    current, hops = "/", 0
+    while parts:
+        comp = parts.pop(0)
+        if comp in ("", "."):
+            continue
+        if comp == "..":
+            current = os.path.dirname(current)
+            continue
+        here = os.path.join(current, comp)
+        try:
+            lst = os.lstat(here)
+        except OSError:
+            return
+        if stat.S_ISLNK(lst.st_mode):
+            if not _ours(lst):
+                raise WriteError(f"{path}: {here} is a symbolic link {_owner(lst)}; refusing to write through it")
+            hops += 1
+            if hops > 40:  # the kernel's own limit: the open will say ELOOP
+                return
+            target = os.readlink(here)
+            parts = target.split("/") + parts
+            if target.startswith("/"):
+                current = "/"
+            continue
+        current = here
+
+
 def _inspect(path: str, *, force: bool, protect: tuple[str, ...], what: str) -> tuple[str, os.stat_result | None]:
     """(how, the file written into for INTO) or WriteError saying why ``path`` must not be written."""
+    check_parent(path)
     try:
         lst = os.lstat(path)
     except FileNotFoundError:

@@ -234,3 +234,40 @@ def test_without_force_another_users_file_is_refused(sticky) -> None:
     as_nobody(lambda: out.write_bytes(b"theirs\n"))
     assert "exists; use --force" in one_line(cli(*_args("snap", out, False)))
     assert out.read_bytes() == b"theirs\n" and os.stat(out).st_uid == _nobody()[0]
+
+
+# -- a directory on the way reached through another user's link -------------------------------------------------------
+
+
+@pytest.mark.parametrize("below", ["out.toml", "new/out.toml"])
+def test_another_users_link_to_a_directory_is_not_written_through(sticky, below) -> None:
+    """nobody links ``sticky/results`` to a root-only directory: nothing is created or replaced there, --force or
+    not, and no directory is made through the link."""
+    target = sticky.parent / "root-only"
+    target.mkdir(mode=0o700)
+    (target / "out.toml").write_bytes(b"root's own\n")
+    as_nobody(lambda: os.symlink(target, sticky / "results"))
+    for command in sorted(COMMANDS):
+        line = one_line(cli(*_args(command, sticky / "results" / below, True)))
+        assert "symbolic link owned by uid" in line, line
+    assert sorted(p.name for p in target.iterdir()) == ["out.toml"]
+    assert (target / "out.toml").read_bytes() == b"root's own\n"
+
+
+def test_our_link_to_another_users_link_to_a_directory_is_refused(sticky) -> None:
+    target = sticky.parent / "root-only"
+    target.mkdir(mode=0o700)
+    as_nobody(lambda: os.symlink(target, sticky / "theirs"))
+    os.symlink(sticky / "theirs", sticky / "ours")
+    line = one_line(cli(*_args("snap", sticky / "ours" / "out.toml", True)))
+    assert "symbolic link owned by uid" in line, line
+    assert list(target.iterdir()) == []
+
+
+def test_our_own_link_to_a_directory_is_followed(sticky) -> None:
+    target = sticky.parent / "results"
+    target.mkdir()
+    os.symlink(target, sticky / "ours")
+    proc = cli(*_args("snap", sticky / "ours" / "new" / "out.toml", False))
+    assert proc.returncode == 0, proc.stderr
+    assert (target / "new" / "out.toml").is_file()
