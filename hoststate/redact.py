@@ -305,10 +305,11 @@ TOKEN_FORMATS: tuple[tuple[str, str, str, int], ...] = (
 )
 
 
+@functools.cache
 def _token_pattern(formats: tuple[tuple[str, str, str, int], ...]) -> re.Pattern[str]:
-    """One scan for every format: longest prefix first (``sk-ant-`` before ``sk-``), never inside a word. A
-    body is one greedy class with a floor and nothing after it, so a match costs its own length and a miss at
-    most its floor."""
+    """One scan for every format, compiled once: longest prefix first (``sk-ant-`` before ``sk-``), never inside
+    a word. A body is one greedy class with a floor and nothing after it, so a match costs its own length and a
+    miss at most its floor."""
     branches = []
     for _rule_id, prefix, body, least in sorted(formats, key=lambda f: -len(f[1].removesuffix("(?i)"))):
         literal = prefix.removesuffix("(?i)")
@@ -316,8 +317,6 @@ def _token_pattern(formats: tuple[tuple[str, str, str, int], ...]) -> re.Pattern
         branches.append(f"{head}{body}{{{least},}}")
     return re.compile(r"(?<!\w)(?:" + "|".join(branches) + ")")
 
-
-_TOKENS = _token_pattern(TOKEN_FORMATS)
 
 
 #: Lower-case literals one of which every secret key contains (SECRET_KEY_WORDS and friends, CREDENTIAL_NAMES).
@@ -502,7 +501,7 @@ def redact_text(text: str) -> str:
         return text
     for _ in range(3):  # again over what a rule kept (a key as a URL's user name), until nothing changes
         lower = text.lower()
-        done = _TOKENS.sub(REDACTED, text)
+        done = _token_pattern(TOKEN_FORMATS).sub(REDACTED, text)  # compiled at first use (import stays cheap)
         for rule in VALUE_RULES:
             if any(hint in lower for hint in rule.hints):
                 done = rule.pattern.sub(rule.replacement, done)
