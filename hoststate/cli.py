@@ -326,6 +326,21 @@ def check(ctx: click.Context, file: str | None, fmt: str, **opts: Any) -> None:
 @click.option("--force", is_flag=True, help="Let --save-current replace an existing FILE.")
 @click.option("--label", metavar="TEXT", help="A label stored in the current snapshot's [hoststate].label.")
 @click.option("-v", "--verbose", is_flag=True, help="Also list warnings and the per-collector summary.")
+@click.option("--watch", is_flag=True, help="Watch CMD while it runs, snap again after it and judge the run clean, "
+              "degraded or invalid (docs/watch.md).")
+@click.option("--watch-interval", type=float, default=1.0, show_default=True, metavar="S",
+              help="Seconds between two samples of the cheap GPU readings.")
+@click.option("--watch-checkpoint", type=float, default=60.0, show_default=True, metavar="S",
+              help="Seconds between two reads of the expensive GPU counters (also read at the start and end).")
+@click.option("--watch-rules", type=click.Path(dir_okay=False), metavar="FILE",
+              help="A TOML file of [[rule]] tables replacing the run verdict's thresholds by metric.")
+@click.option("--watch-trace", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Also write every sample of the run here (a replayable trace).")
+@click.option("--attach", "attach", type=click.Path(dir_okay=False), metavar="RESULT",
+              help="After CMD: merge the run verdict into this JSON result under 'hoststate' and write "
+              "RESULT.hoststate.json beside it.")
+@click.option("--fail-on", "fail_on", type=click.Choice(["degraded", "invalid"]),
+              help="Exit 4 when CMD exited 0 but the run was judged this or worse (CMD is never stopped for it).")
 @collector_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD ARGS...]")
 @click.pass_context
@@ -346,6 +361,7 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     from hoststate.snapshot import to_toml
 
     check_root(opts.get("root"))
+    watch = _watch_options(opts, command)
     for option, value in (("--baseline", baseline), ("--save-current", save_current)):
         if value == STDIO:
             raise click.UsageError(f"{option} -: stdin and stdout belong to the guarded command; name a file")
@@ -381,7 +397,64 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
 
         click.echo(f"hoststate guard: running as non-comparable ({len(result.accepted)} accepted): "
                    f"{' '.join(redact_argv([clean(c) for c in command]))}", err=True)
+    if watch["watch"]:
+        ctx.exit(_run_watched(result, command, watch, opts, policy_files, inputs, save_current))
     ctx.exit(run_command(command, env=command_env(result, saved=save_current)))
+
+
+#: guard's --watch options, taken out of its collector options.
+WATCH_OPTIONS = ("watch", "watch_interval", "watch_checkpoint", "watch_rules", "watch_trace", "attach", "fail_on")
+
+
+def _watch_options(opts: dict[str, Any], command: tuple[str, ...]) -> dict[str, Any]:
+    """Pop guard's --watch options out of ``opts``; the others need --watch, and --watch needs a command."""
+    watch = {k: opts.pop(k) for k in WATCH_OPTIONS}
+    if not watch["watch"]:
+        given = [k for k in WATCH_OPTIONS[3:] if watch[k]]
+        if given:
+            raise click.UsageError(f"--{given[0].replace('_', '-')} needs --watch")
+    elif not command:
+        raise click.UsageError("--watch needs a command to watch (-- CMD ARGS...)")
+    for key in ("watch_interval", "watch_checkpoint"):
+        try:
+            _timeout(None, None, watch[key])  # type: ignore[arg-type]
+        except click.BadParameter as err:
+            raise click.UsageError(f"--{key.replace('_', '-')} {watch[key]!r}: must be a finite number of seconds "
+                                   "greater than 0") from err
+    return watch
+
+
+def _run_watched(result: Any, command: tuple[str, ...], watch: dict[str, Any], opts: dict[str, Any],
+                 policy_files: tuple[str, ...], inputs: tuple[str, ...], save_current: str | None) -> int:
+    """guard --watch after guard let CMD run: the watched run, its verdict on stderr, the files written."""
+    from hoststate.guard import read_baseline, with_guard_table
+    from hoststate.output import write_output
+    from hoststate.policy import load_policy
+    from hoststate.snapshot import to_toml
+    from hoststate.watch import load_rules, run_watched
+
+    rules = load_rules(watch["watch_rules"])
+    base_snap = getattr(result, "baseline_snapshot", None) or read_baseline(result.baseline)[0]
+    run = run_watched(result, command, root=opts.get("root") or "/",
+                      snap_options={k: v for k, v in opts.items() if k != "root"},
+                      policy=load_policy(tuple(policy_files)), interval=watch["watch_interval"],
+                      checkpoint=watch["watch_checkpoint"], rules=rules, attach_to=watch["attach"],
+                      trace_to=watch["watch_trace"], baseline_snapshot=base_snap, protect=inputs)
+    click.echo(f"hoststate guard: run {run.verdict} ({len(run.reasons)} reason(s); command exit {run.returncode}; "
+               f"{run.summary['samples']} samples of {len(run.summary['gpus'])} GPU(s), "
+               f"gpu {run.summary['gpu_status']})", err=True)
+    for reason in run.reasons:
+        _error(f"  {reason['verdict'].upper():<9} {reason['text']}")
+    for line in run.written:
+        click.echo(f"hoststate guard: {line}", err=True)
+    if save_current:
+        from hoststate.text import clean_all
+
+        snap = clean_all(with_guard_table(result, command=command))
+        snap["guard"]["watch"] = {"verdict": run.verdict, "reasons": [r["text"] for r in run.reasons],
+                                  "metrics": run.summary["metrics"], "seconds": run.summary["seconds"]}
+        write_output(save_current, to_toml(snap), force=True, protect=inputs, what="the baseline or another input")
+    return run.exit_status(watch["fail_on"])
 
 
 @cli.command()
@@ -494,6 +567,33 @@ def export(kind: str, file: str | None, baseline: str | None, output: str | None
         write_output(output, text, force=True, protect=inputs)
     else:
         click.echo(text, nl=False)
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(), metavar="DIRS-or-FILES...")
+@click.option("--current", type=click.Path(dir_okay=False), metavar="SNAPSHOT",
+              help="Check the results against this host's snapshot (before resuming a sweep) instead of their "
+              "majority.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.pass_context
+def results(ctx: click.Context, paths: tuple[str, ...], current: str | None, fmt: str) -> None:
+    """Refuse to compare or resume a sweep whose results came from different host states.
+
+    Reads the JSON results under PATHS with the record `guard --watch --attach` merged into them (and their
+    RESULT.hoststate.json), groups the cells by host digest and names, for each cell off the reference host, the
+    invalidating findings. Exit 0 when every cell ran on one host state and none was judged invalid, 1 when
+    refused (another host state, a cell without a record, an invalid run), 2 when no result file was found.
+    """
+    from hoststate.results import check_results, render_text
+
+    snap = load_snapshot(current) if current else None
+    report = check_results(paths, current=snap, current_name=current or "")
+    if fmt == "json":
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        base = paths[0] if len(paths) == 1 and os.path.isdir(paths[0]) else ""
+        click.echo(render_text(report, base), nl=False)
+    ctx.exit(report.exit_code)
 
 
 def debug_requested(args: list[str]) -> bool:
