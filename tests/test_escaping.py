@@ -11,8 +11,10 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from hoststate.report import safe
+from hoststate.report import _hidden, safe
 from hoststate.snapshot import digest, loads, to_toml
 from tests.conftest import FIXTURES, PYTHONPATH
 
@@ -93,3 +95,11 @@ def test_reports_escape_a_planted_look_alike_key_and_host_name(tmp_path) -> None
         assert "VLLM_NGRAM_NUM_THREADS_CAP\\u200b\\u3164" in outputs[name].stdout, name
     assert "\\u115f\\ufeff" in outputs["show"].stdout
     assert planted not in outputs["diff text"].stdout
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=60))
+def test_nothing_hidden_survives_safe(text: str) -> None:
+    shown = safe(text)
+    assert not any(_hidden(char) for char in shown), ascii(shown)
+    assert "\n" not in shown and "\x1b" not in shown

@@ -10,7 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hoststate.snapshot import loads
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hoststate.collectors.vllm.log import plain
+from hoststate.snapshot import loads, to_toml
+from hoststate.snapshot import toml_loads as loads_toml
+from hoststate.text import clean
 from tests.conftest import FIXTURES, HOSTS, PYTHONPATH
 from tests.test_procfiles import SERVE, children  # noqa: F401 - children is a fixture
 
@@ -143,3 +149,23 @@ def test_a_log_named_with_undecodable_bytes(tmp_path) -> None:
     log = Path(os.fsdecode(os.fsencode(tmp_path) + b"/server\xff.log"))
     log.write_text("INFO 10-06 09:12:40 [utils.py:233] non-default args: {'model': 'm'}\n")
     assert _snap_log(tmp_path, log)["log"]["path"].endswith("server\\xff.log")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=12)
+                    | st.binary(max_size=8) | st.integers() | st.just(...),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                    max_leaves=20))
+def test_any_parsed_log_value_becomes_utf8_toml(value) -> None:
+    """Whatever a log value parses to (surrogates included), plain() makes something TOML writes as UTF-8."""
+    text = to_toml({"vllm": {"log": {"non_default_args": {"x": plain(value)}}}})
+    assert loads_toml(text.encode("utf-8").decode("utf-8"))["vllm"]["log"]["non_default_args"]["x"] is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=40))
+def test_clean_is_utf8_and_keeps_valid_text(text: str) -> None:
+    cleaned = clean(text)
+    cleaned.encode("utf-8")  # never raises: no surrogate is left
+    if not any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+        assert cleaned == text
