@@ -29,13 +29,22 @@ def clean(text: str) -> str:
     return _SURROGATE.sub(_escape, text)
 
 
-def clean_all(value: Any) -> Any:
-    """``value`` with every string in it cleaned (table keys too), tuples as lists, other values as they are.
-    Recursive: what reaches it nests a few levels (collected values are bounded; hoststate.snapshot.MAX_DEPTH)."""
+#: Deepest nesting kept in a snapshot, counted from its top: a value parsed from another user's argv or log (a JSON
+#: option nested hundreds deep) is cut here, below the 32 levels a snapshot may hold (hoststate.snapshot.MAX_DEPTH)
+#: and far below the recursion limit of the TOML writer. hoststate's own tables nest at most about 8 levels.
+MAX_NESTING = 24
+NESTED_TOO_DEEPLY = f"<nested deeper than {MAX_NESTING} levels>"
+
+
+def clean_all(value: Any, depth: int = 0) -> Any:
+    """``value`` with every string in it cleaned (table keys too), tuples as lists, a table or list deeper than
+    MAX_NESTING as NESTED_TOO_DEEPLY, other values as they are."""
     if isinstance(value, str):
         return clean(value)
+    if isinstance(value, list | tuple | Mapping) and depth >= MAX_NESTING:
+        return NESTED_TOO_DEEPLY
     if isinstance(value, list | tuple):
-        return [clean_all(v) for v in value]
+        return [clean_all(v, depth + 1) for v in value]
     if isinstance(value, Mapping):
-        return {clean(k) if isinstance(k, str) else k: clean_all(v) for k, v in value.items()}
+        return {clean(k) if isinstance(k, str) else k: clean_all(v, depth + 1) for k, v in value.items()}
     return value

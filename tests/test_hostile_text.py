@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hoststate.collectors.vllm.log import plain
 from hoststate.snapshot import loads, to_toml
 from hoststate.snapshot import toml_loads as loads_toml
-from hoststate.text import clean
+from hoststate.text import MAX_NESTING, NESTED_TOO_DEEPLY, clean
 from tests.conftest import FIXTURES, HOSTS, PYTHONPATH
 from tests.test_procfiles import SERVE, children  # noqa: F401 - children is a fixture
 
@@ -92,6 +92,21 @@ def test_a_servers_pythonpath_with_an_undecodable_dist_info_name(tmp_path, child
     assert proc.returncode == 0, proc.stderr
     vllm = written(out)["vllm"]
     assert vllm["packages"]["vllm"] == "0.7\\xff" and vllm["packages"]["nvidia-x\\xfe"] == "2.0"
+
+
+def test_very_deep_json_in_vllm_cmd(tmp_path) -> None:
+    """A JSON option nested 300 deep (any user's server argv can hold one) parses, then is cut at
+    hoststate.text.MAX_NESTING: the TOML writer never recurses that deep and the snapshot stays readable."""
+    deep = "[" * 300 + "]" * 300
+    out = tmp_path / "out.toml"
+    proc = hoststate("snap", "-q", "--root", str(ROOT), "--only", "vllm", "-o", str(out),
+                     "--vllm-cmd", f"vllm serve m --compilation-config '{{\"mode\": 3, \"x\": {deep}}}'")
+    assert proc.returncode == 0, proc.stderr
+    x = written(out)["vllm"]["args"]["compilation_config"]["x"]
+    depth = 0
+    while isinstance(x, list):
+        x, depth = x[0], depth + 1
+    assert x == NESTED_TOO_DEEPLY and depth == MAX_NESTING - 4  # vllm.args.compilation_config.x are the first 4
 
 
 #: vLLM log records whose values are no JSON or plain repr: what each becomes in the snapshot.
