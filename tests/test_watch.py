@@ -1,0 +1,367 @@
+"""guard --watch: traces recorded on a real H200 replayed through the sampler, real child processes as the
+benchmark, the run verdict attached to a real `vllm bench serve --save-result` layout."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from hoststate.errors import InputError
+from hoststate.watch import (
+    FAIL_ON_EXIT,
+    RULES,
+    Sampler,
+    TraceSource,
+    attach,
+    judge,
+    load_rules,
+    load_trace,
+    parse_cpu_stat,
+    parse_vllm_counters,
+    sidecar_path,
+)
+from tests.conftest import FIXTURES, HOSTS, PYTHONPATH, REPO
+
+WATCH = FIXTURES / "watch"
+SERVE = "vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 8 --gpu-memory-utilization 0.85 --max-model-len 16384 -O1"
+HOST = ["--only", "system,dsa,vllm", "--vllm-cmd", SERVE, "--vllm-version", "0.12.0"]
+#: A benchmark client writing its result as `vllm bench serve --save-result` does (vllm serve.py main_async:
+#: one object, json.dump without indent, each --metadata KEY=VALUE a top-level string), metadata from guard's env.
+BENCH = r"""
+import json, os, sys
+result = {"date": "20261203-120000", "endpoint_type": "vllm", "backend": "vllm", "label": None,
+          "model_id": "meta-llama/Llama-3.1-8B-Instruct", "tokenizer_id": "meta-llama/Llama-3.1-8B-Instruct",
+          "num_prompts": 100, "request_rate": "inf", "burstiness": 1.0, "max_concurrency": None, "duration": 12.5,
+          "completed": 100, "failed": 0, "total_input_tokens": 102400, "total_output_tokens": 12800,
+          "request_throughput": 8.0, "output_throughput": 1024.0, "total_token_throughput": 9216.0,
+          "mean_ttft_ms": 80.1, "median_ttft_ms": 75.0, "std_ttft_ms": 9.2, "p99_ttft_ms": 120.4,
+          "mean_tpot_ms": 11.0, "median_tpot_ms": 10.8, "std_tpot_ms": 1.1, "p99_tpot_ms": 14.9,
+          "latencies": [1.1, 1.2], "queue_times": [0.0, 0.01]}
+for item in os.environ["HOSTSTATE_METADATA"].split():
+    key, value = item.split("=", 1)
+    result[key] = value
+with open(sys.argv[1], "w") as fh:
+    json.dump(result, fh)
+sys.exit(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+"""
+
+
+def replay(name: str, own: set[int] | None = None) -> dict:
+    """A recorded H200 trace through the sampler, as guard --watch runs it."""
+    sampler = Sampler(load_trace(str(WATCH / f"h200-{name}.json")), interval=30.0,
+                      own_pids=(lambda: own) if own is not None else None)
+    sampler.start()
+    sampler.stop()
+    return sampler.summary()
+
+
+def hs(*args: str, cwd: pathlib.Path, trace: str | None = None, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
+    env.pop("HOSTSTATE_WATCH_REPLAY", None)
+    if trace:
+        env["HOSTSTATE_WATCH_REPLAY"] = str(WATCH / f"h200-{trace}.json")
+    return subprocess.run([sys.executable, "-m", "hoststate", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120, **kw)
+
+
+@pytest.fixture
+def host(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A copy of the seed host before its DSA change, and a baseline snapshot of it."""
+    root = tmp_path / "host"
+    shutil.copytree(HOSTS / "seed-baseline", root, symlinks=True)
+    proc = hs("snap", "-q", "--root", str(root), *HOST, "-o", "base.toml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return root
+
+
+def guard_watch(tmp_path: pathlib.Path, root: pathlib.Path, baseline: str, trace: str | None, *extra: str,
+                cmd: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    return hs("guard", "--baseline", baseline, "--allow-unreadable", "--root", str(root), *HOST, "--watch",
+              *extra, "--", *cmd, cwd=tmp_path, trace=trace)
+
+
+# -- the recorded traces -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["idle", "dense-a", "dense-b", "foreign"])
+def test_replay_reproduces_what_the_live_sampler_computed(name: str) -> None:
+    """Each fixture carries the summary the sampler computed live on the H200; replaying it gives the same."""
+    recorded = json.loads((WATCH / f"h200-{name}.json").read_text())["summary"]
+    got = replay(name, own={481})  # 481: the matmul load the recording started (its own process)
+    assert got["metrics"] == recorded["metrics"]
+    assert got["seconds"] == recorded["seconds"]
+    assert got["gpus"][0]["counters"] == recorded["gpus"][0]["counters"]
+
+
+def test_traces_are_real_h200_readings() -> None:
+    idle, dense = replay("idle"), replay("dense-a")
+    assert idle["gpus"][0]["name"] == dense["gpus"][0]["name"] == "NVIDIA H200"
+    assert idle["gpus"][0]["share"]["gpu_idle"] == 1.0 and idle["metrics"]["share.sw_power_cap"] == 0.0
+    # under the matmul loop the power cap held the clocks the whole run: the violation counter grew ~30 s in 30 s
+    assert dense["metrics"]["share.sw_power_cap"] > 0.99
+    assert dense["gpus"][0]["counters"]["violation_power_ns"] > 29e9
+    assert dense["gpus"][0]["power_w"]["mean"] > 600 > 100 > idle["gpus"][0]["power_w"]["mean"]
+    # NVLink counters do not exist on this passthrough GPU: recorded as unreadable, not as zero
+    assert "nvlink_errors" not in dense["metrics"]
+    assert dense["unreadable"]["0/nvlink_crc_flit_errors"] == "NVML return 3"
+
+
+def test_clean_power_capped_all_the_time_as_in_the_baseline() -> None:
+    verdict, reasons = judge(replay("dense-b")["metrics"], replay("dense-a")["metrics"])
+    assert (verdict, reasons) == ("clean", [])
+
+
+def test_degraded_power_capped_where_the_baseline_was_not() -> None:
+    verdict, reasons = judge(replay("dense-a")["metrics"], replay("idle")["metrics"])
+    assert verdict == "degraded"
+    assert [r["metric"] for r in reasons] == ["share.sw_power_cap"]
+    assert reasons[0]["text"].endswith("99.6 %, baseline 0.0 %")
+
+
+def test_power_cap_alone_is_not_judged_without_a_baseline_run() -> None:
+    assert judge(replay("dense-a")["metrics"]) == ("clean", [])
+
+
+def test_degraded_another_process_on_the_gpu() -> None:
+    """The recorded second process (pid 538) started on the GPU mid-run; the load (481) was there from the start."""
+    summary = replay("foreign", own=set())
+    assert summary["foreign_processes"] == [{"pid": 538, "gpus": [0]}]
+    verdict, reasons = judge(summary["metrics"], replay("dense-a")["metrics"])
+    assert verdict == "degraded" and reasons[0]["metric"] == "foreign_processes"
+    assert replay("foreign", own={538})["metrics"]["foreign_processes"] == 0  # the run's own process
+
+
+def test_invalid_on_an_xid_and_thermal_slowdown_is_degraded() -> None:
+    metrics = dict(replay("dense-b")["metrics"], xid_events=1, **{"share.hw_thermal_slowdown": 0.12})
+    verdict, reasons = judge(metrics, replay("dense-a")["metrics"])
+    assert verdict == "invalid"
+    assert [r["verdict"] for r in reasons] == ["invalid", "degraded"]
+    assert reasons[1]["text"] == "clocks held down by hardware thermal slowdown: 12.0 %, baseline 0.0 %"
+
+
+def test_trace_events_are_judged(tmp_path: pathlib.Path) -> None:
+    """An XID event in a trace (type 0x8, data 79: fallen off the bus) invalidates; 13 (an application's own
+    fault) is listed but not judged."""
+    data = json.loads((WATCH / "h200-dense-b.json").read_text())
+    t = data["samples"][5][0]
+    data["events"] = [[t, 0, 8, 13], [t, 0, 8, 79]]
+    sampler = Sampler(TraceSource(data), interval=30.0).start()
+    sampler.stop()
+    summary = sampler.summary()
+    assert [e["data"] for e in summary["events"]] == [13, 79]
+    assert summary["metrics"]["xid_events"] == 1
+    assert judge(summary["metrics"])[0] == "invalid"
+
+
+def test_rules_are_data(tmp_path: pathlib.Path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\nmetric = "share.sw_power_cap"\nverdict = "degraded"\nlimit = 1.0\nbaseline = true\n')
+    assert judge(replay("dense-a")["metrics"], replay("idle")["metrics"], load_rules(str(rules)))[0] == "clean"
+    assert len(load_rules(str(rules))) == len(RULES)
+    rules.write_text('[[rule]]\nmetric = "x"\nverdict = "bad"\nlimit = 1\n')
+    with pytest.raises(InputError, match="verdict must be one of"):
+        load_rules(str(rules))
+
+
+def test_a_trace_that_is_not_one_is_refused(tmp_path: pathlib.Path) -> None:
+    bad = tmp_path / "t.json"
+    bad.write_text('{"format": "other"}')
+    with pytest.raises(InputError, match="not a watch trace"):
+        load_trace(str(bad))
+
+
+# -- host side: cgroup throttling and vLLM's counters -------------------------------------------------------------
+
+
+def test_cgroup_throttling_read_through_the_root(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "proc" / "4242").mkdir(parents=True)
+    (tmp_path / "proc" / "4242" / "cgroup").write_text("0::/system.slice/vllm.service\n")
+    stat = tmp_path / "sys" / "fs" / "cgroup" / "system.slice" / "vllm.service" / "cpu.stat"
+    stat.parent.mkdir(parents=True)
+    stat.write_text("usage_usec 100\nnr_periods 10\nnr_throttled 0\nthrottled_usec 0\n")
+    sampler = Sampler(None, root=str(tmp_path), cgroup_pid=4242).start()
+    stat.write_text("usage_usec 900100\nnr_periods 20\nnr_throttled 7\nthrottled_usec 400000\n")
+    time.sleep(0.05)
+    summary = sampler.stop().summary()
+    assert summary["cgroup"]["path"] == "/system.slice/vllm.service"
+    assert summary["cgroup"]["nr_throttled"] == 7 and summary["cgroup"]["throttled_usec"] == 400000
+    assert summary["metrics"]["cpu_throttled_share"] > 0.01
+    assert judge(summary["metrics"])[0] == "degraded"
+    assert parse_cpu_stat("nr_bursts 0\nburst_usec x\n") == {"nr_bursts": 0}
+
+
+METRICS_BEFORE = """# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="m"} 2.0
+vllm:num_preemptions_total{engine="1",model_name="m"} 1.0
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 50.0
+vllm:request_success_total{engine="0",finished_reason="abort",model_name="m"} 0.0
+"""
+
+
+def test_vllm_metrics_scraped_at_both_ends() -> None:
+    state = {"text": METRICS_BEFORE}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = state["text"].encode()
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sampler = Sampler(None, vllm_url=f"http://127.0.0.1:{server.server_port}").start()
+        state["text"] = METRICS_BEFORE.replace("} 2.0", "} 6.0").replace('"abort",model_name="m"} 0.0',
+                                                                         '"abort",model_name="m"} 3.0')
+        summary = sampler.stop().summary()
+    finally:
+        server.shutdown()
+    assert summary["vllm"] == {"preemptions": 4, "aborted_requests": 3}
+    verdict, reasons = judge(summary["metrics"])
+    assert verdict == "degraded"
+    assert {r["metric"] for r in reasons} == {"vllm_preemptions", "vllm_aborted_requests"}
+    assert parse_vllm_counters(METRICS_BEFORE) == {"preemptions": 3.0, "aborted_requests": 0.0}
+
+
+# -- guard --watch with a real child process ----------------------------------------------------------------------
+
+
+def test_guard_watch_attaches_to_a_vllm_bench_serve_result(tmp_path: pathlib.Path, host: pathlib.Path) -> None:
+    result = tmp_path / "vllm-infqps-Llama-3.1-8B-Instruct-20261203-120000.json"
+    proc = guard_watch(tmp_path, host, "base.toml", "dense-b", "--attach", result.name,
+                       cmd=(sys.executable, "-c", BENCH, result.name))
+    assert proc.returncode == 0, proc.stderr
+    assert "run clean" in proc.stderr
+    text = result.read_text()
+    data = json.loads(text)
+    assert "\n" not in text.strip()  # still one line, as vLLM's json.dump wrote it
+    assert data["completed"] == 100 and data["latencies"] == [1.1, 1.2] and data["request_rate"] == "inf"
+    # the command got the digests in its environment and passed them as --metadata would
+    record = data["hoststate"]
+    assert data["hoststate_current_digest"] == record["host"]["digest"].strip()
+    assert record["verdict"] == "clean" and record["command_status"] == 0
+    assert record["watch"]["gpus"][0]["name"] == "NVIDIA H200"
+    assert record["sidecar"] == result.name.replace(".json", ".hoststate.json")
+    sidecar = json.loads((tmp_path / record["sidecar"]).read_text())
+    assert sidecar["verdict"] == "clean" and sidecar["host"] == record["host"]
+    from hoststate.snapshot import loads
+
+    assert loads(sidecar["snapshot"])["hoststate"]["digest"] == record["host"]["digest"]
+
+
+def test_guard_watch_judges_against_a_watched_baseline(tmp_path: pathlib.Path, host: pathlib.Path) -> None:
+    """A baseline run taken with --watch carries its own shares: the same power cap is clean, a new one degraded,
+    and --fail-on gives 4 after the command finished (its result is still attached)."""
+    for name, trace in (("idle-run.toml", "idle"), ("dense-run.toml", "dense-a")):
+        proc = guard_watch(tmp_path, host, "base.toml", trace, "--save-current", name, cmd=("true",))
+        assert proc.returncode == 0, proc.stderr
+    result = tmp_path / "run=0.json"
+    proc = guard_watch(tmp_path, host, "idle-run.toml", "dense-b", "--attach", result.name, "--fail-on", "degraded",
+                       cmd=(sys.executable, "-c", BENCH, result.name))
+    assert proc.returncode == FAIL_ON_EXIT, proc.stderr
+    assert "DEGRADED  clocks held down by the power cap more than in the baseline: 99.6 %, baseline 0.0 %" \
+        in proc.stderr
+    assert json.loads(result.read_text())["hoststate"]["verdict"] == "degraded"
+    proc = guard_watch(tmp_path, host, "dense-run.toml", "dense-b", "--fail-on", "degraded", cmd=("true",))
+    assert proc.returncode == 0, proc.stderr
+    assert "run clean" in proc.stderr
+
+
+def test_command_status_comes_through(tmp_path: pathlib.Path, host: pathlib.Path) -> None:
+    proc = guard_watch(tmp_path, host, "base.toml", "dense-a", "--attach", "r.json", "--fail-on", "invalid",
+                       cmd=(sys.executable, "-c", BENCH, "r.json", "7"))
+    assert proc.returncode == 7, proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["hoststate"]["command_status"] == 7
+
+
+def test_host_change_during_the_run_is_invalid(tmp_path: pathlib.Path, host: pathlib.Path) -> None:
+    wq = next(host.glob("sys/devices/*/*/dsa0/wq0.0/state"))
+    (tmp_path / "bench.py").write_text(BENCH)
+    script = f"open({str(wq)!r}, 'w').write('enabled\\n'); import runpy, sys; sys.argv = ['bench', 'r.json']; " \
+             "runpy.run_path('bench.py', run_name='__main__')"
+    proc = guard_watch(tmp_path, host, "base.toml", "dense-b", "--attach", "r.json", "--fail-on", "invalid",
+                       cmd=(sys.executable, "-c", script))
+    assert proc.returncode == FAIL_ON_EXIT, proc.stderr
+    record = json.loads((tmp_path / "r.json").read_text())["hoststate"]
+    assert record["verdict"] == "invalid"
+    assert record["reasons"][0]["metric"] == "host_invalidating"
+    assert any(f["path"].startswith("dsa.devices.dsa0.wqs") and f["severity"] == "invalidating"
+               for f in record["drift"])
+    assert record["host"]["digest"] != record["host"]["digest_after"]
+
+
+def test_watch_options_need_watch_and_a_command(tmp_path: pathlib.Path, host: pathlib.Path) -> None:
+    proc = hs("guard", "--baseline", "base.toml", "--root", str(host), *HOST, "--attach", "r.json", "--", "true",
+              cwd=tmp_path)
+    assert proc.returncode == 2 and "--attach needs --watch" in proc.stderr
+    proc = hs("guard", "--baseline", "base.toml", "--root", str(host), *HOST, "--watch", cwd=tmp_path)
+    assert proc.returncode == 2 and "--watch needs a command" in proc.stderr
+
+
+# -- attaching ---------------------------------------------------------------------------------------------------
+
+
+def test_attach_keeps_a_sweep_files_indent_and_appended_results(tmp_path: pathlib.Path) -> None:
+    """`vllm bench sweep` rewrites run=N.json with indent 4; --append-result adds one object a line."""
+    swept = tmp_path / "run=0.json"
+    swept.write_text(json.dumps({"completed": 5, "run_number": 0}, indent=4))
+    attach(str(swept), {"verdict": "clean"})
+    assert swept.read_text().startswith('{\n    "completed": 5')
+    assert json.loads(swept.read_text())["hoststate"] == {"verdict": "clean"}
+    appended = tmp_path / "appended.json"
+    appended.write_text(json.dumps({"completed": 1}) + "\n" + json.dumps({"completed": 2}))
+    attach(str(appended), {"verdict": "degraded"})
+    first, second = (json.loads(line) for line in appended.read_text().splitlines())
+    assert "hoststate" not in first and second["hoststate"] == {"verdict": "degraded"}
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(InputError, match="no JSON object"):
+        attach(str(bad), {})
+    assert sidecar_path("d/run=3.json") == "d/run=3.hoststate.json"
+
+
+def test_a_missing_result_still_gets_its_sidecar(tmp_path: pathlib.Path, host: pathlib.Path) -> None:
+    proc = guard_watch(tmp_path, host, "base.toml", "dense-b", "--attach", "never-written.json", cmd=("true",))
+    assert proc.returncode == 0, proc.stderr
+    sidecar = json.loads((tmp_path / "never-written.hoststate.json").read_text())
+    assert "never-written.json" in sidecar["attach_error"]
+    assert not (tmp_path / "never-written.json").exists()
+
+
+def test_library_call(tmp_path: pathlib.Path, host: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same watched run from Python: guard.evaluate, then watch.run_watched around a real child process."""
+    from hoststate.guard import check_baseline
+    from hoststate.watch import run_watched
+
+    monkeypatch.setenv("HOSTSTATE_WATCH_REPLAY", str(WATCH / "h200-foreign.json"))
+    opts = {"only": ["system", "dsa", "vllm"], "vllm_cmd": SERVE, "vllm_version": "0.12.0"}
+    result = check_baseline(tmp_path / "base.toml", root=str(host), allow_unreadable=True, **opts)
+    run = run_watched(result, [sys.executable, "-c", "import os; print(os.environ['HOSTSTATE_METADATA'])"],
+                      root=str(host), snap_options=opts, attach_to=str(tmp_path / "r.json"))
+    assert run.returncode == 0
+    assert run.verdict == "degraded" and run.reasons[0]["metric"] == "foreign_processes"
+    assert run.exit_status("degraded") == FAIL_ON_EXIT and run.exit_status("invalid") == 0
+    assert (tmp_path / "r.hoststate.json").exists()
+
+
+def test_module_imports_nothing_heavy() -> None:
+    code = "import sys, hoststate.watch; print(sorted(m for m in ('pynvml', 'deepdiff', 'click', 'tomli_w') " \
+           "if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": PYTHONPATH}, check=True).stdout
+    assert out.strip() == "[]"
