@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hoststate.paths import Path, format_path, get, leaves, split_path
-from hoststate.policy import RANK, SEVERITIES, Policy, Rule, default_policy
+from hoststate import coverage
+from hoststate.paths import Path, format_path, get, leaves
+from hoststate.policy import RANK, SEVERITIES, Policy, Rule, default_policy, glob_key
 from hoststate.snapshot import jsonable
 
 CHANGES = ("changed", "added", "removed", "unreadable", "coverage")
@@ -96,6 +96,13 @@ def _same(old: Any, new: Any, rule: Rule | None) -> bool:
     return _equal_leaf(old, new)
 
 
+def _equal_leaf(a: Any, b: Any) -> bool:
+    """Whether two leaves are the same typed value (see leaf_key); plain == for the common exact types."""
+    if type(a) is type(b) and type(a) in (str, int, bool):
+        return bool(a == b)
+    return leaf_key(a) == leaf_key(b)
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -107,121 +114,24 @@ def _within_tolerance(rule: Rule | None, old: Any, new: Any) -> bool:
     return abs(new - old) <= rule.tolerance * abs(old)
 
 
-# -- DeepDiff --------------------------------------------------------------------------------------------------
-
-_OPTIONAL_PROBES = ("numpy", "pydantic")
+# -- the engine --------------------------------------------------------------------------------------------------
 
 
-def _deepdiff_class() -> Any:
-    """DeepDiff, imported lazily.
-
-    DeepDiff probes for numpy and pydantic at import (about 130 ms) to support their types; snapshots only hold
-    TOML types, so in the `hoststate` command's own process, when neither is loaded yet, they are hidden during
-    that import. A library caller's process is never touched: its DeepDiff keeps numpy and pydantic support.
-    """
-    import hoststate
-
-    if "deepdiff" in sys.modules:
-        return sys.modules["deepdiff"].DeepDiff
-    if not hoststate.IN_CLI:
-        from deepdiff import DeepDiff
-
-        return DeepDiff
-    hidden = [name for name in _OPTIONAL_PROBES if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]  # makes `import name` raise ImportError
-    try:
-        from deepdiff import DeepDiff
-    finally:
-        for name in hidden:
-            if sys.modules.get(name, 0) is None:
-                del sys.modules[name]
-    return DeepDiff
-
-
-def _equal_leaf(a: Any, b: Any) -> bool:
-    """Whether two leaves are the same typed value (see leaf_key); plain == for the common exact types."""
-    if type(a) is type(b) and type(a) in (str, int, bool):
-        return bool(a == b)
-    return leaf_key(a) == leaf_key(b)
-
-
-def _token(value: Any) -> str:
-    """What DeepDiff is shown for a leaf: a fixed-size fingerprint, never the value itself.
-
-    A list is one leaf, so DeepDiff never descends into it (its sequence diff is quadratic in the list lengths);
-    and the fingerprint follows leaf_key, so DeepDiff's own notion of equality (1 == 1.0 == True, -0.0 == 0.0)
-    can never hide a difference.
-    """
-    import hashlib
-
-    return hashlib.sha256(leaf_key(value).encode("utf-8")).hexdigest()
-
-
-def _prune(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Both tables without the keys whose values are equal, every remaining leaf replaced by its _token.
-
-    DeepDiff spends about 0.1 ms of bookkeeping per table it walks; two snapshots of one host are equal almost
-    everywhere, so dropping equal subtrees first keeps a diff of 8-GPU snapshots in milliseconds.
-    """
-
-    def shadow(value: Any) -> Any:
-        if isinstance(value, Mapping):
-            return {k: shadow(v) for k, v in value.items()}
-        return _token(value)
-
-    out_a: dict[str, Any] = {}
-    out_b: dict[str, Any] = {}
-    for key in a.keys() | b.keys():
-        if key not in b:
-            out_a[key] = shadow(a[key])
-        elif key not in a:
-            out_b[key] = shadow(b[key])
-        elif isinstance(a[key], Mapping) and isinstance(b[key], Mapping):
-            sub_a, sub_b = _prune(a[key], b[key])
-            if sub_a or sub_b:
-                out_a[key], out_b[key] = sub_a, sub_b
-        elif isinstance(a[key], Mapping) or isinstance(b[key], Mapping) or not _equal_leaf(a[key], b[key]):
-            out_a[key], out_b[key] = shadow(a[key]), shadow(b[key])
-    return out_a, out_b
-
-
-#: How differing paths are found: "deepdiff" (DeepDiff over the pruned trees) or "walk" (the pruned trees
-#: themselves). Both give the same paths (tests check it); "walk" saves DeepDiff's import (see bench_diff.py).
-ENGINE = "deepdiff"
-
-
-def _walk_paths(base: Mapping[str, Any], cur: Mapping[str, Any], prefix: Path = ()) -> Iterator[Path]:
+def _differing(base: Mapping[str, Any], cur: Mapping[str, Any], prefix: Path = ()) -> Iterator[Path]:
+    """Every path where the two tables differ: a key on one side only, a table against a non-table, or two
+    leaves that are not the same typed value. Equal subtrees are not entered past their keys; a list is one
+    leaf. Every key is compared as it is: no key is private, no table too different to enter, no number close
+    enough to another; one pass, so time and memory grow with the size of the two trees."""
     for key in base.keys() | cur.keys():
-        a, b = base.get(key), cur.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            yield from _walk_paths(a, b, (*prefix, key))
-        else:
-            yield (*prefix, key)
-
-
-def _touched(baseline: Mapping[str, Any], current: Mapping[str, Any], engine: str | None = None) -> set[Path]:
-    """Paths where the trees differ (a list is one leaf: DeepDiff only sees fingerprints of leaves)."""
-    base, cur = _prune(baseline, current)
-    if not base and not cur:
-        return set()  # equal: DeepDiff is not even imported
-    if (engine or ENGINE) == "walk":
-        return set(_walk_paths(base, cur))
-    deep_diff = _deepdiff_class()
-    # threshold_to_diff_deeper=0: never report a whole table as changed because its two sides share few keys
-    # (DeepDiff >= 8 does that below 33 % shared keys, which would hide every leaf of it).
-    tree = deep_diff(base, cur, view="tree", ignore_order=False, cache_size=0, get_deep_distance=False,
-                     verbose_level=2, threshold_to_diff_deeper=0)
-    paths: set[Path] = set()
-    for report in tree.values():
-        for level in report:
-            parts = level.path(output_format="list")
-            cut = next((i for i, key in enumerate(parts) if not isinstance(key, str)), len(parts))
-            if cut:
-                paths.add(tuple(parts[:cut]))
-            else:  # the root itself: every top-level key, so that no leaf is lost
-                paths.update((key,) for key in base.keys() | cur.keys())
-    return paths
+        path = (*prefix, key)
+        if key not in base or key not in cur:
+            yield path
+            continue
+        a, b = base[key], cur[key]
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            yield from _differing(a, b, path)
+        elif isinstance(a, Mapping) or isinstance(b, Mapping) or not _equal_leaf(a, b):
+            yield path
 
 
 def _leaves_at(data: Mapping[str, Any], path: Path) -> dict[Path, Any]:
@@ -238,72 +148,98 @@ def _leaves_at(data: Mapping[str, Any], path: Path) -> dict[Path, Any]:
 # -- coverage and unreadable -----------------------------------------------------------------------------------
 
 
-#: Reasons that say the thing does not exist (a kernel without cpufreq, a GPU without the feature): that is
-#: knowledge, so a value the other side had is removed, not unreadable.
-ABSENCE_REASONS = ("ENOENT", "NotSupported")
-#: Collector statuses under which nothing it would have read is known.
-UNKNOWN_STATUSES = ("error", "timeout", "denied", "skipped")
+@dataclass(frozen=True)
+class Unknown:
+    """A region of a snapshot whose values are not known: a path (absolute; ``*`` and globs allowed; everything
+    below it included) and why, from ``collectors.<name>`` (its status, or an ``unreadable`` entry)."""
+
+    parts: Path
+    cls: str
+    detail: str
+
+    def covers(self, path: Path) -> bool:
+        return coverage.covers(self.parts, path)
+
+    def why(self) -> str:
+        return f"{self.cls}: {self.detail}"
+
+
+def unknowns(snap: Mapping[str, Any]) -> list[Unknown]:
+    """Every region of ``snap`` that its collectors could not read. Only what the snapshot declares counts: an
+    entry the collector recorded against snapshot paths (hoststate.coverage), or a collector that did not get to
+    read at all (error, timeout, denied, skipped)."""
+    out: list[Unknown] = []
+    collectors = snap.get("collectors")
+    if not isinstance(collectors, Mapping):
+        return out
+    for name, entry in collectors.items():
+        if not isinstance(entry, Mapping):
+            continue
+        status = entry.get("status")
+        if status in coverage.STATUS_CLASS:
+            reason = entry.get("reason")
+            detail = f"collector {name} {status}" + (f": {reason}" if reason else "")
+            out.append(Unknown((str(name),), coverage.STATUS_CLASS[status], detail))
+            continue
+        table = entry.get("unreadable")
+        if isinstance(table, Mapping):
+            for parts, cls, detail in coverage.patterns(table):
+                out.append(Unknown((str(name), *parts), cls, detail))
+    return out
+
+
+def _unreadable_why(regions: list[Unknown], path: Path) -> str | None:
+    """Why ``path`` has no value on a side whose collectors declare it unknown, else None (it is absent)."""
+    for region in regions:
+        if region.covers(path):
+            return region.why()
+    return None
+
+
+def _one_key(a: str, b: str) -> bool:
+    """Whether one key can match both pattern keys (neither is ``**``); two globs are taken to meet."""
+    if a == "*" or b == "*" or ("*" in a and "*" in b):
+        return True
+    if "*" in a:
+        return glob_key(tuple(a.split("*")), b)
+    if "*" in b:
+        return glob_key(tuple(b.split("*")), a)
+    return a == b
+
+
+def intersects(a: Path, b: Path) -> bool:
+    """Whether some path matches both patterns (hoststate.policy.Pattern syntax): the two run side by side over
+    one path, at most len(a) x len(b) states, so a rule and an unknown region are compared without any path."""
+    todo, seen = [(0, 0)], set()
+    while todo:
+        i, j = todo.pop()
+        if (i, j) in seen:
+            continue
+        seen.add((i, j))
+        if i == len(a) and j == len(b):
+            return True
+        if i < len(a) and a[i] == "**":
+            todo.append((i + 1, j))
+        if j < len(b) and b[j] == "**":
+            todo.append((i, j + 1))
+        if i < len(a) and j < len(b) and (a[i] == "**" or b[j] == "**" or _one_key(a[i], b[j])):
+            todo.append((i if a[i] == "**" else i + 1, j if b[j] == "**" else j + 1))
+    return False
+
+
+def _region_rating(policy: Policy, region: Unknown) -> tuple[str, str, str]:
+    """The most severe rating any rule gives a path inside ``region`` (it cannot be told which paths are there)."""
+    best: tuple[str, str, str] = ("warning", "", "Not classified by the policy.")
+    for rule in policy.rules:
+        if rule.pattern is not None and intersects(rule.pattern.parts, (*region.parts, "**")) and (
+                RANK[rule.severity] < RANK[best[0]] or not best[1]):
+            best = (rule.severity, rule.path, rule.reason)
+    return best
 
 
 def _status(snap: Mapping[str, Any], name: str) -> str | None:
     entry = snap.get("collectors", {}).get(name)
     return entry.get("status") if isinstance(entry, Mapping) else None
-
-
-def _is_instance_key(key: str) -> bool:
-    """A key naming one instance (dsa0, wq0.0, GPU-<uuid>, engine2.1), as opposed to a table name (wqs, nvlink)."""
-    return any(c.isdigit() for c in key)
-
-
-def _covers(unreadable_key: str, rel: Path) -> bool:
-    """Whether an ``unreadable`` entry accounts for the snapshot path ``rel`` (below the collector's table).
-
-    Entries are either dotted snapshot paths (``devices.dsa0.clients``) or what the collector could not read,
-    named as it read it: a file under the root (``sys/bus/dsa/devices/dsa0/wq0.1/priority``) or an NVML field
-    (``GPU-<uuid>/power_limit_mw``). A file entry covers a path when its last component is one of the path's
-    keys and every instance key before that one (dsa0, wq0.1, the GPU's UUID) is among its components.
-    """
-    try:
-        listed = split_path(unreadable_key)
-    except ValueError:
-        listed = ()
-    if listed and rel[: len(listed)] == listed:
-        return True
-    parts = [p for p in unreadable_key.split("/") if p]
-    if not parts:
-        return False
-    components = set(parts)
-    # A file names a key as it is (wq0.1/priority), or two keys joined (numa_balancing for numa.balancing), or a
-    # key is the file's last two components joined (intel_pstate/max_perf_pct for intel_pstate_max_perf_pct).
-    names = {parts[-1]} | ({f"{parts[-2]}_{parts[-1]}"} if len(parts) > 1 else set())
-    for i, key in enumerate(rel):
-        joined = {key} | ({f"{rel[i - 1]}_{key}"} if i else set())
-        if names & joined and all(k in components for k in rel[:i] if _is_instance_key(k)):
-            return True
-    return False
-
-
-def _unreadable_why(snap: Mapping[str, Any], path: Path) -> str | None:
-    """Why ``path`` has no value in ``snap`` when its collector says it could not read it, else None.
-
-    A value counts as unreadable when the collector lists that path (relative to its table) or a table above it
-    as unreadable, or when the collector did not get to read (error, timeout, denied, skipped). ``absent`` is
-    knowledge, not a gap: the collector looked and found nothing (no DSA device, no driver, no server), so a value
-    the baseline had is *removed* and rated by its rule; ``partial`` marks only the paths it lists.
-    """
-    name = path[0]
-    entry = snap.get("collectors", {}).get(name)
-    if not isinstance(entry, Mapping):
-        return None
-    rel = path[1:]
-    for key, why in (entry.get("unreadable") or {}).items():
-        if str(why) not in ABSENCE_REASONS and _covers(str(key), rel):
-            return str(why)
-    status = entry.get("status")
-    if status in UNKNOWN_STATUSES:
-        reason = entry.get("reason")
-        return f"collector {name} {status}" + (f": {reason}" if reason else "")
-    return None
 
 
 def _coverage(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> list[Finding]:
@@ -337,8 +273,8 @@ def _rate(policy: Policy, path: Path) -> tuple[str, str, str, Rule | None]:
     return rule.severity, rule.path, rule.reason, rule
 
 
-def _finding(policy: Policy, path: Path, old: Any, new: Any, baseline: Mapping[str, Any],
-             current: Mapping[str, Any], missing: object) -> Finding | None:
+def _finding(policy: Policy, path: Path, old: Any, new: Any, unknown: tuple[list[Unknown], list[Unknown]],
+             missing: object) -> Finding | None:
     severity, pattern, reason, rule = _rate(policy, path)
     if old is not missing and new is not missing:
         if _same(old, new, rule):
@@ -348,16 +284,54 @@ def _finding(policy: Policy, path: Path, old: Any, new: Any, baseline: Mapping[s
             severity = "ignore"
         return Finding(format_path(path), "changed", old, new, severity, pattern, reason)
     if new is missing:
-        why = _unreadable_why(current, path)
+        why = _unreadable_why(unknown[1], path)
         if why is not None:
-            return Finding(format_path(path), "unreadable", old, f"<unreadable: {why}>",
+            return Finding(format_path(path), "unreadable", old, _shown(why),
                            severity, pattern, _UNREADABLE.format(side="current snapshot", reason=reason))
         return Finding(format_path(path), "removed", old, None, _one_side(rule, severity), pattern, reason)
-    why = _unreadable_why(baseline, path)
+    why = _unreadable_why(unknown[0], path)
     if why is not None:
-        return Finding(format_path(path), "unreadable", f"<unreadable: {why}>", new, severity,
+        return Finding(format_path(path), "unreadable", _shown(why), new, severity,
                        pattern, _UNREADABLE.format(side="baseline", reason=reason))
     return Finding(format_path(path), "added", None, new, _one_side(rule, severity), pattern, reason)
+
+
+def _shown(why: str) -> str:
+    """How an unknown value is shown: ``<unreadable (denied): EACCES sys/bus/dsa>``."""
+    cls, _, detail = why.partition(": ")
+    return f"<unreadable ({cls}): {detail}>"
+
+
+def _regions(policy: Policy, base: Mapping[str, Any], cur: Mapping[str, Any],
+             unknown: tuple[list[Unknown], list[Unknown]]) -> list[Finding]:
+    """Fail closed where nothing can be compared: a region unknown on either side in which neither side holds a
+    value ("absent then, unknown now" is "cannot tell") is one finding, rated as the most severe rule inside it."""
+    out: list[Finding] = []
+    seen: set[str] = set()
+    held: dict[str, list[Path]] = {}
+    for side, regions in enumerate(unknown):
+        for region in regions:
+            name = region.parts[0]
+            if name not in held:
+                held[name] = [p for t in (base, cur) if name in t
+                              for p, _ in (leaves(t[name], (name,)) if isinstance(t[name], Mapping)
+                                           else [((name,), t[name])])]
+            if any(region.covers(p) for p in held[name]):
+                continue  # the values there are compared leaf by leaf
+            parts = tuple(p for p in region.parts if p != "**")
+            path = coverage.format_pattern(parts)
+            if path in seen:
+                continue
+            seen.add(path)
+            severity, rule, reason = _region_rating(policy, region)
+            other = _unreadable_why(unknown[1 - side], parts)
+            old = _shown(region.why()) if side == 0 else (_shown(other) if other else None)
+            new = _shown(region.why()) if side == 1 else (_shown(other) if other else None)
+            sides = "either snapshot" if other else ("the baseline" if side == 0 else "the current snapshot")
+            out.append(Finding(path, "unreadable", old, new, severity, rule,
+                               f"Not readable in {sides} and no value on the other side, so it cannot be told "
+                               f"whether anything here changed; rated as the most severe rule inside: {reason}"))
+    return out
 
 
 def _one_side(rule: Rule | None, severity: str) -> str:
@@ -382,19 +356,25 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], policy: Pol
     baseline, current = align(baseline, current)  # GPUs by position, not by UUID
     base = {k: v for k, v in baseline.items() if k != "collectors"}
     cur = {k: v for k, v in current.items() if k != "collectors"}
+    unknown = (unknowns(baseline), unknowns(current))
     missing = object()
     findings = _coverage(baseline, current)
     seen: set[Path] = set()
-    for path in _touched(base, cur):
+    for path in _differing(base, cur):
         old_leaves, new_leaves = _leaves_at(base, path), _leaves_at(cur, path)
         for leaf in old_leaves.keys() | new_leaves.keys():
             if leaf in seen:
                 continue
             seen.add(leaf)
             found = _finding(policy, leaf, old_leaves.get(leaf, missing), new_leaves.get(leaf, missing),
-                             baseline, current, missing)
+                             unknown, missing)
             if found is not None:
                 findings.append(found)
+    findings.extend(_regions(policy, base, cur, unknown))
+    from hoststate.policy import unmatched_reason, unmatched_rules  # a misspelt user rule must not do nothing
+
+    findings.extend(Finding(format_path(("policy", r.origin, r.path)), "coverage", None, None, "warning",
+                            COVERAGE_RULE, unmatched_reason(r)) for r in unmatched_rules(policy.rules, base, cur))
     counts = {s: 0 for s in SEVERITIES}
     for f in findings:
         counts[f.severity] += 1

@@ -196,7 +196,10 @@ class Reader:
         self.unreadable[rel.lstrip("/")] = reason
 
     def _record(self, rel: str, err: OSError, record: bool) -> None:
-        if record:
+        """Record why ``rel`` could not be read. ``record=False`` lets a caller treat a file that is not there
+        (ENOENT, ENOTDIR) as an answer; every other failure (EACCES, EIO, a loop ...) is recorded all the same,
+        so no probe can take "could not look" for "not there"."""
+        if record or (err.errno not in (errno.ENOENT, errno.ENOTDIR) or isinstance(err, Escaped)):
             self.note(rel, ESCAPES if isinstance(err, Escaped) else reason_of(err))
 
     def open(self, rel: str, flags: int) -> int:
@@ -220,8 +223,7 @@ class Reader:
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                if record:
-                    self.note(rel, "not a regular file")
+                self.note(rel, "not a regular file")  # there, but no value: recorded even when probing
                 return None
             os.set_blocking(fd, True)
             chunks: list[bytes] = []
@@ -233,8 +235,7 @@ class Reader:
                 chunks.append(chunk)
                 total += len(chunk)
                 if total > max_bytes:
-                    if record:
-                        self.note(rel, f"larger than {max_bytes} bytes")
+                    self.note(rel, f"larger than {max_bytes} bytes")
                     return None
             return b"".join(chunks)
         except OSError as err:
@@ -262,8 +263,7 @@ class Reader:
         try:
             return int(text, base)
         except ValueError:
-            if record:
-                self.note(rel, f"not an integer: {text[:40]!r}")
+            self.note(rel, f"not an integer: {text[:40]!r}")
             return None
 
     def _open_dir(self, rel: str, record: bool) -> int | None:

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hoststate.paths import format_path, split_path
+
 BUS = "bus"
 INDEX = "index"
 
@@ -103,6 +105,20 @@ def _rename(table: Any, names: Mapping[str, str]) -> Any:
 
 def _unreadable_key(key: str, keys: Mapping[str, str], migs: Mapping[str, str], index_names: Mapping[str, str],
                     mode: str) -> str:
+    if "/" not in key:  # a snapshot path pattern (hoststate.coverage): rename the GPU keys in it
+        try:
+            path = list(split_path(key))
+        except ValueError:
+            return key
+        if len(path) > 1 and path[0] in ("devices", "fabric") and path[1] in keys:
+            path[1] = keys[path[1]]
+            if len(path) > 3 and path[2] == "mig_devices" and path[3] in migs:
+                path[3] = migs[path[3]]
+        elif path[0] in ("topology", "p2p"):
+            path = [index_names.get(p, p) for p in path]
+        elif len(path) > 1 and path[0] == "devices" and path[1].isdigit() and mode == INDEX:
+            path[1] = f"GPU{path[1]}"
+        return format_path(tuple(path))
     parts = key.split("/")
     if parts[0] in keys:
         parts[0] = keys[parts[0]]

@@ -14,6 +14,7 @@ import pytest
 
 from hoststate import io, snapshot
 from hoststate.collectors import Context, dsa
+from hoststate.coverage import failures
 from hoststate.io import Reader, reason_of
 from hoststate.paths import get, leaves, split_path
 from tests import dsatree, faults
@@ -248,7 +249,8 @@ def test_unreadable_fixture_through_snapshot_toml():
     with faults.inject(unreadable_faults(), on_read=True):
         snap = snap_of(str(HOSTS / "dsa-unreadable"))
     assert at(snap, "collectors.dsa.status") == "partial"
-    assert at(snap, "collectors.dsa.unreadable")["sys/bus/dsa/devices/dsa2/wq2.1/priority"] == "EACCES"
+    assert failures(at(snap, "collectors.dsa.unreadable"))["sys/bus/dsa/devices/dsa2/wq2.1/priority"] == "EACCES"
+    assert at(snap, "collectors.dsa.unreadable")['devices.dsa2.wqs."wq2.1".priority'].startswith("denied: EACCES")
     assert at(snap, 'dsa.devices.dsa2.wqs."wq2.0".priority') == 10
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from hoststate.collectors import COLLECTORS, Context, run_one
 from hoststate.collectors import gpu as gpu_collector
+from hoststate.coverage import failures
 from hoststate.nvml_replay import ReplayError, load, load_data, synthetic_hgx
 from hoststate.snapshot import collect, loads, to_toml
 from tests.conftest import FIXTURES, PYTHONPATH, REPO
@@ -50,7 +51,7 @@ def test_h200_replay_layout_and_values():
     status = snap["collectors"]["gpu"]
     # NVLink on one passthrough GPU is NotSupported: recorded, but the host is fully described.
     assert status["status"] == "ok"
-    assert status["unreadable"] == {f"{H200_UUID}/nvlink": "NotSupported"}
+    assert failures(status["unreadable"]) == {f"{H200_UUID}/nvlink": "NotSupported"}
     gpu = snap["gpu"]
     assert gpu["driver_version"] == "580.159.04"
     assert gpu["cuda_driver_version"] == "13.0"
@@ -177,7 +178,7 @@ def test_hgx_h100_one_gpu_lost_keeps_the_others():
     snap = snap_of(nvml)
     status = snap["collectors"]["gpu"]
     assert status["status"] == "partial"
-    assert status["unreadable"] == {"devices/5": "GpuIsLost"}
+    assert failures(status["unreadable"]) == {"devices/5": "GpuIsLost"}
     assert "GPU 5: GpuIsLost" in status["reason"]
     gpu = snap["gpu"]
     assert gpu["count"] == 8
@@ -201,7 +202,7 @@ def test_gpu_lost_midway_through_a_device():
 def test_h200_call_errors_fixture():
     status = snap_of(load(str(NVML / "h200-call-errors.json")))["collectors"]["gpu"]
     assert status["status"] == "partial"
-    assert status["unreadable"] == {
+    assert failures(status["unreadable"]) == {
         f"{H200_UUID}/power_limit_mw": "NoPermission",
         f"{H200_UUID}/gsp_firmware_mode": "FunctionNotFound",
         f"{H200_UUID}/ecc_mode": "NotSupported",

@@ -18,6 +18,7 @@ import pytest
 
 from hoststate import procfiles, snapshot
 from hoststate.collectors import packages
+from hoststate.coverage import failures
 from tests.conftest import PYTHONPATH
 
 SERVE = "import sys, time\nprint('ready', flush=True)\ntime.sleep(120)\n"
@@ -59,7 +60,7 @@ def _status(snap: dict) -> dict:
 
 def _unreadable(snap: dict, mention: str) -> str:
     """Every ``unreadable`` entry (key and reason) of the vllm collector that mentions ``mention``, as one text."""
-    found = [f"{k} {v}" for k, v in _status(snap).get("unreadable", {}).items() if mention in f"{k} {v}"]
+    found = [f"{k} {v}" for k, v in failures(_status(snap).get("unreadable", {})).items() if mention in f"{k} {v}"]
     assert found, (mention, _status(snap))
     return " | ".join(found)
 

@@ -16,6 +16,7 @@ import pytest
 from hoststate import io, snapshot
 from hoststate.collectors import Context, dsa, system
 from hoststate.collectors import accel_config as accel
+from hoststate.coverage import failures
 from hoststate.io import ESCAPES, Reader
 from tests.conftest import HOSTS, PYTHONPATH
 
@@ -97,11 +98,13 @@ def crafted_tree(tmp_path) -> tuple[str, dict[str, str]]:
 def _check(snap: dict, text: str, escapes: dict[str, str]) -> None:
     assert MARKER not in text
     for rel, collector in escapes.items():
-        assert snap["collectors"][collector]["unreadable"].get(rel) == ESCAPES, (rel, snap["collectors"][collector])
+        unread = failures(snap["collectors"][collector]["unreadable"])
+        assert unread.get(rel) == ESCAPES, (rel, snap["collectors"][collector])
     devices = snap["dsa"]["devices"]
     assert "wq0.0" not in devices["dsa0"]["wqs"]
-    # dsa2 is listed by the tree, but nothing of it is read
-    assert devices["dsa2"] == {"bus": "dsa", "driver": "", "wqs": {}, "groups": {}, "engines": {}}
+    # dsa2 is listed by the tree, but nothing of it is read: no guessed value, an unknown device
+    assert "dsa2" not in devices
+    assert snap["collectors"]["dsa"]["unreadable"]["devices.dsa2.**"].startswith(f"error: {ESCAPES} [")
     assert devices["dsa0"]["wqs"]["wq0.2"]["state"] == "enabled"  # the rest of the tree still reads
     assert "hugepages" not in snap["system"] and "thp" not in snap["system"]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,22 +75,49 @@ COLLECTORS: tuple[CollectorInfo, ...] = (
     CollectorInfo("accel_config", "hoststate.collectors.accel_config", "accel-config live and saved configuration",
                   after=("dsa",)),  # cross-checks the dsa section
     CollectorInfo("gpu", "hoststate.collectors.gpu", "NVIDIA GPUs, NVLink and topology through NVML"),
-    CollectorInfo("vllm", "hoststate.collectors.vllm", "vLLM server arguments, environment, CUDA graph mode"),
+    CollectorInfo("vllm", "hoststate.collectors.vllm", "vLLM server arguments, environment, CUDA graph mode",
+                  after=("gpu",)),  # vLLM refuses a world size above the host's GPU count
     CollectorInfo("env", "hoststate.collectors.env", "performance-relevant environment of this process"),
     CollectorInfo("packages", "hoststate.collectors.packages", "installed versions of the inference stack"),
 )
 NAMES: tuple[str, ...] = tuple(c.name for c in COLLECTORS)
 
 
-def _load(info: CollectorInfo) -> Callable[[Context], Section]:
-    return importlib.import_module(info.module).collect
+def _load(info: CollectorInfo) -> Any:
+    return importlib.import_module(info.module)
+
+
+def settle_coverage(section: Section, sources: tuple[Any, ...]) -> Section:
+    """Failures recorded by source become entries by snapshot path (hoststate.coverage): values written under a
+    path whose source failed are removed, ``ok`` becomes ``partial``, and ``absent`` declared while something
+    could not be read becomes that failure's class (a denied bus directory is not an absent driver)."""
+    from hoststate import coverage
+
+    if not section.unreadable:
+        return section
+    section.unreadable = coverage.settle(sources, section.unreadable)
+    hidden = coverage.patterns(section.unreadable)
+    section.data = coverage.prune(section.data, [parts for parts, _cls, _detail in hidden])
+    if not hidden:
+        if section.status == "partial" and not section.reason:
+            section.status = "ok"
+        return section
+    if section.status in ("ok", "partial"):
+        section.status = "partial"
+    elif section.status == "absent":
+        classes = [cls for _parts, cls, _detail in hidden]
+        first = next(detail for _parts, cls, detail in hidden if cls == classes[0])
+        section.status = "denied" if "denied" in classes else "timeout" if "timeout" in classes else "error"
+        section.reason = f"could not tell whether it is absent: {first}"
+    return section
 
 
 def _call(info: CollectorInfo, ctx: Context) -> Section:
     """The collector's section, or an ``error`` section for an exception (a bug must not cost the snapshot)."""
     start = time.perf_counter()
     try:
-        section = _load(info)(ctx)
+        module = _load(info)
+        section = settle_coverage(getattr(module, "collect", module)(ctx), getattr(module, "SOURCES", ()))
     except BaseException as err:
         section = Section(status="error", reason=f"{type(err).__name__}: {err}"[:300])
     section.took_ms = round((time.perf_counter() - start) * 1000, 1)

@@ -14,12 +14,19 @@ from collections.abc import Iterator
 from typing import Any
 
 from hoststate.collectors import Context, Section
+from hoststate.coverage import source
 from hoststate.io import Reader, run
 
 SAVED_PATH = "etc/accel-config/accel-config.conf"
 #: Where a captured tree may hold the binary (live hosts use PATH).
 BIN_PATHS = ("usr/bin/accel-config", "usr/local/bin/accel-config", "usr/sbin/accel-config", "bin/accel-config")
 DPKG_STATUS = "var/lib/dpkg/status"
+#: What this collector reads -> where it lands in the ``accel_config`` table; first match names it.
+SOURCES = (
+    source(r"etc/accel-config/accel-config\.conf", "saved.**"),
+    source(r"var/lib/dpkg/status", "version"),
+    source(r"(?:usr/bin|usr/local/bin|usr/sbin|bin)/accel-config", "available", "path", "version", "list.**"),
+)
 
 #: accel-config's JSON key -> the kernel attribute it reports (util/json.c); others are named alike.
 LIST_KEY_TO_ATTR = {"work_queue_size": "max_work_queues_size"}

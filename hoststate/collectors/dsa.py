@@ -15,6 +15,7 @@ import stat
 from typing import Any
 
 from hoststate.collectors import Context, Section
+from hoststate.coverage import source
 from hoststate.io import Reader
 
 # ---- type rules: one table each; an attribute in none of them is an int when it reads as one -----
@@ -46,6 +47,43 @@ _DEVICE = re.compile(r"^(dsa|iax)\d+$")
 _CHILD = re.compile(r"^(wq|group|engine)\d+\.\d+$")
 _INT = re.compile(r"^-?\d+$")
 _CHILD_TABLE = {"wq": "wqs", "group": "groups", "engine": "engines"}
+
+
+_DEV = r"sys/bus/(?:dsa|iax)/devices/(?P<d>[^/]+)"
+
+
+def _child_sources(prefix: str, table: str) -> tuple:
+    """A WQ/group/engine directory, its driver link and its attributes (the refusals the kernel makes by design
+    on healthy hosts are observed absences)."""
+    child = rf"{_DEV}/(?P<c>{prefix}[^/]*)"
+    return (
+        source(child, f"devices.{{d}}.{table}.{{c}}.**"),
+        source(rf"{child}/driver", f"devices.{{d}}.{table}.{{c}}.driver"),
+        source(rf"{child}/(?P<a>cdev_minor)", f"devices.{{d}}.{table}.{{c}}.{{a}}", absent=("ENXIO",)),
+        source(rf"{child}/(?P<a>occupancy|enqcmds_retries)", f"devices.{{d}}.{table}.{{c}}.{{a}}",
+               absent=("EOPNOTSUPP",)),
+        source(rf"{child}/(?P<a>[^/]+)", f"devices.{{d}}.{table}.{{c}}.{{a}}"),
+    )
+
+
+#: What this collector reads (root-relative paths) -> where it lands in the ``dsa`` table; first match names it.
+SOURCES = (
+    source(r"sys/bus/(?:dsa|iax)(?:/devices)?", "**"),
+    source(r"sys/module/idxd(?:/parameters)?", "module.**"),
+    source(r"sys/module/idxd/parameters/(?P<p>[^/]+)", "module.{p}"),
+    source(r"sys/bus/(?:dsa|iax)/drivers", "drivers", "crypto.**"),
+    source(r"sys/bus/dsa/drivers/crypto/(?P<a>[^/]+)", "crypto.{a}"),
+    *_child_sources("wq", "wqs"),
+    *_child_sources("group", "groups"),
+    *_child_sources("engine", "engines"),
+    source(_DEV, "devices.{d}.**"),
+    source(rf"{_DEV}/driver", "devices.{d}.driver"),
+    source(rf"{_DEV}/(?P<a>[^/]+)", "devices.{d}.{a}"),
+    source(r"dev/(?:dsa|iax)", "cdevs"),
+    source(r"dev/(?:dsa|iax)/(?P<c>wq[^/]+)", "devices.*.wqs.{c}.enabled_no_later_than"),
+    source(r"sys/bus/pci/devices(?:/[^/]+/vendor)?", "pci.**"),  # a function not known to be DSA's or not
+    source(r"sys/bus/pci/devices/(?P<b>[^/]+)(?:/.*)?", "pci.{b}.**"),
+)
 
 
 def parse_attr(name: str, text: str) -> Any:

@@ -19,11 +19,33 @@ from collections.abc import Callable
 from typing import Any
 
 from hoststate.collectors import Context, Section
+from hoststate.coverage import source
 from hoststate.io import Reader
 
 REPLAY_ENV = "HOSTSTATE_NVML_REPLAY"
 
 #: Errors that describe the hardware rather than a failed read: recorded, status stays ``ok``.
+_U = r"(?P<u>GPU-[^/]+)"
+#: What this collector reads (NVML calls, named as failures are recorded: ``<uuid>/<field>``) -> where it lands in
+#: the ``gpu`` table; first match names it. A GPU whose handle or UUID could not be read is named by position.
+SOURCES = (
+    source(r"system/(?P<f>[^/]+)", "{f}"),
+    source(r"devices/(?P<i>\d+)(?:/uuid)?", "devices.GPU{i}.**", "devices.{i}.**"),
+    source(rf"{_U}/nvlink(?:/.*)?", "devices.{u}.nvlink.**"),
+    source(rf"{_U}/mig_devices(?:/.*)?", "devices.{u}.mig_devices.**"),
+    source(rf"{_U}/fabric", "fabric.{u}.**"),
+    source(rf"{_U}/observed(?:/.*)?", "devices.{u}.observed.**"),
+    source(rf"{_U}/power_min_max_limit_mw", "devices.{u}.power_min_limit_mw", "devices.{u}.power_max_limit_mw"),
+    source(rf"{_U}/pci_bus_id", "devices.{u}.pci_*"),
+    source(rf"{_U}/gsp_firmware_mode", "devices.{u}.gsp_firmware_mode", "devices.{u}.gsp_firmware_default_mode"),
+    source(rf"{_U}/(?P<f>ecc_mode|mig_mode)", "devices.{u}.{f}_*", "devices.{u}.mig_devices"),
+    source(rf"{_U}/cpu_affinity", "devices.{u}.cpu_affinity", "devices.{u}.numa_node"),
+    source(rf"{_U}/(?P<f>[^/]+)", "devices.{u}.{f}"),
+    source(r"topology/(?P<a>[^/]+)/(?P<b>[^/]+)", "topology.{a}.{b}", "topology.{b}.{a}", "devices.*.nvlink.peers"),
+    source(r"p2p/(?P<c>[^/]+)/(?P<a>[^/]+)/(?P<b>[^/]+)", "p2p.{c}.{a}.{b}"),
+    source(r"sys/bus/pci/devices/[^/]+/local_cpulist", "devices.*.cpu_affinity"),
+)
+
 BENIGN = frozenset({"NotSupported"})
 #: nvmlInit errors that mean "no NVIDIA driver here": status ``absent``.
 ABSENT_INIT = frozenset({"LibraryNotFound", "DriverNotLoaded"})

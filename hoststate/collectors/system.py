@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from hoststate.collectors import Context, Section
+from hoststate.coverage import source
 from hoststate.io import Reader
 
 CPU = "sys/devices/system/cpu"
@@ -39,6 +40,34 @@ CMDLINE_KEYS = ("isolcpus", "nohz_full", "rcu_nocbs", "intel_iommu", "amd_iommu"
                 "iommu.strict", "intel_pstate", "amd_pstate", "transparent_hugepage", "default_hugepagesz",
                 "hugepages", "hugepagesz", "numa_balancing", "processor.max_cstate", "intel_idle.max_cstate",
                 "idle", "mitigations", "nosmt")
+
+_CPU = "sys/devices/system/cpu"
+_IOMMU_PARAMS = ("iommu.intel_iommu", "iommu.amd_iommu", "iommu.iommu", "iommu.iommu_passthrough", "iommu.iommu_strict")
+#: What this collector reads (root-relative paths) -> where it lands in the ``system`` table; first match names it.
+SOURCES = (
+    source(rf"{_CPU}/(?:online|possible)", "cpu.threads", "cpu.sockets", "cpu.cores", "cpufreq.**", "numa.**"),
+    source(r"proc/sys/kernel/osrelease", "kernel.release"),
+    source(r"proc/sys/kernel/version", "kernel.version"),
+    source(r"proc/cmdline", "kernel.cmdline", "kernel.params", *_IOMMU_PARAMS),
+    source(rf"{_CPU}/(?P<k>isolated|nohz_full)", "kernel.{k}"),
+    source(r"(?:etc|usr/lib)/os-release", "os.**"),
+    source(r"proc/cpuinfo", *(f"cpu.{k}" for k in CPUINFO_KEYS.values())),
+    source(rf"{_CPU}/cpu\d+/topology/.*", "cpu.sockets", "cpu.cores"),
+    source(rf"{_CPU}/smt/(?:control|active)", "cpu.smt_control", "cpu.smt_active"),
+    *(source(rf"{_CPU}/cpu\d+/cpufreq/{name}", f"cpufreq.{key}") for key, name in CPUFREQ_FILES.items()),
+    source(rf"{_CPU}/cpu\d+(?:/cpufreq)?", "cpufreq.**"),
+    source(rf"{_CPU}/intel_pstate(?:/.*)?", "cpufreq.intel_pstate_*", "cpufreq.no_turbo"),
+    source(rf"{_CPU}/amd_pstate(?:/.*)?", "cpufreq.amd_pstate_status"),
+    source(rf"{_CPU}/cpufreq/boost", "cpufreq.boost"),
+    source(rf"{_CPU}/cpuidle(?:/.*)?", "cpuidle.**"),
+    source(r"sys/devices/system/node/online", "numa.nodes", "numa.cpus", "numa.absent"),
+    source(r"sys/devices/system/node/(?P<n>node\d+)/cpulist", "numa.cpus.{n}"),
+    source(r"proc/sys/kernel/numa_balancing", "numa.balancing"),
+    source(r"proc/meminfo", "memory.**"),
+    source(r"sys/kernel/mm/transparent_hugepage(?:/.*)?", "thp.**"),
+    source(r"sys/kernel/mm/hugepages(?:/.*)?", "hugepages.**"),
+    source(r"sys/class/iommu", "iommu.units"),
+)
 
 
 #: The most CPUs a kernel can have (CONFIG_NR_CPUS tops out at 8192 on x86-64 and ppc64, 4096 on arm64): a cpulist
@@ -199,8 +228,7 @@ def _os(r: Reader) -> dict[str, Any]:
         if text is not None:
             info = parse_os_release(text)
             return {k: info[k] for k in ("id", "version_id", "pretty_name", "version_codename") if k in info}
-    r.note("etc/os-release", "ENOENT")
-    return {}
+    return {}  # neither file exists (an observed absence); any other failure was recorded by the reads
 
 
 def _cpu(r: Reader, cpus: list[int]) -> dict[str, Any]:
