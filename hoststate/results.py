@@ -225,17 +225,17 @@ def render_text(report: ResultsReport, base: str = "") -> str:
     lines = [f"hoststate results: {n} cell(s), {len(report.groups)} host state(s): {verdict}"]
     for digest, cells in report.groups:
         tag = f"reference ({report.reference_from})" if digest == report.reference else "other host"
-        shown = ", ".join(name(c) for c in cells[:3]) + (f" (+{len(cells) - 3})" if len(cells) > 3 else "")
-        lines.append(clip(f"  {tag}: {digest[:19]} {len(cells)} cell(s): {shown}", 120))
+        lines.append(clip(f"  {tag}: {digest[:19]}, {len(cells)} cell(s), first {name(cells[0])}", 120))
     if report.reference and report.reference not in dict(report.groups):
         lines.append(f"  reference ({report.reference_from}): {report.reference[:19]}, no cell ran on it")
+    # the cell on its own line (never elided: it is what the reader looks for), what is wrong with it below
     for m in report.mismatched:
-        lines.append(clip(f"  MISMATCH  {name(m['cell'])}: {safe(m['finding'])}", 120))
+        lines += [f"  MISMATCH    {name(m['cell'])}", clip(f"      {safe(m['finding'])}", 120)]
     for cell in report.unattached:
-        lines.append(clip(f"  UNATTACHED  {name(cell)}: no hoststate record (run it under guard --watch --attach)",
-                          120))
+        lines += [f"  UNATTACHED  {name(cell)}", "      no hoststate record (run it under guard --watch --attach)"]
     for j in report.judged:
-        lines.append(clip(f"  {j['verdict'].upper():<9} {name(j['cell'])}: {safe('; '.join(j['reasons']))}", 120))
+        lines += [f"  {j['verdict'].upper():<11} {name(j['cell'])}"]
+        lines += [clip(f"      {safe(reason)}", 120) for reason in j["reasons"]]
     for s in report.skipped:
         lines.append(clip(f"  skipped  {name(s['file'])}: {safe(s['error'])}", 120))
     return "\n".join(lines) + "\n"
