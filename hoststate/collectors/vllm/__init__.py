@@ -134,6 +134,10 @@ def _arguments(data: dict[str, Any], argv: list[str] | None, env: dict[str, str]
         data["args_error"] = "not a vLLM server command (no 'vllm serve' or vLLM server module)"
         return _Args(None, env, problem=True)
     data["program"] = command.program
+    cut = next((n for n, tok in enumerate(command.launcher)
+                if tok.rsplit("/", 1)[-1] == "vllm" or tok.rsplit("/", 1)[-1].startswith("python")), 0)
+    if cut:  # a wrapper before the server (numactl, taskset, nsys): rated on its own, vllm.argv is only the text
+        data["launcher"] = redact_argv(command.launcher[:cut])
     parsed = normalise(command.args, version, program=command.program, config_loader=loader)
     problems = parsed.errors + parsed.refusals
     if problems:  # messages may quote argument values
