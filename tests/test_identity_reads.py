@@ -224,6 +224,7 @@ def test_one_reader_per_identity_is_reused(shared_dir, start):
         reader = procfiles._READERS[view.identities[0]]
         first = reader.proc.pid
         assert _ids(first) == ([str(NOBODY)] * 4, [str(NOBODY)] * 4)  # the reader holds nobody's identity
+        assert os.stat(f"/proc/{first}/environ").st_uid == 0  # non-dumpable: nobody cannot ptrace or read it
         for _ in range(20):
             assert view.read("f") == (b"x", None)
         assert reader.proc.pid == first
