@@ -297,3 +297,22 @@ def test_several_idle_lookalikes_are_all_described_and_the_note_says_so(shared_d
     assert all(p.selected_because == "no discovered vLLM server command line owns a listening TCP socket"
                for p in found)
     assert "none owns a listening TCP socket" in notes[0]
+
+
+def test_a_reader_its_user_stops_is_killed_and_its_identity_refused_without_waiting(shared_dir, start, monkeypatch):
+    monkeypatch.setattr(procfiles, "CALL_TIMEOUT", 1.0)
+    (shared_dir / "f").write_text("x")
+    (shared_dir / "f").chmod(0o644)
+    child = _acl_server(start, shared_dir)
+    with procfiles.ProcView(child.pid) as view:
+        assert view.read("f") == (b"x", None)
+        reader = procfiles._READERS[view.identities[0]]
+        stopped = reader.proc
+        # The reader runs as nobody, so nobody may signal it: a stopped reader must not hang hoststate.
+        subprocess.run(["kill", "-STOP", str(stopped.pid)], user=NOBODY, group=NOBODY, extra_groups=[], check=True)
+        assert view.read("f") == (None, f"reader for uid {NOBODY}: timeout")
+        assert stopped.poll() is not None and reader.proc is None  # killed and reaped
+        assert view.read("f") == (None, f"reader for uid {NOBODY}: timeout")  # refused at once, no new wait
+        assert reader.proc is None
+        reader.broken_until = 0.0  # once the refusal lapses, a fresh reader answers
+        assert view.read("f") == (b"x", None)
