@@ -39,7 +39,7 @@ class Pattern:
     diff take minutes.
     """
 
-    __slots__ = ("parts", "_items", "any_keys")
+    __slots__ = ("parts", "_items", "any_keys", "_sizes", "_last")
 
     def __init__(self, parts: Path):
         items: list[tuple[str, Any]] = []
@@ -59,6 +59,11 @@ class Pattern:
         self._items = tuple(items)
         #: How many ``**`` the pattern holds ('**.**' is one).
         self.any_keys = sum(1 for kind, _ in items if kind == "**")
+        #: Quick rejections before the walk: how many keys a match has (fewest, most) and the last item when it
+        #: must take the path's last key (a literal or a glob).
+        fewest = len(items) - self.any_keys
+        self._sizes = (fewest, None if self.any_keys else fewest)
+        self._last = items[-1] if items and items[-1][0] in ("key", "glob") else None
 
     def _close(self, states: set[int]) -> set[int]:
         """Positions reachable without consuming a key: a ``**`` may match none."""
@@ -69,6 +74,11 @@ class Pattern:
         return states
 
     def match(self, keys: Path) -> bool:
+        fewest, most = self._sizes
+        if len(keys) < fewest or (most is not None and len(keys) > most):
+            return False
+        if self._last is not None and not _takes(*self._last, keys[-1]):
+            return False
         items, end = self._items, len(self._items)
         states = self._close({0})
         for key in keys:
@@ -109,6 +119,10 @@ class Pattern:
         matched: ``(3, 0)`` a literal key, ``(2, n)`` a glob with n literal characters, ``(1, 0)`` ``*``, ``(0, 0)``
         a key taken by ``**``. Compared as tuples, key by key from the left: a longer run of literal keys is more
         specific. Where ``**`` could take keys in several ways, the most specific way counts (deterministic)."""
+        if not self.any_keys:  # one item per key: no choice to make
+            if not self.match(keys):
+                return None
+            return tuple(_rank(kind, arg) for kind, arg in self._items)
         done = self._completes(keys)
         if not done[0][0]:
             return None
@@ -248,7 +262,7 @@ class Rule:
         layer, then specificity key by key, then fewer ``**`` (``a.b`` over ``a.b.**``), then the more severe
         rating, one-side rating and smaller tolerance (fail closed), then the rule's text (any total order: two
         rules that still tie say the same thing). Never the rule's place in the list."""
-        if self.pattern is None:
+        if self.pattern is None or not self.pattern.match(parts):  # the cheap test first: most rules miss
             return None
         spec = self.pattern.specificity(parts)
         if spec is None:
