@@ -188,3 +188,38 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _span(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{min(values):.3f}-{max(values):.3f}" if len(values) > 1 else f"{values[0]:.3f}"
+
+
+def cost_rows(cost: dict) -> list[str]:
+    """docs/performance.md's table rows, computed from a cost.json (a test keeps the doc and the file in step):
+    rate, GPUs read a sample, the sampler's CPU (% of one core) under the matmul and under the CPU load, each
+    load's rate with the sampler on / off (medians of the windows), samples skipped."""
+    configs: dict[tuple[float, int], dict[str, list[float]]] = {}
+    off: dict[str, list[float]] = {"gpu_bound": [], "cpu_bound": []}
+    for phase, unit in (("gpu_bound", "matmul_tflops"), ("cpu_bound", "spin_mops_total")):
+        for w in cost[phase]:
+            if w["label"] == "off":
+                off[phase].append(w[unit])
+                continue
+            c = configs.setdefault((w["interval_s"], w["gpus"]), {k: [] for k in (
+                "gpu_bound", "cpu_bound", "cpu_gpu_bound", "cpu_cpu_bound", "missed", "samples")})
+            c[f"cpu_{phase}"].append(w["cpu_share_of_core"] * 100)
+            c[phase].append(w[unit])
+            c["missed"].append(w["missed"])
+            c["samples"].append(w["samples"] + w["missed"])
+    rows = []
+    for (interval, gpus), c in sorted(configs.items(), key=lambda kv: (kv[0][1], -kv[0][0])):
+        loads = [f"{_median(c[p]):.1f} / {_median(off[p]):.1f}" if c[p] else "-" for p in ("gpu_bound", "cpu_bound")]
+        rows.append(f"| {1 / interval:g} Hz | {gpus} | {_span(c['cpu_gpu_bound'])} | {_span(c['cpu_cpu_bound'])} "
+                    f"| {loads[0]} | {loads[1]} | {sum(c['missed'])} of {sum(c['samples'])} |")
+    return rows
