@@ -12,7 +12,7 @@ import pytest
 
 from hoststate.collectors.vllm.argv import compilation_config_view, locate, normalise, split_command
 from hoststate.collectors.vllm.cudagraph import declare
-from hoststate.collectors.vllm.model import ModelFacts
+from hoststate.collectors.vllm.model import ModelFacts, facts_from_config
 from hoststate.collectors.vllm.modes import parse_cg_mode
 from hoststate.collectors.vllm.options import human_int
 from hoststate.collectors.vllm.versions import VERSIONS, rules_for
@@ -627,3 +627,126 @@ def test_0_33_accepts_the_hidden_no_spellings(flag, dest, value):
 def test_0_33_refuses_no_spellings_its_parser_never_registered(flag):
     """The inverse spelling's ``--no-`` form is not registered (only the declared one's is)."""
     assert any("unrecognized arguments" in r for r in normalise(["M", flag], "0.33.0").refusals)
+
+
+# -- refusals that depend on the model and the host (each as vLLM's own code decides it; the recorded oracle cases
+# in scripts/vllm_oracle_cases.json cover them on the config-only models, these cover what the oracle's stub cannot) --
+
+def _facts(**config: object) -> ModelFacts:
+    return facts_from_config({"architectures": ["LlamaForCausalLM"], "model_type": "llama", **config})
+
+
+def _refused(cmd: str, version: str, facts: ModelFacts = _LLAMA, gpus: int | None = 8, env=None) -> str | None:
+    command = locate(split_command(cmd))
+    parsed = normalise(command.args, version, program=command.program)
+    assert parsed.refusals == []
+    declared = declare(parsed.args, {**command.env, **(env or {})}, version, facts, gpus=gpus)
+    assert (declared.mode is None) == (declared.refused is not None)
+    return declared.refused
+
+
+def test_config_limits_read_from_config_json():
+    limits = _facts(num_attention_heads=40, max_position_embeddings=32768, n_positions=4096, sliding_window=1024,
+                    rope_scaling={"type": "dynamic", "factor": 2.0},
+                    quantization_config={"quant_method": "fp8"}).limits
+    assert (limits.attention_heads, limits.max_positions, limits.max_positions_key) == (40, 4096, "n_positions")
+    assert (limits.rope_type, limits.rope_factor, limits.sliding_window, limits.quant_method) == \
+        ("dynamic", 2.0, 1024, "fp8")
+    assert _facts(max_position_embeddings=8192, model_max_length=131072).limits.max_positions == 131072
+    assert _facts(text_config={"num_attention_heads": 16}).limits.attention_heads == 16
+
+
+def test_world_size_counts_the_gpus_cuda_visible_devices_leaves():
+    """cuda_device_count_stateless counts the devices CUDA_VISIBLE_DEVICES lists (ParallelConfig, 0.11.1+)."""
+    assert "World size (4) is larger than the number of available GPUs (2)" in _refused(
+        "CUDA_VISIBLE_DEVICES=0,1 vllm serve M -tp 4", "0.12.0")
+    assert _refused("CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve M -tp 4", "0.12.0") is None
+    assert _refused("vllm serve M -tp 4 -pp 2", "0.33.0", gpus=4) is not None
+    assert _refused("vllm serve M -tp 4 -pp 2 --distributed-executor-backend ray", "0.33.0", gpus=4) is None
+    assert _refused("vllm serve M -tp 16 --nnodes 2", "0.33.0") is None  # multi-node: mp across nodes
+    assert _refused("vllm serve M -tp 16", "0.11.0") is None  # 0.11.0 turns to Ray instead of refusing
+
+
+def test_world_size_with_the_gpu_count_unknown_is_an_assumption():
+    command = locate(split_command("vllm serve M -tp 16"))
+    declared = declare(normalise(command.args, "0.33.0").args, {}, "0.33.0", _facts(num_attention_heads=64))
+    assert declared.mode is not None
+    assert "world size 16 assumed to fit the host's GPUs (GPU count unknown)" in declared.assumes
+
+
+@pytest.mark.parametrize(("cmd", "version", "config", "refused"), [
+    # RoPE factor applied for a type outside (su, longrope, llama3): 4096 x 2 = 8192
+    ("vllm serve M --max-model-len 8192", "0.12.0", {"rope_scaling": {"type": "dynamic", "factor": 2.0}}, False),
+    ("vllm serve M --max-model-len 8193", "0.12.0", {"rope_scaling": {"type": "dynamic", "factor": 2.0}}, True),
+    # yarn: original_max_position_embeddings x factor up to 0.12; 0.33 leaves max_position_embeddings as it is
+    ("vllm serve M --max-model-len 8192", "0.12.0",
+     {"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}}, False),
+    ("vllm serve M --max-model-len 8192", "0.33.0",
+     {"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}}, True),
+    # --disable-sliding-window caps it at the window
+    ("vllm serve M --max-model-len 2048 --disable-sliding-window", "0.12.0", {"sliding_window": 1024}, True),
+    ("vllm serve M --max-model-len 2048", "0.12.0", {"sliding_window": 1024}, False),
+])
+def test_max_model_len_against_the_derived_length(cmd, version, config, refused):
+    facts = _facts(max_position_embeddings=4096, num_attention_heads=32, **config)
+    assert (_refused(cmd, version, facts) is not None) == refused
+
+
+def test_unknown_model_facts_are_assumed_not_refused():
+    """Without config.json, heads and maximum length are assumed to fit, and the assumption is recorded."""
+    command = locate(split_command("vllm serve M -tp 3 --max-model-len 1000000"))
+    declared = declare(normalise(command.args, "0.33.0").args, {}, "0.33.0", gpus=8)
+    assert declared.mode is not None
+    assert any("tensor parallel size 3 assumed to divide" in a for a in declared.assumes)
+    assert any("max_model_len 1000000 assumed within" in a for a in declared.assumes)
+
+
+def test_a_quantization_that_may_take_over_the_checkpoint_is_assumed():
+    """gptq_marlin and the other override methods may claim a checkpoint (ModelConfig._verify_quantization); only a
+    plain format against another method is refused outright."""
+    facts = _facts(num_attention_heads=32, quantization_config={"quant_method": "gptq"})
+    command = locate(split_command("vllm serve M -q gptq_marlin"))
+    declared = declare(normalise(command.args, "0.12.0").args, {}, "0.12.0", facts, gpus=8)
+    assert declared.mode is not None and any("take over the checkpoint's gptq" in a for a in declared.assumes)
+    fp8 = _facts(num_attention_heads=32, quantization_config={"quant_method": "fp8"})
+    assert "does not match" in _refused("vllm serve M -q bitsandbytes", "0.12.0", fp8)
+
+
+def test_0_10_2_lets_listed_model_types_draft_for_themselves():
+    """0.10.2's SpeculativeConfig takes the target model as the draft for deepseek_v3, mimo, ernie4_5_moe and
+    qwen3_next, whatever the method; 0.11.0+ does it only for MTP methods."""
+    spec = "--speculative-config '{\"method\": \"eagle\", \"num_speculative_tokens\": 1}'"
+    deepseek = _facts(model_type="deepseek_v3", num_attention_heads=128)
+    assert _refused(f"vllm serve M {spec}", "0.10.2", deepseek) is None
+    assert "without speculative model" in _refused(f"vllm serve M {spec}", "0.10.2", _facts(num_attention_heads=32))
+    assert "without speculative model" in _refused(f"vllm serve M {spec}", "0.11.0", deepseek)
+
+
+def test_lora_budget_with_default_batch_sizes_is_an_assumption():
+    command = locate(split_command(f"vllm serve M --enable-lora --speculative-config {_NGRAM}"))
+    declared = declare(normalise(command.args, "0.33.0").args, {}, "0.33.0", _facts(num_attention_heads=32), gpus=8)
+    assert declared.mode is not None
+    assert any("defaults for a 70-160 GiB GPU assumed" in a for a in declared.assumes)
+
+
+def test_kv_connector_with_expandable_segments_needs_the_cumem_allocator():
+    kv = "--kv-transfer-config '{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"kv_both\"}'"
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:512"}
+    assert "NixlConnector is incompatible" in _refused(f"vllm serve M {kv}", "0.33.0", env=env)
+    assert _refused(f"vllm serve M {kv} --enable-cumem-allocator", "0.33.0", env=env) is None
+    assert _refused(f"vllm serve M {kv}", "0.12.0", env=env) is None  # 0.33's check
+
+
+def test_the_collector_takes_the_gpu_count_from_the_gpu_section(tmp_path):
+    """snap/guard: the gpu section (collected first) gives the host's GPU count; without it the fit is assumed."""
+    from hoststate.collectors import Context, Section
+    from hoststate.collectors import vllm as vllm_collector
+
+    cmd = "vllm serve M -tp 16"
+    with_gpus = Context(root=str(tmp_path), vllm_cmd=cmd, vllm_version="0.33.0",
+                        sections={"gpu": Section(data={"count": 8})})
+    cudagraph = vllm_collector.collect(with_gpus).data["cudagraph"]
+    assert "World size (16) is larger than the number of available GPUs (8)" in cudagraph["refused"]
+    assert "declared" not in cudagraph
+    alone = vllm_collector.collect(Context(root=str(tmp_path), vllm_cmd=cmd, vllm_version="0.33.0")).data["cudagraph"]
+    assert alone["declared"] and any("GPU count unknown" in a for a in alone["declared_assumes"])

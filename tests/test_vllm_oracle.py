@@ -72,7 +72,8 @@ def hoststate_view(data: dict[str, Any], case: dict[str, Any]) -> tuple[Any, Any
     parsed = normalise(command.args, version, program=command.program or "", config_loader=_config_loader)
     model = data["models"].get(case["model"], {})
     facts = facts_from_config(model.get("config", {}), model.get("files", {}).get("modules.json"))
-    declared = declare(parsed.args, {**command.env, **case["env"]}, version, facts)
+    gpus = data["platform"]["device_count"]  # the GPUs the oracle's stubbed host answered with
+    declared = declare(parsed.args, {**command.env, **case["env"]}, version, facts, gpus=gpus)
     return parsed, declared
 
 
@@ -89,7 +90,8 @@ def _defaults(data: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 @functools.lru_cache(maxsize=8)
 def _defaults_of(version: str, cases_json: str) -> dict[str, dict[str, str]]:
-    data = {"vllm_version": version, "models": json.loads((ORACLE / f"{version}.json").read_text())["models"]}
+    recorded = json.loads((ORACLE / f"{version}.json").read_text())
+    data = {"vllm_version": version, "models": recorded["models"], "platform": recorded["platform"]}
     unset: dict[str, dict[str, Counter[str]]] = {}
     every: dict[str, dict[str, Counter[str]]] = {}
     for case in json.loads(cases_json):

@@ -188,6 +188,14 @@ def _model_reader(ctx: Context, proc: Proc | None) -> Iterator[Read]:
         yield read_input_file
 
 
+def _host_gpus(ctx: Context) -> int | None:
+    """The host's GPU count from the gpu section; None when it was not collected (the resolution then records
+    what it assumed about the GPUs)."""
+    gpu = ctx.sections.get("gpu")
+    count = gpu.data.get("count") if gpu is not None and gpu.status in ("ok", "partial") else None
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
 def _declared(ctx: Context, parsed: _Args, version: str | None, proc: Proc | None) -> dict[str, Any]:
     """The declared mode from arguments + environment + version + model facts, or vLLM's refusal."""
     assert parsed.args is not None
@@ -200,7 +208,7 @@ def _declared(ctx: Context, parsed: _Args, version: str | None, proc: Proc | Non
     with _model_reader(ctx, proc) as read:
         facts = read_facts(model if isinstance(model, str) else None, parsed.env or {}, read,
                            revision if isinstance(revision, str) else None)
-    declared = declare(parsed.args, parsed.env or {}, version, facts)
+    declared = declare(parsed.args, parsed.env or {}, version, facts, gpus=_host_gpus(ctx))
     out: dict[str, Any] = {"rules_version": declared.rules_version, "declared_because": declared.because}
     if declared.refused:
         out["refused"] = redact_text(declared.refused)

@@ -50,6 +50,8 @@ class Resolution:
     env: Mapping[str, str]
     model: ModelFacts
     cc: Mapping[str, Any]
+    #: GPUs of the host (the gpu section, or ``--gpus``); None: unknown.
+    gpus: int | None = None
     mode: str = "NONE"
     comp: int | None = None
     opt: int = DEFAULT_OPT_LEVEL
@@ -230,6 +232,189 @@ def _model_runner(r: Resolution) -> None:
     if not r.runner_v2 and _int(r.args.get("prefill_context_parallel_size")) > 1:
         raise Refused("Model Runner V1 does not support: prefill context parallel")
     r.why.append(f"{r.tag}: Model Runner {'V2' if r.runner_v2 else 'V1'}")
+
+
+# -- steps that check the arguments against the model and the host ------------------------------
+
+#: 0.33's ``--spec-method`` / ``--spec-model`` / ``--spec-tokens`` and the speculative_config key each sets.
+SPEC_FLAGS = (("spec_method", "method"), ("spec_model", "model"), ("spec_tokens", "num_speculative_tokens"))
+
+
+def _speculative_flags(r: Resolution) -> None:
+    """The ``--spec-*`` flags are folded into the speculative config (EngineArgs.create_speculative_config), so
+    every later step sees one config; a flag next to the same key of ``--speculative-config`` is refused."""
+    given = {key: r.args[dest] for dest, key in SPEC_FLAGS if r.args.get(dest) is not None}
+    if not given:
+        return
+    spec = r.args.get("speculative_config")
+    spec = dict(spec) if isinstance(spec, Mapping) else {}
+    for dest, key in SPEC_FLAGS:
+        if key in given and key in spec:
+            raise Refused(f"--{dest.replace('_', '-')} and --speculative-config['{key}'] are mutually exclusive")
+    r.args = {**r.args, "speculative_config": {**spec, **given}}
+
+
+def _visible_gpus(r: Resolution) -> int | None:
+    """The GPUs vLLM counts: the host's, limited to those CUDA_VISIBLE_DEVICES lists."""
+    listed = r.env.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return r.gpus
+    count = len([d for d in listed.split(",") if d.strip()])
+    return count if r.gpus is None else min(count, r.gpus)
+
+
+def _world_size(r: Resolution) -> None:
+    """A world size (TP x PP x PCP) above the GPUs vLLM sees, when it picks the executor itself on one node."""
+    if not r.rules.world_size_checked or r.args.get("distributed_executor_backend") is not None:
+        return
+    world = (_int(r.args.get("tensor_parallel_size")) * _int(r.args.get("pipeline_parallel_size"))
+             * _int(r.args.get("prefill_context_parallel_size")))
+    if world <= 1 or _int(r.args.get("nnodes")) > 1:
+        return
+    gpus = _visible_gpus(r)
+    if gpus is None:
+        r.assumes.append(f"world size {world} assumed to fit the host's GPUs (GPU count unknown)")
+    elif gpus < world:
+        raise Refused(f"World size ({world}) is larger than the number of available GPUs ({gpus})")
+
+
+def _attention_heads(r: Resolution) -> None:
+    """Tensor parallel size must divide the model's attention heads (ModelConfig.verify_with_parallel_config)."""
+    tp = _int(r.args.get("tensor_parallel_size"))
+    heads = r.model.limits.attention_heads
+    if tp <= 1:
+        return
+    if heads is None:
+        r.assumes.append(f"tensor parallel size {tp} assumed to divide the attention heads ({r.model.source})")
+    elif heads % tp:
+        raise Refused(f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp})")
+
+
+def _derived_max_len(r: Resolution) -> float | None:
+    """The maximum length vLLM derives from config.json (``_get_and_verify_max_len``); None when it has none."""
+    limits = r.model.limits
+    derived: float | None = limits.max_positions
+    if derived is None:
+        return None
+    window = limits.sliding_window
+    if r.args.get("disable_sliding_window") and window is not None and window < derived:
+        derived = window
+    rope = limits.rope_type
+    if rope and rope not in r.rules.rope_unscaled_types and "gemma3" not in (limits.model_type or ""):
+        if rope == "yarn" and r.rules.rope_yarn_from_original:
+            derived = limits.rope_original
+        derived = None if derived is None else derived * (limits.rope_factor or 1.0)
+    return derived
+
+
+def _max_model_len(r: Resolution) -> None:
+    """``--max-model-len`` above the model's derived maximum is refused without VLLM_ALLOW_LONG_MAX_MODEL_LEN."""
+    value = r.args.get("max_model_len")
+    allowed = r.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0").strip().lower() in ("1", "true")
+    if not isinstance(value, int) or value <= 0 or allowed:
+        return
+    if not r.model.known:
+        r.assumes.append(f"max_model_len {value} assumed within the model's maximum length ({r.model.source})")
+        return
+    derived = _derived_max_len(r)
+    longest = r.model.limits.model_max_length
+    if derived is not None and value > derived and (longest is None or value > longest):
+        raise Refused(f"User-specified max_model_len ({value}) is greater than the derived max_model_len "
+                      f"({int(derived)} in model's config.json); set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 to allow it")
+
+
+#: The server defaults vLLM picks on a GPU of 70-160 GiB (H100, H200): max_num_batched_tokens, max_num_seqs.
+_DEFAULT_BATCH = (8192, 1024)
+
+
+def _batch_sizes(r: Resolution, why: str) -> tuple[int, int]:
+    """max_num_batched_tokens and max_num_seqs as vLLM resolves them; a default used is recorded as assumed."""
+    batched, seqs = r.args.get("max_num_batched_tokens"), r.args.get("max_num_seqs")
+    if not isinstance(batched, int) or not isinstance(seqs, int):
+        r.assumes.append(f"{why}: vLLM's defaults for a 70-160 GiB GPU assumed (max_num_batched_tokens "
+                         f"{_DEFAULT_BATCH[0]}, max_num_seqs {_DEFAULT_BATCH[1]})")
+    batched = batched if isinstance(batched, int) else _DEFAULT_BATCH[0]
+    return batched, seqs if isinstance(seqs, int) else min(_DEFAULT_BATCH[1], batched)
+
+
+def _batched_tokens(r: Resolution) -> None:
+    """max_num_batched_tokens must be at least max_num_seqs (SchedulerConfig); a default max_num_seqs is lowered to
+    fit, so only both given can clash."""
+    batched, seqs = r.args.get("max_num_batched_tokens"), r.args.get("max_num_seqs")
+    if isinstance(batched, int) and isinstance(seqs, int) and batched < seqs:
+        raise Refused(f"max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs ({seqs})")
+
+
+def _lora_speculative(r: Resolution) -> None:
+    """LoRA with speculative decoding needs max_num_batched_tokens >= max_num_seqs x (num_speculative_tokens + 1)."""
+    spec = r.args.get("speculative_config")
+    if not (r.rules.lora_spec_budget and r.args.get("enable_lora") and isinstance(spec, Mapping)):
+        return
+    tokens = spec.get("num_speculative_tokens")
+    if not isinstance(tokens, int):
+        return
+    batched, seqs = _batch_sizes(r, "LoRA with speculative decoding")
+    if batched < seqs * (tokens + 1):
+        raise Refused(f"LoRA with {tokens} speculative tokens: max_num_batched_tokens {batched} < max_num_seqs {seqs}"
+                      f" x {tokens + 1}; consider increasing max_num_batched_tokens or decreasing "
+                      "num_speculative_tokens")
+
+
+def _draft_model(r: Resolution) -> None:
+    """num_speculative_tokens without a draft model, for a method that needs one (SpeculativeConfig)."""
+    spec = r.args.get("speculative_config")
+    if not isinstance(spec, Mapping) or spec.get("model") is not None or spec.get("num_speculative_tokens") is None:
+        return
+    if spec.get("method") in r.rules.spec_self_drafting:
+        return
+    if r.rules.spec_draft_target_types:  # 0.10.2: the target model drafts for itself when its type is listed
+        model_type = r.model.limits.model_type
+        if model_type is None:
+            r.assumes.append(f"the model type assumed to draft for itself ({r.model.source})")
+            return
+        if model_type in r.rules.spec_draft_target_types:
+            return
+    raise Refused(f"num_speculative_tokens was provided but without speculative model "
+                  f"(method {spec.get('method')!r} needs one)")
+
+
+#: Checkpoint formats no other method claims: another ``--quantization`` for them is refused. Names vLLM checks as
+#: overrides of a checkpoint's method (``_verify_quantization``, every version) are left to vLLM and assumed.
+_PLAIN_CHECKPOINTS = frozenset({"fp8", "compressed-tensors", "bitsandbytes", "fbgemm_fp8"})
+_QUANT_OVERRIDES = frozenset({
+    "bitblas", "gptq_marlin_24", "gptq_marlin", "gptq_bitblas", "awq_marlin", "ipex", "moe_wna16", "modelopt",
+    "modelopt_fp4", "petit_nvfp4", "mxfp4", "cpu_gptq", "cpu_awq", "auto_gptq", "gptq", "auto_awq", "awq", "inc",
+    "modelopt_mxfp8", "mxfp8", "modelopt_mixed", "gpt_oss_mxfp4", "deepseek_v4_fp8", "humming"})
+
+
+def _quantization(r: Resolution) -> None:
+    """A ``--quantization`` other than the checkpoint's quantization method is refused (ModelConfig)."""
+    given, checkpoint = r.args.get("quantization"), r.model.limits.quant_method
+    if not isinstance(given, str) or checkpoint in (None, "", given):
+        return
+    if checkpoint in _PLAIN_CHECKPOINTS and given not in _QUANT_OVERRIDES:
+        raise Refused(f"Quantization method specified in the model config ({checkpoint}) does not match the "
+                      f"quantization method specified in the `quantization` argument ({given})")
+    r.assumes.append(f"--quantization {given} assumed to take over the checkpoint's {checkpoint}")
+
+
+def _prefill_context_parallel(r: Resolution) -> None:
+    """Prefill context parallel above 1 (0.12: not fully supported)."""
+    if r.rules.pcp_refused and _int(r.args.get("prefill_context_parallel_size")) > 1:
+        raise Refused("Prefill context parallelism is not fully supported. Please set prefill_context_parallel_size "
+                      "to 1")
+
+
+def _kv_expandable_segments(r: Resolution) -> None:
+    """A KV connector under PyTorch's expandable segments is refused unless the cumem allocator is on (0.33)."""
+    kv = r.args.get("kv_transfer_config")
+    if not (r.rules.kv_refuses_expandable_segments and isinstance(kv, Mapping) and kv.get("kv_connector")):
+        return
+    if "expandable_segments:True" not in r.env.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+        return
+    if not (r.args.get("enable_cumem_allocator") or r.args.get("enable_sleep_mode")):
+        raise Refused(f"KV connector {kv['kv_connector']} is incompatible with "
+                      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True unless enable_cumem_allocator is also enabled")
 
 
 # -- steps that decide the mode ---------------------------------------------------------------
@@ -566,8 +751,10 @@ def _fuse_attn_quant(r: Resolution) -> None:
 
 
 def _empty_splitting_ops(r: Resolution) -> None:
-    """``splitting_ops=[]``: no piecewise graphs (unless Inductor partitioning or attention fusion decides)."""
-    if r.cc.get("splitting_ops") != [] or r.comp != VLLM_COMPILE or r.splitting_by:
+    """``splitting_ops=[]``: no piecewise graphs (unless attention fusion decides, or Inductor partitioning where the
+    version keeps splitting_ops then)."""
+    keeps = r.splitting_by == "attn_fusion" or (r.splitting_by == "inductor" and r.rules.partition_keeps_splitting_ops)
+    if r.cc.get("splitting_ops") != [] or r.comp != VLLM_COMPILE or keeps:
         return
     if r.rules.empty_splitting_ops == "piecewise-to-full":
         if r.mode == "PIECEWISE":
@@ -620,7 +807,9 @@ def _capture_max_matches(r: Resolution, largest: int, sizes: list[Any]) -> None:
 
 #: vLLM normalises graphs without VLLM_COMPILE twice (0.33): before and after the model rules.
 STEPS: tuple[Step, ...] = (
-    _memory_fraction, _scheduler_sizes, _capture_options, _speculative_method, _v1_required, _speculative_on_v0,
+    _speculative_flags, _memory_fraction, _scheduler_sizes, _batched_tokens, _capture_options, _speculative_method,
+    _draft_model, _v1_required, _speculative_on_v0, _world_size, _prefill_context_parallel, _attention_heads,
+    _max_model_len, _quantization, _lora_speculative, _kv_expandable_segments,
     _expert_parallel, _decode_context_parallel, _model_runner, _async_scheduling, _enforce_eager, _optimization_level,
     _compilation_mode, _torch_compile_disable, _breakable_cudagraph, _default_mode, _explicit_mode, _legacy_flags,
     _dynamic_speculation, _graphs_without_compile, _context_parallel, _pooling, _encoder_decoder, _kv_connector,
@@ -630,11 +819,12 @@ STEPS: tuple[Step, ...] = (
 
 
 def declare(args: Mapping[str, Any], env: Mapping[str, str] | None = None, version: str | None = None,
-            model: ModelFacts = UNKNOWN) -> Declared:
-    """The declared CUDA graph mode of normalised ``args`` under ``env`` for vLLM ``version``."""
+            model: ModelFacts = UNKNOWN, gpus: int | None = None) -> Declared:
+    """The declared CUDA graph mode of normalised ``args`` under ``env`` for vLLM ``version`` on a host with
+    ``gpus`` GPUs (None: unknown, and what the resolution assumed about them is recorded)."""
     rules, note = rules_for(version)
     cc = args.get("compilation_config")
-    r = Resolution(rules, args, env or {}, model, cc if isinstance(cc, Mapping) else {})
+    r = Resolution(rules, args, env or {}, model, cc if isinstance(cc, Mapping) else {}, gpus)
     if note:
         r.why.append(note)
     refused = None

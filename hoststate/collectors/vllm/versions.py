@@ -144,6 +144,28 @@ class Rules:
     capture_options_exclusive: bool
     #: ``--max-num-seqs`` / ``--max-num-batched-tokens`` below 1 fail SchedulerConfig's validation (0.11.1+).
     scheduler_sizes_checked: bool
+    #: With Inductor graph partition, ``splitting_ops=[]`` changes no graph mode (0.11.0-0.12 return before reading
+    #: it); 0.33 skips only attention fusion for it, so an empty list still makes FULL_AND_PIECEWISE FULL.
+    partition_keeps_splitting_ops: bool = True
+    #: A world size (TP x PP x PCP) above the GPUs vLLM sees is refused when vLLM picks the executor itself
+    #: (ParallelConfig.__post_init__, 0.11.1+; before, it turns to Ray, which fails later when it lacks them).
+    world_size_checked: bool = False
+    #: RoPE types whose ``factor`` is not applied to the derived maximum length, and whether ``yarn`` derives it
+    #: from ``original_max_position_embeddings`` x factor (``_get_and_verify_max_len``, up to 0.12).
+    rope_unscaled_types: frozenset[str] = frozenset({"su", "longrope", "llama3"})
+    rope_yarn_from_original: bool = True
+    #: LoRA with speculative decoding needs max_num_batched_tokens >= max_num_seqs x (num_speculative_tokens + 1)
+    #: (EngineArgs.create_engine_config, 0.11.1+).
+    lora_spec_budget: bool = False
+    #: Speculative methods that need no draft model when num_speculative_tokens is given (the rest are refused
+    #: without ``model``); 0.10.2 instead takes the target model as the draft for these target model types.
+    spec_self_drafting: frozenset[str] = frozenset({"ngram"})
+    spec_draft_target_types: frozenset[str] = frozenset()
+    #: Prefill context parallel above 1 is refused (ParallelConfig, 0.12).
+    pcp_refused: bool = False
+    #: A KV connector with ``expandable_segments:True`` in PYTORCH_CUDA_ALLOC_CONF is refused unless the cumem
+    #: allocator is on (VllmConfig._verify_kv_transfer_compat, 0.33).
+    kv_refuses_expandable_segments: bool = False
     #: Options this version's parser does not have (dest names): using one is refused.
     missing_options: frozenset[str] = frozenset()
     #: ``--disable-X`` spellings of flags (0.33's EnableDisableAction): option -> dest set to False.
@@ -197,6 +219,8 @@ _ALIASES_0102 = {**_ALIASES_010, "-dcp": "decode_context_parallel_size", "-asc":
 _O_0_3 = frozenset("0123")
 _SPEC_METHODS_0110 = frozenset({"ngram", "eagle", "eagle3", "medusa", "mlp_speculator", "draft_model", "deepseek_mtp",
                                 "ernie_mtp", "qwen3_next_mtp", "mimo_mtp", "longcat_flash_mtp", "mtp"})
+#: 0.11.0's MTP_MODEL_TYPES: each is read as method "mtp".
+_MTP_0110 = frozenset({"deepseek_mtp", "mimo_mtp", "glm4_moe_mtp", "ernie_mtp", "qwen3_next_mtp", "longcat_flash_mtp"})
 _EAGLE_MTP = frozenset({"eagle", "eagle3", "mtp", "deepseek_mtp", "mimo_mtp", "glm4_moe_mtp", "ernie_mtp",
                         "qwen3_next_mtp", "longcat_flash_mtp", "pangu_ultra_moe_mtp"})
 _SPEC_METHODS = _EAGLE_MTP | {"ngram", "medusa", "mlp_speculator", "draft_model", "suffix"}
@@ -312,6 +336,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "inductor_partition": False, "model_rules_default_only": True, "async_spec_methods": frozenset(),
      "dcp_head_check": False, "v0_env": True, "v1_attention_backends": frozenset(), "fp8_kv_v1_backends": {},
      "capture_size_checks": False, "capture_options_exclusive": False, "scheduler_sizes_checked": False,
+     "spec_draft_target_types": frozenset({"deepseek_v3", "mimo", "ernie4_5_moe", "qwen3_next"}),
      "missing_options": frozenset({"optimization_level", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
                                    "performance_mode", "all2all_backend", "attention_config",
                                    "decode_context_parallel_size"}) | _NEW_AFTER_0102},
@@ -324,7 +349,8 @@ ROWS: tuple[dict[str, Any], ...] = (
                             "mla": frozenset({"FLASHMLA", "CUTLASS_MLA"})},
      "missing_options": _MISSING_0102 | _NEW_AFTER_0102, "no_negation": _NO_NEGATION_0102},
     {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "all2all_ht_mode": "NONE",
-     "inductor_partition": True,
+     "inductor_partition": True, "spec_draft_target_types": frozenset(),
+     "spec_self_drafting": frozenset({"ngram", "mtp"}) | _MTP_0110,
      "spec_methods": _SPEC_METHODS_0110, "v1_attention_backends": frozenset(), "fp8_kv_v1_backends": {},
      "missing_options": _MISSING_0102 - {"enable_dbo", "pooler_config", "structured_outputs_config"}
      | {"max_seq_len_to_capture"} | _V0_OPTIONS | _NEW_AFTER_0110, "no_negation": _NO_NEGATION_0110},
@@ -334,6 +360,8 @@ ROWS: tuple[dict[str, Any], ...] = (
      "spec_methods": _SPEC_METHODS, "serve_model_option": "moved", "attn_fusion_keys": ("enable_attn_fusion",),
      "model_rules_default_only": False, "capture_size_checks": True, "async_spec_methods": _EAGLE_MTP,
      "dcp_head_check": True, "capture_options_exclusive": True, "scheduler_sizes_checked": True,
+     "world_size_checked": True, "lora_spec_budget": True,
+     "spec_self_drafting": frozenset({"ngram", "suffix"}) | (_EAGLE_MTP - {"eagle", "eagle3"}),
      "aliases": {**_ALIASES_0102, "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
                  "-n": "nnodes", "-r": "node_rank"},
      "missing_options": frozenset({"optimization_level", "performance_mode", "attention_config", "attention_backend",
@@ -341,13 +369,18 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "rope_scaling"}) | _GONE_0111 | _NEW_AFTER_0111,
      "no_negation": _NO_NEGATION_0110 | {"aggregate_engine_logging"}},
     {"version": "0.12.0", "family": "opt", "o_number": "optimization_level", "o_dotted": "deprecated",
-     "aliases": _ALIASES_012, "graphs_without_compile": "none",
+     "aliases": _ALIASES_012, "graphs_without_compile": "none", "pcp_refused": True,
      "attn_fusion_keys": ("fuse_attn_quant", "enable_attn_fusion"), "pass_config_renamed": True,
      "missing_options": frozenset({"performance_mode", "attention_config", "attention_backend",
                                    "max_seq_len_to_capture", "num_scheduler_steps", "rope_scaling",
                                    "guided_decoding_backend", "override_pooler_config"}) | _GONE_0120 | _NEW_033},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
+     "pcp_refused": False, "partition_keeps_splitting_ops": False, "kv_refuses_expandable_segments": True,
+     "rope_unscaled_types": frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}),
+     "rope_yarn_from_original": False,
+     "spec_self_drafting": frozenset({"ngram", "ngram_gpu", "suffix", "dspark", "extract_hidden_states"})
+     | (_EAGLE_033 - {"eagle", "eagle3", "extract_hidden_states", "dflash"}),
      "all2all_env": False, "all2all_moe_only": True, "model_runner_v2": True,
      "v2_unsupported_spec_methods": frozenset({"suffix", "custom_class"}), "breakable_cudagraph": True,
      "breakable_architectures": _BREAKABLE_033, "all2all_needs_compile": True, "moonep_all2all": True,
