@@ -316,3 +316,19 @@ def test_a_reader_its_user_stops_is_killed_and_its_identity_refused_without_wait
         assert reader.proc is None
         reader.broken_until = 0.0  # once the refusal lapses, a fresh reader answers
         assert view.read("f") == (b"x", None)
+
+
+def test_parse_net_tcp_keeps_listening_sockets_with_address_port_and_inode():
+    if sys.byteorder != "little":
+        pytest.skip("the sample tables are as a little-endian kernel prints them")
+    tcp = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+           "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1 0 100 0\n"
+           "   1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 112 1 0 20 4\n"
+           "   2: 00000000:1F91 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 113 1 0 100 0\n")
+    tcp6 = ("  sl  local_address                         remote_address                        st\n"
+            "   0: 00000000000000000000000001000000:1F92 00000000000000000000000000000000:0000 0A 00000000:00000000 "
+            "00:00000000 00000000     0        0 114 1 0 100 0\n")
+    assert discovery.parse_net_tcp(tcp) == [discovery.Listener(111, "127.0.0.1", 8080),
+                                            discovery.Listener(113, "0.0.0.0", 8081)]
+    assert discovery.parse_net_tcp(tcp6) == [discovery.Listener(114, "::1", 8082)]
+    assert discovery.parse_net_tcp("garbage\n0: zz:zz 0 0A a b c d e f\n") == []
