@@ -53,3 +53,38 @@ def test_scan_reads_names_versions_and_legacy_metadata(tmp_path):
 
 def test_packages_skipped_under_root():
     assert packages.collect(Context(root="/nonexistent")).status == "skipped"
+
+
+FAMILIES = {
+    "TORCHDYNAMO_DISABLE": "1", "TORCHINDUCTOR_MAX_AUTOTUNE": "1", "TRITON_PTXAS_PATH": "/opt/ptxas",
+    "FLASHINFER_CUDA_ARCH_LIST": "9.0a", "NCCL_ALGO": "Ring", "NVSHMEM_DISABLE_P2P": "1", "CUBLAS_WORKSPACE_CONFIG":
+    ":4096:8", "CUBLASLT_WORKSPACE_SIZE": "1024", "CUDNN_LOGINFO_DBG": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
+    "OMP_NUM_THREADS": "8", "KMP_AFFINITY": "compact", "MKL_NUM_THREADS": "8", "OPENBLAS_NUM_THREADS": "4",
+    "LD_LIBRARY_PATH": "/opt/nccl-2.27/lib", "LD_PRELOAD": "libjemalloc.so.2", "HF_HUB_OFFLINE": "1", "MAX_JOBS": "32",
+}
+
+
+def test_env_records_every_family_torch_triton_flashinfer_nccl_and_cuda_read(monkeypatch):
+    for name, value in FAMILIES.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("FLASHINFER_API_TOKEN", "plain-value-but-a-secret-name")
+    monkeypatch.setenv("TRITON_HOME_NOTE", "hf_abcdefghijklmnopqrstuvwxyz")  # a secret-shaped value
+    monkeypatch.setenv("LD_BIND_NOW", "1")  # not a family hoststate rates
+    sec = env_collector.collect(Context(root="/nonexistent"))
+    assert {k: sec.data[k] for k in FAMILIES} == FAMILIES
+    assert sec.data["FLASHINFER_API_TOKEN"] == "<redacted>"
+    assert "hf_abcdefghijklmnopqrstuvwxyz" not in sec.data["TRITON_HOME_NOTE"]
+    assert "LD_BIND_NOW" not in sec.data
+
+
+def test_a_command_prefix_reaches_the_servers_env(monkeypatch):
+    """`TORCHDYNAMO_DISABLE=1 vllm serve ...` given to --vllm-cmd: recorded in vllm.env, not only in argv."""
+    from tests.conftest import HOSTS
+
+    monkeypatch.delenv("TORCHDYNAMO_DISABLE", raising=False)
+    cmd = "TORCHDYNAMO_DISABLE=1 LD_PRELOAD=libtcmalloc.so vllm serve m -tp 2"
+    snap = snapshot.collect(Context(root=str(HOSTS / "seed-baseline"), vllm_cmd=cmd, vllm_version="0.11.0"),
+                            ("vllm",))
+    assert snap["vllm"]["env"]["TORCHDYNAMO_DISABLE"] == "1"
+    assert snap["vllm"]["env"]["LD_PRELOAD"] == "libtcmalloc.so"

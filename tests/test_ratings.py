@@ -164,3 +164,60 @@ def test_reasons_speak_of_the_tools_users_and_cite_only_this_repository():
         assert not re.search(r"\bseed\b|design\.md|reference/", words), rule.path
         for cited in re.findall(r"[\w/.-]+\.md\b", rule.reason):
             assert (FIXTURES.parent / cited).exists(), (rule.path, cited)
+
+
+PLUMBING = {"port": 8001, "host": "0.0.0.0", "api_key": "<redacted>", "uvicorn_log_level": "warning",
+            "ssl_keyfile": "key.pem", "ssl_certfile": "cert.pem", "allowed_origins": ["*"], "allow_credentials": True,
+            "enable_log_requests": True, "disable_uvicorn_access_log": True, "root_path": "/v1", "uds": "/run/v.sock"}
+
+
+@pytest.mark.parametrize("prefix", [("vllm",), ("vllm", "servers", "8000")])
+@pytest.mark.parametrize("name", sorted(PLUMBING))
+def test_server_plumbing_arguments_are_info_for_one_server_and_several(base, prefix, name):
+    """The issue's false refusals: the order of rules no longer lets vllm.args.** catch them."""
+    path = (*prefix, "args", name)
+    severity, reason = rate(base, with_value(base, path, PLUMBING[name]))[".".join(path)]
+    assert severity == "info" and "not how the model runs" in reason
+
+
+@pytest.mark.parametrize("prefix", [("vllm",), ("vllm", "servers", "8000")])
+@pytest.mark.parametrize("name, value", [("max_num_seqs", 128), ("tensor_parallel_size", 4), ("kv_cache_dtype", "fp8"),
+                                         ("enable_prefix_caching", False), ("gpu_memory_utilization", 0.8)])
+def test_arguments_that_change_the_engine_stay_invalidating(base, prefix, name, value):
+    path = (*prefix, "args", name)
+    assert rate(base, with_value(base, path, value))[".".join(path)][0] == "invalidating"
+
+
+@pytest.mark.parametrize("section", [("env",), ("vllm", "env"), ("vllm", "servers", "8000", "env")])
+@pytest.mark.parametrize("name, value, severity", [
+    ("TORCHDYNAMO_DISABLE", "1", "invalidating"), ("TORCHINDUCTOR_MAX_AUTOTUNE", "1", "invalidating"),
+    ("TRITON_PTXAS_PATH", "/opt/ptxas", "invalidating"), ("FLASHINFER_CUDA_ARCH_LIST", "9.0a", "invalidating"),
+    ("LD_LIBRARY_PATH", "/opt/nccl-2.27/lib", "invalidating"), ("LD_PRELOAD", "libjemalloc.so.2", "invalidating"),
+    ("NVSHMEM_DISABLE_P2P", "1", "invalidating"), ("CUBLASLT_WORKSPACE_SIZE", "1024", "invalidating"),
+    ("KMP_AFFINITY", "compact", "invalidating"), ("OPENBLAS_NUM_THREADS", "4", "invalidating"),
+    ("HF_HUB_OFFLINE", "1", "warning"), ("TRANSFORMERS_OFFLINE", "1", "warning"), ("MAX_JOBS", "32", "info"),
+    ("TRITON_CACHE_DIR", "/scratch", "info"), ("TORCHINDUCTOR_COMPILE_THREADS", "1", "info"),
+    ("NCCL_DEBUG", "INFO", "info"), ("VLLM_API_KEY", "<redacted>", "info"),
+])
+def test_environment_families(base, section, name, value, severity):
+    path = (*section, name)
+    assert rate(base, with_value(base, path, value))[".".join(path)][0] == severity
+
+
+@pytest.mark.parametrize("mode", ["ecc", "mig"])
+def test_a_pending_mode_is_a_warning_the_current_one_invalidates(h200, mode):
+    uuid = next(iter(h200["gpu"]["devices"]))
+    bus = h200["gpu"]["devices"][uuid]["pci_bus_id"]
+    current = h200["gpu"]["devices"][uuid][f"{mode}_mode_current"]
+    pending = rate(h200, with_value(h200, ("gpu", "devices", uuid, f"{mode}_mode_pending"), not current))
+    severity, reason = pending[f'gpu.devices."{bus}".{mode}_mode_pending']
+    assert severity == "warning" and "next GPU reset" in reason
+    now = rate(h200, with_value(h200, ("gpu", "devices", uuid, f"{mode}_mode_current"), not current))
+    assert now[f'gpu.devices."{bus}".{mode}_mode_current'][0] == "invalidating"
+
+
+def test_a_wrapper_is_rated_and_the_command_text_is_context(base):
+    launcher = rate(base, with_value(base, ("vllm", "launcher"), ["numactl", "--cpunodebind=0"]))
+    assert launcher["vllm.launcher"][0] == "invalidating"
+    argv = rate(base, with_value(base, ("vllm", "argv"), ["vllm", "serve", "m", "--port", "9"]))
+    assert argv["vllm.argv"][0] == "info"
