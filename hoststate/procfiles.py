@@ -143,7 +143,7 @@ def identities(text: str) -> list[Creds] | None:
     if len(uids) != 4 or len(gids) != 4:
         return None
     pairs = sorted(set(zip(uids, gids, strict=True)))
-    chosen = [p for p in pairs if p[0] != 0] or pairs
+    chosen = [p for p in pairs if p[0] != 0] or pairs[:1]  # root in all four: one reader, root's rights
     return [Creds(uid, gid, groups) for uid, gid in chosen]
 
 

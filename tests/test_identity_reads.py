@@ -120,7 +120,7 @@ def test_identities_leave_root_out_when_the_process_holds_another():
     assert procfiles.identities(status) == [procfiles.Creds(65534, 65534, (0, 5))]
     both = "Uid:\t1000\t1001\t1001\t1001\nGid:\t1000\t1000\t1000\t1000\nGroups:\n"
     assert procfiles.identities(both) == [procfiles.Creds(1000, 1000, ()), procfiles.Creds(1001, 1000, ())]
-    assert procfiles.identities("Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\n") == [procfiles.Creds(0, 0, ())]
+    assert procfiles.identities("Uid:\t0\t0\t0\t0\nGid:\t0\t1000\t1000\t1000\n") == [procfiles.Creds(0, 0, ())]
     assert procfiles.identities("Uid:\t0\t0\n") is None
 
 
