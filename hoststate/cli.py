@@ -398,7 +398,7 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
         click.echo(f"hoststate guard: running as non-comparable ({len(result.accepted)} accepted): "
                    f"{' '.join(redact_argv([clean(c) for c in command]))}", err=True)
     if watch["watch"]:
-        ctx.exit(_run_watched(result, command, watch, opts, policy_files, inputs, save_current))
+        ctx.exit(_run_watched(result, command, watch, opts, policy_files, inputs, save_current, force))
     ctx.exit(run_command(command, env=command_env(result, saved=save_current)))
 
 
@@ -425,7 +425,8 @@ def _watch_options(opts: dict[str, Any], command: tuple[str, ...]) -> dict[str, 
 
 
 def _run_watched(result: Any, command: tuple[str, ...], watch: dict[str, Any], opts: dict[str, Any],
-                 policy_files: tuple[str, ...], inputs: tuple[str, ...], save_current: str | None) -> int:
+                 policy_files: tuple[str, ...], inputs: tuple[str, ...], save_current: str | None,
+                 force: bool = False) -> int:
     """guard --watch after guard let CMD run: the watched run, its verdict on stderr, the files written."""
     from hoststate.guard import read_baseline, with_guard_table
     from hoststate.output import write_output
@@ -434,12 +435,15 @@ def _run_watched(result: Any, command: tuple[str, ...], watch: dict[str, Any], o
     from hoststate.watch import load_rules, run_watched
 
     rules = load_rules(watch["watch_rules"])
+    if watch["watch_trace"]:
+        prepare_output(watch["watch_trace"], force, "--watch-trace", protect=inputs)
     base_snap = getattr(result, "baseline_snapshot", None) or read_baseline(result.baseline)[0]
     run = run_watched(result, command, root=opts.get("root") or "/",
                       snap_options={k: v for k, v in opts.items() if k != "root"},
                       policy=load_policy(tuple(policy_files)), interval=watch["watch_interval"],
                       checkpoint=watch["watch_checkpoint"], rules=rules, attach_to=watch["attach"],
-                      trace_to=watch["watch_trace"], baseline_snapshot=base_snap, protect=inputs)
+                      trace_to=watch["watch_trace"], trace_force=force, baseline_snapshot=base_snap,
+                      protect=inputs)
     click.echo(f"hoststate guard: run {run.verdict} ({len(run.reasons)} reason(s); command exit {run.returncode}; "
                f"{run.summary['samples']} samples of {len(run.summary['gpus'])} GPU(s), "
                f"gpu {run.summary['gpu_status']})", err=True)
@@ -503,18 +507,23 @@ def rebaseline(baseline: str, current: str, output: str, accept: tuple[str, ...]
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=0, show_default=True,
               help="Processes reading the files; 0: one per usable CPU.")
+@click.option("-v", "--verbose", is_flag=True, help="List every finding of each outlier group.")
+@click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+              help="Colour the text report: on a terminal (auto, unless NO_COLOR), always or never.")
 @click.pass_context
-def fleet(ctx: click.Context, paths: tuple[str, ...], reference: str | None, fmt: str, jobs: int) -> None:
+def fleet(ctx: click.Context, paths: tuple[str, ...], reference: str | None, fmt: str, jobs: int, verbose: bool,
+          color: str) -> None:
     """Group many snapshots by digest and list each outlier's invalidating drift.
 
     Directories are walked for *.toml files. The largest group is the reference unless --reference is
-    given. Unreadable or invalid files are listed as skipped. Exit 0 when all snapshots are in one group
-    (the reference's), 1 when there are outliers, 2 when no snapshot could be read.
+    given. Outliers come first. Unreadable, empty or invalid files are listed as skipped. Exit 0 when all
+    snapshots are in one group (the reference's) and none was skipped, 1 when there are outliers or skipped files,
+    2 when no snapshot could be read.
     """
     from hoststate.fleet import render, run_fleet
 
     report = run_fleet(paths, reference=reference, jobs=jobs or None)
-    click.echo(render(report, fmt, color=use_color(fmt)), nl=False)
+    click.echo(render(report, fmt, color=use_color(fmt, color), verbose=verbose), nl=False)
     ctx.exit(report.exit_code)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from hoststate import report as report_mod
 from hoststate.diff import Finding
 from hoststate.errors import InputError
-from hoststate.report import clip, finding_lines, md_code, md_text, safe
+from hoststate.report import Elide, Name, finding_lines, fit, md_code, md_text, paint, safe
 
 FORMATS = ("text", "json", "markdown")
 #: How many member files a text or Markdown group line names before "+N more".
@@ -56,8 +56,9 @@ class FleetReport:
 
     @property
     def exit_code(self) -> int:
-        """design.md: 0 when every snapshot matches the reference (one group), 1 when some do not."""
-        return 1 if self.outliers else 0
+        """0 when every snapshot matches the reference (one group) and none was skipped; 1 when some do not, or
+        when a file could not be read or is empty (a gate must not pass a node whose snap failed)."""
+        return 1 if self.outliers or self.skipped else 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -300,16 +301,15 @@ def _change(f: dict[str, Any]) -> str:
 
 
 def _members_text(members: list[str]) -> str:
+    """The first members by name, each whole (a name is never cut), then ``+N more``."""
     shown = ", ".join(members[:_SHOW_MEMBERS])
     return shown + (f", +{len(members) - _SHOW_MEMBERS} more" if len(members) > _SHOW_MEMBERS else "")
 
 
-def _who(o: dict[str, Any], width: int) -> str:
-    """``snapshot (host, label): N invalidating`` in ``width`` columns: host and label whole, the file's
-    path cut in the middle when the line would not fit."""
+def _who(o: dict[str, Any]) -> str:
+    """``snapshot (host, label)``, every part whole."""
     parts = [p for p in (o["hostname"], o["label"]) if p]
-    tail = (f" ({safe(', '.join(parts))})" if parts else "") + f": {len(o['findings'])} invalidating"
-    return clip(clip(safe(o["snapshot"]), max(24, width - len(tail))) + tail, width)
+    return safe(o["snapshot"]) + (f" ({safe(', '.join(parts))})" if parts else "")
 
 
 def _headline(report: FleetReport) -> str:
@@ -319,31 +319,74 @@ def _headline(report: FleetReport) -> str:
             f"({source}, {in_ref} match); {len(report.outliers)} outlier(s), {len(report.skipped)} skipped")
 
 
-def render_text(report: FleetReport, *, color: bool = False) -> str:
-    """The fleet for a terminal: every value from a snapshot escaped (report.safe), lines of at most
-    report.WIDTH columns (a finding too long for one line goes on two, cut in the middle like diff's)."""
-    red, reset = ("\x1b[1;31m", "\x1b[0m") if color else ("", "")
+def _findings(o: dict[str, Any]) -> list[Finding]:
+    return [Finding(f["path"], f["change"], f["old"], f["new"], "invalidating", f.get("rule", ""), f.get("reason", ""))
+            for f in o["findings"]]
+
+
+def outlier_groups(report: FleetReport) -> list[list[dict[str, Any]]]:
+    """Outliers grouped by digest (members of a group share their findings), in the report's group order."""
+    digest_of = {m: d for d, members in report.groups for m in members}
+    by_digest: dict[str, list[dict[str, Any]]] = {}
+    for o in report.outliers:
+        by_digest.setdefault(digest_of.get(o["snapshot"], o["snapshot"]), []).append(o)
+    order = [d for d, _ in report.groups if d in by_digest]
+    return [by_digest[d] for d in order] + [g for d, g in by_digest.items() if d not in order]
+
+
+#: An outlier group with at most this many rules lists them; more are summarised one line per subsystem (-v: all).
+_RULES_LISTED = 3
+
+
+def _outlier_lines(group: list[dict[str, Any]], verbose: bool) -> list[str]:
+    findings = _findings(group[0])
+    listed: list[str | Name] = []
+    for i, o in enumerate(group[:_SHOW_MEMBERS]):
+        who = [p for p in (o["hostname"], o["label"]) if p]
+        listed += [", "] if i else []
+        listed += [Name(safe(o["snapshot"]))] + ([" ", Name(f"({safe(', '.join(who))})")] if who else [])
+    more = f", +{len(group) - _SHOW_MEMBERS} more" if len(group) > _SHOW_MEMBERS else ""
+    head = f"  {len(group)} x " if len(group) > 1 else "  "
+    lines = fit([head, *listed, f"{more}: {len(findings)} invalidating"], report_mod.WIDTH, 6)
+    if not findings:
+        return lines + ["    (no invalidating finding: see warnings)"]
+    rules = report_mod._by_rule(findings)
+    if verbose:
+        for _sev, _rule, _why, fs in rules:
+            for f in fs:
+                lines.extend("    " + line for line in finding_lines(f, report_mod.WIDTH - 4, reason=False))
+    elif len(rules) <= _RULES_LISTED:
+        for _sev, rule, _why, fs in rules:
+            lines.extend(report_mod.rule_lines(fs, rule, indent="    "))
+    else:
+        lines.extend(f"    {s.text}" for s in report_mod.summarize(findings))
+    return lines
+
+
+def render_text(report: FleetReport, *, color: bool = False, verbose: bool = False) -> str:
+    """The fleet as a gate reads it: the verdict line, outliers first (one block per outlier group, its findings by
+    rule or one line per subsystem; ``verbose`` lists every finding), skipped files, then the groups and warnings.
+    Every value from a snapshot is escaped (report.safe), names are never cut, lines keep to report.WIDTH."""
     width = report_mod.WIDTH
-    lines = [clip(safe(_headline(report)), width), "", "groups:"]
+    lines = fit([safe(_headline(report))], width, 6)
+    if report.outliers:
+        groups = outlier_groups(report)
+        lines += ["", paint(f"OUTLIERS ({len(report.outliers)} in {len(groups)} group(s))", "invalidating", color)]
+        for group in groups:
+            lines += _outlier_lines(group, verbose)
+    if report.skipped:
+        lines += ["", paint(f"SKIPPED ({len(report.skipped)}: unreadable or not a snapshot; the gate fails)",
+                            "invalidating", color)]
+        for s in report.skipped:
+            lines += fit(["  ", safe(s["file"]), ": ", Elide(safe(s["error"]))], width, 6)
+    lines += ["", "groups:"]
     for d, members in report.groups:
         mark = "*" if d == report.reference_digest else " "
-        head = safe(f" {mark}{len(members):>6}  {d}  ")
-        lines.append(head + clip(safe(_members_text(members)), max(20, width - len(head))))
-    if report.outliers:
-        lines += ["", f"{red}outliers ({len(report.outliers)}):{reset}"]
-        for o in report.outliers:
-            lines.append("  " + _who(o, width - 2))
-            for f in o["findings"]:
-                finding = Finding(f["path"], f["change"], f["old"], f["new"], "invalidating", f.get("rule", ""),
-                                  f.get("reason", ""))
-                lines.extend("    " + line for line in finding_lines(finding, width - 4))
-    if report.skipped:
-        lines += ["", f"skipped ({len(report.skipped)}):"]
-        lines.extend(clip(safe(f"  {s['file']}: {s['error']}"), width) for s in report.skipped)
+        lines += fit([f" {mark}{len(members):>6}  ", Elide(d), "  ", safe(_members_text(members))], width, 10)
     if report.warnings:
         lines += ["", f"warnings ({len(report.warnings)}):"]
-        lines.extend(clip(safe(f"  {w['file'] + ': ' if w['file'] else ''}{w['message']}"), width)
-                     for w in report.warnings)
+        for w in report.warnings:
+            lines += fit([f"  {safe(w['file']) + ': ' if w['file'] else ''}", Elide(safe(w["message"]))], width, 6)
     return "\n".join(lines) + "\n"
 
 
@@ -372,11 +415,11 @@ def render_markdown(report: FleetReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(report: FleetReport, fmt: str, *, color: bool = False) -> str:
+def render(report: FleetReport, fmt: str, *, color: bool = False, verbose: bool = False) -> str:
     if fmt == "json":
         return json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"
     if fmt == "markdown":
         return render_markdown(report)
     if fmt == "text":
-        return render_text(report, color=color)
+        return render_text(report, color=color, verbose=verbose)
     raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")

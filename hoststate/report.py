@@ -100,15 +100,25 @@ class Elide:
     text: str
 
 
+@dataclass(frozen=True)
+class Name:
+    """A part of a line never cut nor broken across lines (a file name with its host); other parts wrap at spaces."""
+
+    text: str
+
+
 #: The shortest a value is elided to (keeps its head and tail readable).
 _MIN_VALUE = 15
+#: Stands for a space inside a Name while wrapping (a control character: escaped text never holds one).
+_GLUE = "\x1f"
 
 
-def fit(parts: Sequence[str | Elide], width: int = WIDTH, indent: int = 4) -> list[str]:
+def fit(parts: Sequence[str | Elide | Name], width: int = WIDTH, indent: int = 4) -> list[str]:
     """One line of at most ``width`` columns from ``parts``: names and key words (plain strings) are never cut;
     values (:class:`Elide`) are shortened in the middle, longest first, down to 15 columns each. When the names
     alone do not fit, the line is wrapped at spaces onto lines indented by ``indent``: nothing is hidden."""
-    texts = [p.text if isinstance(p, Elide) else p for p in parts]
+    texts = [p.text.replace(" ", _GLUE) if isinstance(p, Name) else p.text if isinstance(p, Elide) else p
+             for p in parts]
     over = sum(map(len, texts)) - width
     elidable = [i for i, p in enumerate(parts) if isinstance(p, Elide)]
     while over > 0 and elidable:
@@ -121,10 +131,12 @@ def fit(parts: Sequence[str | Elide], width: int = WIDTH, indent: int = 4) -> li
         over -= cut
     line = "".join(texts)
     if len(line) <= width:
-        return [line]
+        return [line.replace(_GLUE, " ")]
     lead = len(line) - len(line.lstrip(" "))
-    return textwrap.wrap(line[lead:], width=width, initial_indent=" " * lead, subsequent_indent=" " * max(indent, lead),
-                         break_long_words=True, break_on_hyphens=False) or [""]
+    wrapped = textwrap.wrap(line[lead:], width=width, initial_indent=" " * lead,
+                            subsequent_indent=" " * max(indent, lead), break_long_words=True,
+                            break_on_hyphens=False) or [""]
+    return [w.replace(_GLUE, " ") for w in wrapped]
 
 
 # -- values and changes ------------------------------------------------------------------------------------------

@@ -254,7 +254,7 @@ def test_bad_files_are_skipped_not_fatal(base, tmp_path) -> None:
     (tmp_path / ".hidden.toml").write_text("ignored: hidden")
     missing = str(tmp_path / "gone.toml")
     report = fleet.run_fleet([str(tmp_path), missing])
-    assert report.total == 3 and len(report.groups) == 1 and report.exit_code == 0
+    assert report.total == 3 and len(report.groups) == 1 and report.exit_code == 1  # a gate fails on a bad file
     skipped = {os.path.basename(s["file"]): s["error"] for s in report.skipped}
     assert set(skipped) == {"empty.toml", "broken.toml", "other.toml", "binary.toml", "gone.toml"}
     assert skipped["empty.toml"] == "empty file"
@@ -263,8 +263,9 @@ def test_bad_files_are_skipped_not_fatal(base, tmp_path) -> None:
     assert skipped["gone.toml"] == "no such file or directory"
     assert all("\n" not in e for e in skipped.values())
     proc = run_cli("fleet", str(tmp_path), missing)
-    assert proc.returncode == 0, proc.stderr
-    assert "skipped (5):" in proc.stdout
+    assert proc.returncode == 1, proc.stderr
+    assert "SKIPPED (5: unreadable or not a snapshot; the gate fails)" in proc.stdout
+    assert proc.stdout.index("SKIPPED") < proc.stdout.index("groups:")
 
 
 def test_unreadable_file_is_skipped(base, tmp_path) -> None:
@@ -336,3 +337,43 @@ def test_hostile_values_are_escaped_and_lines_fit(base, tmp_path) -> None:
     assert "\\<img" in markdown and not re.search(r"(?<!\\)<img", markdown)  # HTML made inert
     rows = [line for line in markdown.splitlines() if "kernel.release" in line]
     assert rows and all(line.replace("\\|", "").count("|") == 7 for line in rows)  # six cells, no injected one
+
+
+# -- a gate: outliers first and short, names whole -------------------------------------------------------------------
+
+
+def test_three_outliers_in_a_hundred_hosts_fit_one_screen(base, tmp_path) -> None:
+    directory = str(tmp_path / "snaps")
+    write_fleet(base, directory, 100, DRIFTS)
+    proc = run_cli("fleet", directory)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) < 30 and max(map(len, lines)) <= 120, proc.stdout
+    assert lines[0].startswith("100 snapshot(s), 4 group(s)") and lines[2].startswith("OUTLIERS (3 in 3 group(s))")
+    assert lines.index("groups:") > max(i for i, line in enumerate(lines) if "node041.toml (node041" in line)
+    for i, (path, _, _) in DRIFTS.items():  # each outlier and its finding are named
+        assert any(f"node{i:03d}.toml (node{i:03d}, sweep-42): 1 invalidating" in line for line in lines)
+        assert any(line.startswith(f"    {path}: ") for line in lines), path
+    verbose = run_cli("fleet", directory, "-v").stdout.splitlines()
+    assert max(map(len, verbose)) <= 120
+
+
+def test_member_names_are_never_cut(base, tmp_path) -> None:
+    """`node1.toml,... node3.toml` once hid node2: names are listed whole, the rest counted."""
+    deep = tmp_path / ("rack-" + "x" * 10) / ("row-" + "y" * 10)
+    paths = write_fleet(base, str(deep), 5, {})
+    assert 40 < len(paths[0]) < 116  # three names do not fit one line, one does
+    text = fleet.render(fleet.run_fleet([str(tmp_path)]), "text")
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 120
+    for p in paths[:3]:  # each on a line, whole
+        assert any(p in line for line in lines), (p, text)
+    assert "+2 more" in text and "..." not in text.split("groups:")[1].replace("sha256:", "").split("  ", 2)[-1]
+
+
+def test_an_empty_or_broken_snapshot_fails_the_gate(base, tmp_path) -> None:
+    write_fleet(base, str(tmp_path), 3, {})
+    assert run_cli("fleet", str(tmp_path)).returncode == 0
+    (tmp_path / "node003.toml").write_bytes(b"")
+    proc = run_cli("fleet", str(tmp_path))
+    assert proc.returncode == 1 and "node003.toml: empty file" in proc.stdout, proc.stdout
