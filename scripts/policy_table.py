@@ -15,7 +15,7 @@ END = "<!-- end of default rules -->"
 
 
 def table() -> str:
-    """One row per default rule, in the order they are tried: pattern, severity, reason."""
+    """One row per default rule in the file's order (which decides nothing): pattern, severity, reason."""
     from hoststate.policy import default_rules
     from hoststate.report import md_code
 

@@ -1,4 +1,4 @@
-"""docs/policy.md lists every default rule with its rating and reason, in the order they are tried."""
+"""docs/policy.md lists every default rule with its rating and reason, in the file's order."""
 
 from __future__ import annotations
 
