@@ -246,7 +246,7 @@ def show(file: str, fmt: str) -> None:
 @click.argument("baseline", type=click.Path(dir_okay=False, allow_dash=True))
 @click.argument("current", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--policy", "policies", multiple=True, type=click.Path(dir_okay=False), metavar="P",
-              help="A policy file tried before the shipped rules (repeatable; first match wins).")
+              help="A policy file whose rules win over the shipped ones (repeatable; most specific wins).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="List every finding, not only one line per rule.")
 @click.option("--all", "include_ignored", is_flag=True,
@@ -314,7 +314,7 @@ def check(ctx: click.Context, file: str | None, fmt: str, **opts: Any) -> None:
 @click.option("--baseline", "baseline", required=True, metavar="FILE",
               help="The baseline snapshot (only ever read).")
 @click.option("--policy", "policy_files", multiple=True, metavar="P",
-              help="A policy file tried before the default policy (repeatable).")
+              help="A policy file whose rules win over the default policy (repeatable).")
 @click.option("--accept", "accept", multiple=True, metavar="PATTERN",
               help="Proceed past invalidating findings whose path matches (policy syntax: * one key, ** any); "
               "the run is then labelled non-comparable (repeatable).")
@@ -467,7 +467,7 @@ def _run_watched(result: Any, command: tuple[str, ...], watch: dict[str, Any], o
               help="Accept the invalidating findings whose path matches (guard's --accept syntax; repeatable). "
               "Every invalidating finding must be accepted, or nothing is written.")
 @click.option("--policy", "policy_files", multiple=True, type=click.Path(dir_okay=False), metavar="P",
-              help="A policy file tried before the shipped rules (repeatable).")
+              help="A policy file whose rules win over the shipped ones (repeatable).")
 @click.option("--by", metavar="NAME", help="Who accepts (default: the sudo caller, else this user's login name).")
 @click.option("--force", is_flag=True, help="Replace NEW if it exists.")
 def rebaseline(baseline: str, current: str, output: str, accept: tuple[str, ...], policy_files: tuple[str, ...],

@@ -1,4 +1,4 @@
-"""Compare two snapshots under a policy: every changed leaf becomes a Finding rated by the first matching rule.
+"""Compare two snapshots under a policy: every changed leaf becomes a Finding rated by the most specific matching rule.
 
 DeepDiff finds where the two trees differ; this module turns its report into leaf findings (a list is one leaf,
 a table added or removed is each of its leaves), applies the policy (severity, tolerance, set-vs-sequence lists),

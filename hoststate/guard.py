@@ -205,7 +205,7 @@ def evaluate(baseline: str | os.PathLike[str] | Mapping[str, Any], *, root: str 
     :param baseline: a snapshot file path (read-only) or an already loaded snapshot mapping.
     :param root, only, skip, timeout, vllm_*: the collector and vLLM source options of ``hoststate snap``;
         ``vllm_cmd`` is the exact command of the server the benchmark is about to start.
-    :param policy_files: user policy files, tried before the shipped default (ignored when ``policy`` is given).
+    :param policy_files: user policy files, a layer above the shipped default (ignored when ``policy`` is given).
     :param accept: path patterns whose invalidating findings are accepted (the run is then ``non-comparable``).
     :param allow_unreadable: accept every invalidating finding whose value could not be read on one side
         (change ``unreadable``); without it such a finding refuses like any other (guard fails closed).
