@@ -398,7 +398,7 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
         click.echo(f"hoststate guard: running as non-comparable ({len(result.accepted)} accepted): "
                    f"{' '.join(redact_argv([clean(c) for c in command]))}", err=True)
     if watch["watch"]:
-        ctx.exit(_run_watched(result, command, watch, opts, policy_files, inputs, save_current))
+        ctx.exit(_run_watched(result, command, watch, opts, policy_files, inputs, save_current, force))
     ctx.exit(run_command(command, env=command_env(result, saved=save_current)))
 
 
@@ -425,7 +425,8 @@ def _watch_options(opts: dict[str, Any], command: tuple[str, ...]) -> dict[str, 
 
 
 def _run_watched(result: Any, command: tuple[str, ...], watch: dict[str, Any], opts: dict[str, Any],
-                 policy_files: tuple[str, ...], inputs: tuple[str, ...], save_current: str | None) -> int:
+                 policy_files: tuple[str, ...], inputs: tuple[str, ...], save_current: str | None,
+                 force: bool = False) -> int:
     """guard --watch after guard let CMD run: the watched run, its verdict on stderr, the files written."""
     from hoststate.guard import read_baseline, with_guard_table
     from hoststate.output import write_output
@@ -434,12 +435,15 @@ def _run_watched(result: Any, command: tuple[str, ...], watch: dict[str, Any], o
     from hoststate.watch import load_rules, run_watched
 
     rules = load_rules(watch["watch_rules"])
+    if watch["watch_trace"]:
+        prepare_output(watch["watch_trace"], force, "--watch-trace", protect=inputs)
     base_snap = getattr(result, "baseline_snapshot", None) or read_baseline(result.baseline)[0]
     run = run_watched(result, command, root=opts.get("root") or "/",
                       snap_options={k: v for k, v in opts.items() if k != "root"},
                       policy=load_policy(tuple(policy_files)), interval=watch["watch_interval"],
                       checkpoint=watch["watch_checkpoint"], rules=rules, attach_to=watch["attach"],
-                      trace_to=watch["watch_trace"], baseline_snapshot=base_snap, protect=inputs)
+                      trace_to=watch["watch_trace"], trace_force=force, baseline_snapshot=base_snap,
+                      protect=inputs)
     click.echo(f"hoststate guard: run {run.verdict} ({len(run.reasons)} reason(s); command exit {run.returncode}; "
                f"{run.summary['samples']} samples of {len(run.summary['gpus'])} GPU(s), "
                f"gpu {run.summary['gpu_status']})", err=True)

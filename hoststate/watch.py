@@ -28,13 +28,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hoststate.errors import InputError
+from hoststate.errors import HoststateError, InputError
 
 #: Seconds between two samples of the cheap readings: on 8 GPUs about 0.3 ms of CPU a sample (docs/performance.md).
 DEFAULT_INTERVAL = 1.0
 #: Seconds between two reads of the expensive counters (besides the start and the end).
 DEFAULT_CHECKPOINT = 60.0
 TRACE_FORMAT = "hoststate-watch-trace/1"
+#: Seconds :meth:`Sampler.stop` waits for the sampling thread (one sample and one checkpoint take milliseconds).
+STOP_TIMEOUT = 10.0
 #: A recorded trace replayed instead of NVML (tests, benchmarks), as HOSTSTATE_NVML_REPLAY is for snapshots.
 REPLAY_ENV = "HOSTSTATE_WATCH_REPLAY"
 VERDICTS = ("clean", "degraded", "invalid")
@@ -315,17 +317,31 @@ def parse_cpu_stat(text: str) -> dict[str, int]:
 
 
 def cgroup_of(reader: Any, pid: int | str) -> str | None:
-    """The cgroup v2 path (``0::/path`` in /proc/PID/cgroup) of a process, or None."""
-    text = reader.read(f"proc/{pid}/cgroup", record=False, strip=False)
-    for line in (text or "").splitlines():
+    """The directory under /sys/fs/cgroup holding a process's ``cpu.stat``, or None: cgroup v2's ``0::/path``
+    of /proc/PID/cgroup when that has one, else v1's ``N:cpu[,cpuacct]:/path`` (``cpu/path``)."""
+    text = reader.read(f"proc/{pid}/cgroup", record=False, strip=False) or ""
+    candidates = []
+    for line in text.splitlines():
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
         if line.startswith("0::"):
-            return line[3:].strip() or "/"
+            candidates.insert(0, path.strip().strip("/"))
+        elif "cpu" in controllers.split(","):
+            candidates.append(f"{controllers}/{path.strip().strip('/')}".rstrip("/"))
+    for cgroup in candidates:
+        if reader.exists(f"sys/fs/cgroup/{cgroup}/cpu.stat".replace("//", "/")):
+            return "/" + cgroup
     return None
 
 
 def read_cpu_stat(reader: Any, cgroup: str) -> dict[str, int] | None:
+    """A cgroup's ``cpu.stat``; v1's ``throttled_time`` (ns) as v2's ``throttled_usec``."""
     text = reader.read(f"sys/fs/cgroup/{cgroup.strip('/')}/cpu.stat".replace("//", "/"), record=False, strip=False)
-    return parse_cpu_stat(text) if text else None
+    if not text:
+        return None
+    stat = parse_cpu_stat(text)
+    if "throttled_time" in stat and "throttled_usec" not in stat:
+        stat["throttled_usec"] = stat.pop("throttled_time") // 1000
+    return stat
 
 
 def parse_vllm_counters(text: str) -> dict[str, float]:
@@ -453,26 +469,32 @@ class Sampler:
             self.t0 = _now()
             return self
         self._take_counters(final=False)
-        self.t0 = self.checkpoints[0][0]
-        self._sample()
+        self.t0 = self.checkpoints[0][0] if self.checkpoints else _now()
+        with self._guarded("first sample"):
+            self._sample()
         self._thread = threading.Thread(target=self._run, name="hoststate-watch", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> Sampler:
         self._stop.set()
+        hung = False
         if self._thread is not None:
-            self._thread.join()
-        if self.source is not None:
+            # a sample is microseconds; a thread still busy after this is stuck in a driver call that never
+            # returns: it is left behind (a daemon thread) and the run ends without its final reads
+            self._thread.join(timeout=STOP_TIMEOUT)
+            hung = self._thread.is_alive()
+            if hung:
+                self.errors.append(f"the sampler did not stop within {STOP_TIMEOUT:g} s (an NVML call hung); "
+                                   "no final sample or counters")
+        if self.source is not None and not hung:
             with self._guarded("final sample"):
                 self._sample()
                 while isinstance(self.source, TraceSource) and not self.source.exhausted():
                     self._sample()  # a replay is judged whole, however long the command ran
             self._take_counters(final=True)
-            self.t1 = self.checkpoints[-1][0]
             self.source.close()
-        else:
-            self.t1 = _now()
+        self.t1 = self.checkpoints[-1][0] if self.checkpoints and not hung else _now()
         self.wall1 = time.time()
         self.host["cgroup_end"], _ = self._cpu_stat()
         if self.vllm_url:
@@ -953,6 +975,7 @@ def write_sidecar(path: str, record: Mapping[str, Any], snapshot: Mapping[str, A
 def run_watched(guard_result: Any, command: Sequence[str], *, root: str = "/", snap_options: Mapping[str, Any],
                 policy: Any = None, interval: float = DEFAULT_INTERVAL, checkpoint: float = DEFAULT_CHECKPOINT,
                 rules: Sequence[Rule] = RULES, attach_to: str | None = None, trace_to: str | None = None,
+                trace_force: bool = False,
                 baseline_snapshot: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
                 protect: Sequence[str] = ()) -> WatchedRun:
     """Run ``command`` (guard already said it may run) under the watch, snap the host again, judge and attach.
@@ -987,14 +1010,17 @@ def run_watched(guard_result: Any, command: Sequence[str], *, root: str = "/", s
     verdict, reasons = judge(values, baseline_metrics(baseline_snapshot), rules)
     record = build_record(guard_result, summary, drift, verdict, reasons, returncode, after, command)
     run = WatchedRun(returncode, verdict, reasons, summary, record, drift)
-    if trace_to:
-        from hoststate.output import write_output
-
-        write_output(trace_to, _dump(sampler.trace("recorded by hoststate guard --watch"), 1), force=True,
-                     protect=protect)
-        run.written.append(trace_to)
     if attach_to:
         _attach_both(run, attach_to, sidecar or "", guard_result.current, protect)
+    if trace_to:  # last: a trace that cannot be written costs the trace, not the attached verdict
+        from hoststate.output import write_output
+
+        try:
+            write_output(trace_to, _dump(sampler.trace("recorded by hoststate guard --watch"), 1),
+                         force=trace_force, protect=protect)
+            run.written.append(f"wrote {trace_to}")
+        except HoststateError as err:
+            run.written.append(f"trace not written: {err}")
     return run
 
 

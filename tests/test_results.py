@@ -23,7 +23,8 @@ EXPERIMENT = "results/20261203_120000/SERVE--default-BENCH--rate-inf"
 
 
 def watched_summary() -> dict:
-    sampler = Sampler(load_trace(str(FIXTURES / "watch" / "h200-dense-b.json")), interval=30.0).start()
+    sampler = Sampler(load_trace(str(FIXTURES / "watch" / "h200-dense-b.json")), interval=30.0,
+                      root=str(FIXTURES / "watch")).start()
     return sampler.stop().summary()
 
 

@@ -57,7 +57,8 @@ sys.exit(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
 
 def replay(name: str, own: set[int] | None = None) -> dict:
     """A recorded H200 trace through the sampler, as guard --watch runs it."""
-    sampler = Sampler(load_trace(str(WATCH / f"h200-{name}.json")), interval=30.0,
+    # root: a folder without proc/, so that this machine's own cgroup is not read into a recorded run
+    sampler = Sampler(load_trace(str(WATCH / f"h200-{name}.json")), interval=30.0, root=str(WATCH),
                       own_pids=(lambda: own) if own is not None else None)
     sampler.start()
     sampler.stop()
@@ -154,7 +155,7 @@ def test_trace_events_are_judged(tmp_path: pathlib.Path) -> None:
     data = json.loads((WATCH / "h200-dense-b.json").read_text())
     t = data["samples"][5][0]
     data["events"] = [[t, 0, 8, 13], [t, 0, 8, 79]]
-    sampler = Sampler(TraceSource(data), interval=30.0).start()
+    sampler = Sampler(TraceSource(data), interval=30.0, root=str(WATCH)).start()
     sampler.stop()
     summary = sampler.summary()
     assert [e["data"] for e in summary["events"]] == [13, 79]
@@ -225,7 +226,7 @@ def test_vllm_metrics_scraped_at_both_ends() -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        sampler = Sampler(None, vllm_url=f"http://127.0.0.1:{server.server_port}").start()
+        sampler = Sampler(None, root=str(WATCH), vllm_url=f"http://127.0.0.1:{server.server_port}").start()
         state["text"] = METRICS_BEFORE.replace("} 2.0", "} 6.0").replace('"abort",model_name="m"} 0.0',
                                                                          '"abort",model_name="m"} 3.0')
         summary = sampler.stop().summary()
@@ -365,3 +366,68 @@ def test_module_imports_nothing_heavy() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                          env={**os.environ, "PYTHONPATH": PYTHONPATH}, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_cgroup_v1_cpu_controller(tmp_path: pathlib.Path) -> None:
+    """A cgroup v1 host (or hybrid, whose v2 root has no cpu.stat): the cpu controller's directory."""
+    (tmp_path / "proc" / "7").mkdir(parents=True)
+    (tmp_path / "proc" / "7" / "cgroup").write_text("4:cpu,cpuacct:/slurm/job1\n2:memory:/slurm/job1\n0::/\n")
+    stat = tmp_path / "sys" / "fs" / "cgroup" / "cpu,cpuacct" / "slurm" / "job1" / "cpu.stat"
+    stat.parent.mkdir(parents=True)
+    stat.write_text("nr_periods 1\nnr_throttled 0\nthrottled_time 0\n")
+    sampler = Sampler(None, root=str(tmp_path), cgroup_pid=7).start()
+    stat.write_text("nr_periods 9\nnr_throttled 3\nthrottled_time 2500000\n")
+    summary = sampler.stop().summary()
+    assert summary["cgroup"] == {"path": "/cpu,cpuacct/slurm/job1", "nr_periods": 8, "nr_throttled": 3,
+                                 "throttled_usec": 2500}
+
+
+class _Stuck(TraceSource):
+    """A trace whose third read never returns, as an NVML call wedged in the driver would."""
+
+    def __init__(self, data: dict):
+        super().__init__(data)
+        self.calls = 0
+        self.release = threading.Event()
+
+    def cheap(self):
+        self.calls += 1
+        if self.calls >= 3:
+            self.release.wait()
+        return super().cheap()
+
+
+def test_a_hung_read_never_hangs_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hoststate.watch as watch
+
+    monkeypatch.setattr(watch, "STOP_TIMEOUT", 0.5)
+    source = _Stuck(json.loads((WATCH / "h200-dense-b.json").read_text()))
+    sampler = Sampler(source, interval=0.01, root=str(WATCH)).start()
+    while source.calls < 3:
+        time.sleep(0.01)
+    sampler.stop()
+    source.release.set()
+    summary = sampler.summary()
+    assert "an NVML call hung" in summary["errors"][0]
+    assert judge(summary["metrics"])[0] == "degraded"
+
+
+def test_watch_trace_is_replayable_and_never_replaced_silently(tmp_path: pathlib.Path, host: pathlib.Path) -> None:
+    proc = guard_watch(tmp_path, host, "base.toml", "foreign", "--watch-trace", "t.json", cmd=("true",))
+    assert proc.returncode == 0, proc.stderr
+    again = replay_file(tmp_path / "t.json")
+    assert again["metrics"]["share.sw_power_cap"] == replay("foreign")["metrics"]["share.sw_power_cap"]
+    assert again["gpus"][0]["counters"] == replay("foreign")["gpus"][0]["counters"]
+    marker = tmp_path / "ran"
+    proc = guard_watch(tmp_path, host, "base.toml", "foreign", "--watch-trace", "t.json",
+                       cmd=("touch", str(marker)))
+    assert proc.returncode == 2 and "exists" in proc.stderr
+    assert not marker.exists()  # refused before the command started
+    proc = guard_watch(tmp_path, host, "base.toml", "foreign", "--watch-trace", "t.json", "--force",
+                       cmd=("touch", str(marker)))
+    assert proc.returncode == 0 and marker.exists()
+
+
+def replay_file(path: pathlib.Path) -> dict:
+    sampler = Sampler(load_trace(str(path)), interval=30.0, root=str(WATCH)).start()
+    return sampler.stop().summary()
