@@ -183,11 +183,16 @@ def test_show_escapes_values():
 
 
 def test_check_output_escapes_values():
-    adv = [Advisory("HS901", "collector-failed", "warning", f"collector {PAYLOAD} error", f"a.{PAYLOAD}")]
+    def advisories(value: str) -> list[Advisory]:
+        return [Advisory("HS901", "collector-failed", "warning", f"collector {value} error", f"a.{value}")]
+
+    adv = advisories(PAYLOAD)
+    # as many lines as the same advisory with a plain value: the payload's newlines start none of their own
+    plain = {fmt: len(render_checks(advisories("x"), fmt).splitlines()) for fmt in ("text", "markdown")}
     text = render_checks(adv, "text")
-    assert not _CONTROLS.search(text) and len(text.splitlines()) == 2
+    assert not _CONTROLS.search(text) and len(text.splitlines()) == plain["text"]
     md = render_checks(adv, "markdown")
-    assert not _CONTROLS.search(md) and len(md.splitlines()) == 3
+    assert not _CONTROLS.search(md) and len(md.splitlines()) == plain["markdown"] == 3
     assert len(re.findall(r"(?<!\\)\|", md.splitlines()[2])) == 6
 
 
