@@ -26,6 +26,7 @@ COMMANDS: dict[str, Callable[[str], list[str]]] = {
     "guard": lambda out: ["guard", "--baseline", str(SNAP), "--root", str(ROOT), "--only", "system",
                           "--accept", "**", "--save-current", out],
     "export": lambda out: ["export", "prometheus", str(SNAP), "-o", out],
+    "rebaseline": lambda out: ["rebaseline", str(SNAP), str(SNAP), "-o", out],
 }
 
 
