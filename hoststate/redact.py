@@ -305,9 +305,8 @@ TOKEN_FORMATS: tuple[tuple[str, str, str, int], ...] = (
 )
 
 
-@functools.cache
 def _token_pattern(formats: tuple[tuple[str, str, str, int], ...]) -> re.Pattern[str]:
-    """One scan for every format, compiled once: longest prefix first (``sk-ant-`` before ``sk-``), never inside
+    """One scan for every format: longest prefix first (``sk-ant-`` before ``sk-``), never inside
     a word. A body is one greedy class with a floor and nothing after it, so a match costs its own length and a
     miss at most its floor."""
     branches = []
@@ -316,6 +315,12 @@ def _token_pattern(formats: tuple[tuple[str, str, str, int], ...]) -> re.Pattern
         head = f"(?i:{re.escape(literal)})" if prefix.endswith("(?i)") else re.escape(literal)
         branches.append(f"{head}{body}{{{least},}}")
     return re.compile(r"(?<!\w)(?:" + "|".join(branches) + ")")
+
+
+@functools.cache
+def _tokens() -> re.Pattern[str]:
+    """TOKEN_FORMATS' pattern, compiled at first use (importing this module stays cheap)."""
+    return _token_pattern(TOKEN_FORMATS)
 
 
 
@@ -501,7 +506,7 @@ def redact_text(text: str) -> str:
         return text
     for _ in range(3):  # again over what a rule kept (a key as a URL's user name), until nothing changes
         lower = text.lower()
-        done = _token_pattern(TOKEN_FORMATS).sub(REDACTED, text)  # compiled at first use (import stays cheap)
+        done = _tokens().sub(REDACTED, text)
         for rule in VALUE_RULES:
             if any(hint in lower for hint in rule.hints):
                 done = rule.pattern.sub(rule.replacement, done)
