@@ -251,26 +251,40 @@ def show(file: str, fmt: str) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="List every finding, not only one line per rule.")
 @click.option("--all", "include_ignored", is_flag=True,
               help="List every finding, also those the policy rates 'ignore' (implies -v).")
+@click.option("--name-only", is_flag=True, help="Print only the paths of the findings, one per line.")
+@click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+              help="Colour the text report: on a terminal (auto, unless NO_COLOR), always or never.")
+@click.argument("paths", nargs=-1, metavar="[-- PATH...]")
 @click.pass_context
 def diff(ctx: click.Context, baseline: str, current: str, policies: tuple[str, ...], fmt: str,
-         verbose: bool, include_ignored: bool) -> None:
+         verbose: bool, include_ignored: bool, name_only: bool, color: str, paths: tuple[str, ...]) -> None:
     """Compare two snapshots under a policy: a summary line per subsystem, then the findings by rule.
 
-    Either snapshot may be '-' (stdin), not both.
+    Either snapshot may be '-' (stdin), not both. PATHs (after '--') keep the findings under them, in the
+    policy's pattern syntax ('dsa', 'gpu.devices.*.power_*', 'vllm.**'); the verdict and exit status follow them.
 
     Exit 0 when nothing is invalidating, 1 when something is, 2 on bad input (snapshot or policy).
     """
     from hoststate.diff import compare
     from hoststate.policy import load_policy
-    from hoststate.report import render_diff
+    from hoststate.report import filter_paths, render_diff, safe, vllm_source_note
 
     if baseline == current == STDIO:
         raise click.UsageError("only one of BASELINE and CURRENT can be '-' (stdin)")
     policy = load_policy(list(policies))
-    result = compare(load_snapshot(baseline), load_snapshot(current), policy, include_ignored=include_ignored)
-    color = use_color(fmt)
-    click.echo(render_diff(result, fmt, baseline=baseline, current=current, color=color,
-                           verbose=verbose or include_ignored), nl=False)
+    base, cur = load_snapshot(baseline), load_snapshot(current)
+    result = compare(base, cur, policy, include_ignored=include_ignored)
+    if paths:
+        try:
+            result = filter_paths(result, paths)
+        except ValueError as err:
+            raise InputError(f"bad PATH pattern: {err}") from err
+    if name_only:
+        click.echo("".join(f"{safe(f.path)}\n" for f in result.findings), nl=False)
+        ctx.exit(1 if result.verdict == "invalidating" else 0)
+    note = vllm_source_note(base, cur) if fmt == "text" and not paths else []
+    click.echo(render_diff(result, fmt, baseline=baseline, current=current, color=use_color(fmt, color),
+                           verbose=verbose or include_ignored, note=note), nl=False, color=True)
     ctx.exit(1 if result.verdict == "invalidating" else 0)
 
 
@@ -294,9 +308,11 @@ def digest(file: str) -> None:
 @cli.command()
 @click.argument("file", required=False, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+              help="Colour the text report: on a terminal (auto, unless NO_COLOR), always or never.")
 @collector_options
 @click.pass_context
-def check(ctx: click.Context, file: str | None, fmt: str, **opts: Any) -> None:
+def check(ctx: click.Context, file: str | None, fmt: str, color: str, **opts: Any) -> None:
     """Advisories from a snapshot FILE (or the live host), each with a stable code (docs/codes.md).
 
     Exit 0 when none is at warning level, 1 when some are, 2 on bad input.
@@ -305,8 +321,7 @@ def check(ctx: click.Context, file: str | None, fmt: str, **opts: Any) -> None:
 
     snapshot = load_snapshot(file) if file else take_snapshot(opts, quiet=True)
     advisories = run_checks(snapshot)
-    color = use_color(fmt)
-    click.echo(render_checks(advisories, fmt, color=color), nl=False)
+    click.echo(render_checks(advisories, fmt, color=use_color(fmt, color)), nl=False, color=True)
     ctx.exit(1 if any(a.severity == "warning" for a in advisories) else 0)
 
 
@@ -523,7 +538,7 @@ def fleet(ctx: click.Context, paths: tuple[str, ...], reference: str | None, fmt
     from hoststate.fleet import render, run_fleet
 
     report = run_fleet(paths, reference=reference, jobs=jobs or None)
-    click.echo(render(report, fmt, color=use_color(fmt, color), verbose=verbose), nl=False)
+    click.echo(render(report, fmt, color=use_color(fmt, color), verbose=verbose), nl=False, color=True)
     ctx.exit(report.exit_code)
 
 

@@ -121,6 +121,8 @@ def fit(parts: Sequence[str | Elide | Name], width: int = WIDTH, indent: int = 4
              for p in parts]
     over = sum(map(len, texts)) - width
     elidable = [i for i, p in enumerate(parts) if isinstance(p, Elide)]
+    if over > sum(max(0, len(texts[i]) - _MIN_VALUE) for i in elidable):
+        elidable = []  # eliding cannot make it one line: wrap it whole instead
     while over > 0 and elidable:
         i = max(elidable, key=lambda k: len(texts[k]))
         room = len(texts[i]) - _MIN_VALUE
@@ -550,10 +552,23 @@ def _counts(result: DiffResult) -> str:
     return ", ".join(f"{result.counts.get(s, 0)} {s}" for s in SEVERITIES)
 
 
+def filter_paths(result: DiffResult, patterns: Sequence[str]) -> DiffResult:
+    """The findings under ``patterns`` (policy syntax; a pattern also covers everything below it, as git's
+    pathspecs do), with the verdict and counts of those findings only. ValueError on a malformed pattern."""
+    from hoststate.policy import compile_pattern
+
+    compiled = [compile_pattern((*split_path(p), "**")) for p in patterns]
+    kept = [f for f in result.findings if any(c.match(_parts(f)) for c in compiled)]
+    counts = {s: sum(1 for f in kept if f.severity == s) for s in SEVERITIES}
+    verdict = "invalidating" if counts["invalidating"] else "warning" if counts["warning"] else "clean"
+    return DiffResult(kept, verdict, counts)
+
+
 def render_text(result: DiffResult, *, baseline: str, current: str, color: bool = False,
-                verbose: bool = False) -> str:
-    """Summary lines, then the findings by rule (every finding with ``verbose``), then the verdict line."""
-    lines: list[str] = []
+                verbose: bool = False, note: Sequence[str] = ()) -> str:
+    """Summary lines, then the findings by rule (every finding with ``verbose``), then the verdict line. ``note``
+    (vllm_source_note) comes first: it changes how every vLLM finding reads."""
+    lines: list[str] = list(note)
     for s in summarize(result.findings):
         lines.append(f"{_tag(s.severity, color)}  {clip(s.text, WIDTH - 14)}")
     if lines:
@@ -652,14 +667,14 @@ def to_json(result: DiffResult, *, baseline: str, current: str) -> dict[str, Any
 
 
 def render_diff(result: DiffResult, fmt: str, *, baseline: str, current: str, color: bool = False,
-                verbose: bool = False) -> str:
+                verbose: bool = False, note: Sequence[str] = ()) -> str:
     """The report in ``fmt`` (text, json or markdown); colour only applies to text."""
     if fmt == "json":
         return json.dumps(to_json(result, baseline=baseline, current=current), indent=2, ensure_ascii=False) + "\n"
     if fmt == "markdown":
         return render_markdown(result, baseline=baseline, current=current, verbose=verbose)
     if fmt == "text":
-        return render_text(result, baseline=baseline, current=current, color=color, verbose=verbose)
+        return render_text(result, baseline=baseline, current=current, color=color, verbose=verbose, note=note)
     raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})")
 
 
@@ -668,31 +683,38 @@ def render_diff(result: DiffResult, fmt: str, *, baseline: str, current: str, co
 _SOURCE_WORDS = {"cmd": "--vllm-cmd", "pid": "--vllm-pid", "discovered": "a discovered server", "log": "--vllm-log",
                  "url": "--vllm-url", "servers": "discovered servers", "none": "no server",
                  "skipped": "not read (skipped)", "dead-url": "--vllm-url (unreachable)"}
-_URL = re.compile(r"https?://\S+")
+_URL = re.compile(r"https?://[^\s\]\)'\"<>]+")
+
+
+def _dead_url(snap: dict[str, Any]) -> tuple[str, str] | None:
+    """(URL, error) of a --vllm-url that did not answer, from ``collectors.vllm.unreadable``."""
+    entry = (snap.get("collectors") or {}).get("vllm")
+    unread = entry.get("unreadable") if isinstance(entry, dict) and isinstance(entry.get("unreadable"), dict) else {}
+    for key, why in unread.items():
+        url = _URL.search(f"{key} {why}")
+        if url and re.search(r"refused|unreachable|timed out|error|reset|not known", str(why), re.IGNORECASE):
+            error = re.sub(r"\s*[\[(]?--vllm-url\s+\S+.*$", "", str(why)).strip() or "unreachable"
+            return safe(url.group()), safe(error)
+    return None
 
 
 def vllm_source(snap: Any) -> tuple[str, str]:
     """(kind, words) of how a snapshot describes vLLM: ``cmd``, ``pid``, ``discovered``, ``log``, ``url``,
-    ``servers``, ``dead-url`` (a --vllm-url that did not answer, with its error), ``none`` or ``skipped``."""
+    ``servers``, ``dead-url`` (a --vllm-url that did not answer), ``none`` or ``skipped``."""
     snap = snap if isinstance(snap, dict) else {}
+    dead = _dead_url(snap)
+    if dead:
+        return "dead-url", f"--vllm-url {dead[0]} (did not answer)"
     entry = (snap.get("collectors") or {}).get("vllm")
     entry = entry if isinstance(entry, dict) else {}
-    unread = entry.get("unreadable") if isinstance(entry.get("unreadable"), dict) else {}
-    for key, why in unread.items():
-        text = f"{key} {why}"
-        url = _URL.search(text)
-        if url and re.search(r"refused|unreachable|timed out|error|reset|not known", str(why), re.IGNORECASE):
-            error = re.sub(r"\s*--vllm-url\s+\S+.*$", "", str(why)).strip() or "unreachable"
-            return "dead-url", f"--vllm-url {safe(url.group())} did not answer ({safe(error)})"
     vllm = snap.get("vllm") if isinstance(snap.get("vllm"), dict) else {}
     if isinstance(vllm.get("servers"), dict) and vllm["servers"]:
         return "servers", f"{len(vllm['servers'])} discovered servers"
     source = vllm.get("source")
     if isinstance(source, str) and source in _SOURCE_WORDS:
         return source, _SOURCE_WORDS[source]
-    status = entry.get("status")
-    if status == "skipped":
-        return "skipped", f"not read ({safe(str(entry.get('reason') or 'skipped'))})"
+    if entry.get("status") == "skipped":
+        return "skipped", f"nothing ({safe(str(entry.get('reason') or 'skipped'))})"
     return "none", "no vLLM server" + (f" ({safe(str(entry['reason']))})" if entry.get("reason") else "")
 
 
@@ -701,19 +723,16 @@ def vllm_source_note(baseline: Any, current: Any) -> list[str]:
 
     Findings under ``vllm`` then compare two descriptions (a command line against a discovered process, a dead
     URL against a live one), not two servers: the reader must know that before reading them."""
+    for side, snap in (("now", current), ("in the baseline", baseline)):
+        dead = _dead_url(snap if isinstance(snap, dict) else {})
+        if dead:
+            return fit([f"vLLM: {side} --vllm-url ", dead[0], " did not answer (", Elide(dead[1]),
+                        "); fix: start the server or correct the URL (its vllm values are missing, not changed)"])
     (kind_a, words_a), (kind_b, words_b) = vllm_source(baseline), vllm_source(current)
-    if kind_b == "dead-url" or kind_a == "dead-url":
-        side, words = ("now", words_b) if kind_b == "dead-url" else ("in the baseline", words_a)
-        return fit([f"vLLM: {side} ", Elide(words), ": the vllm findings are values missing, not changed; "
-                    "start the server or fix the URL, then compare again"])
     if kind_a == kind_b or {kind_a, kind_b} <= {"discovered", "pid"}:
         return []
-    if "skipped" in (kind_a, kind_b) or ("none" in (kind_a, kind_b) and {kind_a, kind_b} & {"servers", "discovered"}):
-        fix = "snap both sides the same way (the server running, or the same --vllm-* option)"
-    else:
-        fix = "describe both sides with the same --vllm-* option (or both by discovery)"
-    return fit([f"vLLM described differently: baseline by {words_a}, now by {words_b}: the vllm findings compare "
-                f"the two descriptions; fix: {fix}"])
+    return fit([f"vLLM described differently: baseline by {words_a}, now by ", Elide(words_b),
+                "; fix: describe both sides the same way (the same --vllm-* option, or the server running)"])
 
 
 # -- guard --------------------------------------------------------------------------------------------------------
@@ -767,9 +786,7 @@ def render_guard(result: Any, *, baseline_snap: Any = None, color: bool = False,
     head = fit([f"{title}: baseline ", safe(str(result.baseline)), " (",
                 Elide(result.baseline_digest or "no digest"), "): ", paint(result.verdict, tone, color),
                 f" ({counts})"], WIDTH + (len(paint("", tone, color))))
-    lines = [*head]
-    if baseline_snap is not None:
-        lines += vllm_source_note(baseline_snap, result.current)
+    lines = [*(vllm_source_note(baseline_snap, result.current) if baseline_snap is not None else []), *head]
     for s in summarize(result.findings):
         if verbose or s.severity in ("invalidating", "warning"):
             lines.append(f"{_tag(s.severity, color)}  {s.text}")
