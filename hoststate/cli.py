@@ -294,6 +294,7 @@ def digest(file: str) -> None:
     """Print the snapshot's digest (sha256 over the values the default policy rates invalidating). Exit 0; 2.
 
     FILE '-' is stdin."""
+    from hoststate.report import safe
     from hoststate.snapshot import digest as compute
 
     snapshot = load_snapshot(file)
@@ -302,7 +303,7 @@ def digest(file: str) -> None:
     if stored != fresh:
         click.echo(f"hoststate: {file}: stored digest differs from the one this version computes ({fresh}): the "
                    "file was edited or taken under another default policy", err=True)
-    click.echo(stored)
+    click.echo(safe(stored))  # the file's text, shown escaped like any report's
 
 
 @cli.command()

@@ -103,3 +103,14 @@ def test_nothing_hidden_survives_safe(text: str) -> None:
     shown = safe(text)
     assert not any(_hidden(char) for char in shown), ascii(shown)
     assert "\n" not in shown and "\x1b" not in shown
+
+
+def test_digest_prints_a_stored_digest_escaped(tmp_path) -> None:
+    """`hoststate digest` prints text from the file: a planted digest cannot hide characters or start a line."""
+    snap = loads(SEED.read_bytes(), str(SEED))
+    snap["hoststate"]["digest"] = "sha256:\u200b\nverdict: clean\u3164"
+    path = tmp_path / "planted.toml"
+    path.write_text(to_toml(snap), encoding="utf-8")
+    proc = _run("digest", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "sha256:\\u200b\\nverdict: clean\\u3164\n"
