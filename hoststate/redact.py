@@ -4,16 +4,19 @@ Secrets are found two ways, in every input (argv, environment, ``--vllm-cmd``, `
 ``/metrics``, labels, guard's command):
 
 - by name: ``is_secret_name`` for environment variables (design.md's words TOKEN, KEY, SECRET, PASSWORD,
-  PASSWD, CREDENTIAL, AUTH, and PASS), ``is_secret_key`` for option and configuration keys
-  (``--api-key``, ``hf_token``, ``kv_transfer_config.x.password``, ``X-Amz-Credential``), and
-  ``SHORT_SECRET_OPTIONS`` for programs whose short options take one (``mysql -pPASS``);
-- by shape: ``VALUE_RULES`` (provider key formats, PEM blocks, URL passwords, headers) and ``key = value``
-  pairs in any text (JSON, Python literals, queries and fragments, ``NAME=value``), so an ``sk-...`` key
+  PASSWD, CREDENTIAL, AUTH, plus PASS, PWD, CRED, COOKIE, SIGNATURE), ``is_secret_key`` for option and
+  configuration keys (``--api-key``, ``hf_token``, ``kv_transfer_config.x.password``, ``X-Amz-Credential``,
+  argparse abbreviations such as ``--api-ke``), and ``SHORT_SECRET_OPTIONS`` for programs whose short options
+  take one (``mysql -pPASS``);
+- by shape: ``TOKEN_FORMATS`` (provider token formats, anchored on gitleaks' rule set), ``VALUE_RULES``
+  (PEM blocks, URL passwords, headers, webhooks, JWTs) and ``key = value`` pairs in any text (JSON, Python
+  literals, queries and fragments, ``NAME=value``; keys of any length, escapes decoded), so an ``sk-...`` key
   given as a positional argument, or a password nested in a JSON option, is redacted as surely as one
   under ``--api-key``.
 
 A redacted value is replaced by ``REDACTED``; nothing here raises, and every scan is linear in its input
-(patterns are bounded, no nested quantifiers), because the text comes from other users' processes.
+(no repetition can restart inside its own match or backtrack over another), because the text comes from
+other users' processes.
 Redaction is for what hoststate records and prints; what it passes on (guard's command and its
 environment) is never changed.
 """
