@@ -245,3 +245,43 @@ def test_vllm_0_33_rules_are_recorded_and_read_alike():
     for case in refused:
         parsed, declared = hoststate_view(data, case)
         assert parsed.refusals or declared.refused, case["id"]
+
+
+#: Refusals that depend on the model or the host (recorded case id -> words vLLM's error and hoststate's reason share,
+#: compared without case): hoststate refuses these for vLLM's reason, not merely refuses.
+REFUSED_FOR_VLLMS_REASON = {
+    "tp3-heads-not-divisible": "must be divisible by tensor parallel size (3)",
+    "tp6-heads-not-divisible": "must be divisible by tensor parallel size (6)",
+    "max-model-len-above-derived": "max_model_len (65536) is greater than the derived max_model_len",
+    "max-model-len-above-llama3-rope": "max_model_len (200000) is greater than the derived max_model_len",
+    "max-model-len-yarn-above-derived": "max_model_len (163841) is greater than the derived max_model_len",
+    "batched-tokens-below-seqs": "max_num_batched_tokens (256) must be greater than or equal to max_num_seqs (512)",
+    "spec-eagle-without-model": "num_speculative_tokens was provided but without speculative model",
+    "spec-tokens-without-method-or-model": "num_speculative_tokens was provided but without speculative model",
+    "quantization-not-the-checkpoints": "does not match the quantization method specified in the `quantization` arg",
+    "tp16-above-gpus": "than the number of available gpus (8)",
+    "tp8-pp2-above-gpus": "than the number of available gpus (8)",
+    "lora-spec-default-budget-short": "increasing max_num_batched_tokens or decreasing num_speculative_tokens",
+    "lora-spec-budget-short": "increasing max_num_batched_tokens or decreasing num_speculative_tokens",
+    "pcp2-refused": "prefill context parallelism is not fully supported",
+    "spec-flags-suffix-async": "async scheduling",
+    "spec-flags-tokens-only": "num_speculative_tokens was provided but without speculative model",
+    "spec-flags-clash": "--spec-method and --speculative-config['method'] are mutually exclusive",
+    "kv-lmcache-expandable-segments": "incompatible with pytorch_cuda_alloc_conf=expandable_segments:true",
+}
+
+
+def test_model_and_host_refusals_are_recorded_and_refused_for_vllms_reason():
+    seen: dict[str, list[str]] = {}
+    for path in _files():
+        data = json.loads(path.read_text())
+        for case in data["cases"]:
+            words = REFUSED_FOR_VLLMS_REASON.get(case["id"])
+            if words is None:
+                continue
+            assert case["outcome"] == "refused" and words in case["error"].casefold(), (path.name, case["id"])
+            parsed, declared = hoststate_view(data, case)
+            assert not parsed.refusals and words in (declared.refused or "").casefold(), (path.name, declared)
+            seen.setdefault(case["id"], []).append(data["vllm_version"])
+    assert set(seen) == set(REFUSED_FOR_VLLMS_REASON)
+    assert all("0.33.0" in versions or "0.12.0" in versions for versions in seen.values()), seen
