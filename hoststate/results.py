@@ -126,8 +126,9 @@ def read_cells(paths: Iterable[str], skipped: list[dict[str, str]]) -> list[Cell
         except (InputError, ValueError) as err:
             skipped.append({"file": path, "error": str(err).splitlines()[0][:200]})
             continue
-        if not isinstance(obj, dict):
-            skipped.append({"file": path, "error": "not a JSON object (a summary?)"})
+        if not isinstance(obj, dict) or str(obj.get("format", "")).startswith("hoststate-"):
+            why = "a hoststate file, not a result" if isinstance(obj, dict) else "not a JSON object (a summary?)"
+            skipped.append({"file": path, "error": why})
             continue
         cell = Cell(path, obj.get("hoststate") if isinstance(obj.get("hoststate"), dict) else None)
         side = path[: -len(".json")] + SIDECAR_SUFFIX

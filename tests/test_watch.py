@@ -431,3 +431,20 @@ def test_watch_trace_is_replayable_and_never_replaced_silently(tmp_path: pathlib
 def replay_file(path: pathlib.Path) -> dict:
     sampler = Sampler(load_trace(str(path)), interval=30.0, root=str(WATCH)).start()
     return sampler.stop().summary()
+
+
+def test_a_live_guard_watch_run_on_the_h200_replays_to_the_same_verdict() -> None:
+    """fixtures/watch/h200-guard-live.*: `hoststate guard --watch` itself on the H200 (benchmarks/
+    bench_watch_live.sh, run B): its trace, its log, and the watched idle baseline run it was judged against."""
+    from hoststate.snapshot import load
+    from hoststate.watch import baseline_metrics
+
+    log = (WATCH / "h200-guard-live.log").read_text()
+    summary = replay_file(WATCH / "h200-guard-live.json")
+    baseline = baseline_metrics(load(str(WATCH / "h200-base-run.toml")))
+    assert baseline is not None and baseline["share.sw_power_cap"] == 0.0
+    verdict, reasons = judge(summary["metrics"], baseline)
+    assert verdict == "degraded"
+    assert f"  DEGRADED  {reasons[0]['text']}\n" in log
+    assert "B exit 4" in log and "C exit 0" in log
+    assert "  DEGRADED  another process used a watched GPU during the run: 1" in log  # run C: not guard's child
