@@ -1034,3 +1034,29 @@ def _attach_both(run: WatchedRun, result: str, sidecar: str, snapshot: Mapping[s
     write_sidecar(sidecar, record, snapshot, protect=protect)
     run.record = record
     run.written.append(f"wrote {sidecar}")
+
+
+def guard_and_watch(baseline: Any, command: Sequence[str], *, attach_to: str | None = None,
+                    interval: float = DEFAULT_INTERVAL, checkpoint: float = DEFAULT_CHECKPOINT,
+                    rules: Sequence[Rule] = RULES, policy_files: Sequence[str] = (), accept: Iterable[str] = (),
+                    allow_unreadable: bool = False, root: str = "/", **snap_options: Any) -> WatchedRun:
+    """``hoststate guard --baseline B --watch [--attach RESULT] -- CMD`` as one call, for harnesses.
+
+    Raises :class:`hoststate.errors.GuardRefused` (the command is not started) as
+    :func:`hoststate.guard.check_baseline` does; otherwise returns the finished :class:`WatchedRun`.
+    ``snap_options``: ``only``, ``skip``, ``timeout``, ``vllm_pid``, ``vllm_cmd``, ``vllm_log``, ``vllm_url``,
+    ``vllm_version``, ``label``, as for :func:`hoststate.guard.snap_host`.
+    """
+    from hoststate.guard import check_baseline
+    from hoststate.policy import load_policy
+
+    policy = load_policy(tuple(policy_files))
+    result = check_baseline(baseline, root=root, policy=policy, policy_files=policy_files, accept=accept,
+                            allow_unreadable=allow_unreadable, **snap_options)
+    base = baseline if isinstance(baseline, Mapping) else getattr(result, "baseline_snapshot", None)
+    if base is None:
+        from hoststate.guard import read_baseline
+
+        base = read_baseline(baseline)[0]
+    return run_watched(result, command, root=root, snap_options=snap_options, policy=policy, interval=interval,
+                       checkpoint=checkpoint, rules=rules, attach_to=attach_to, baseline_snapshot=base)

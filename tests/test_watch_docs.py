@@ -91,3 +91,17 @@ def test_performance_doc_has_the_measured_sampler_figures() -> None:
     default = next(r for r in rows if r.startswith("| 1 Hz | 8 |"))
     worst = float(default.split("|")[3].split("-")[-1])
     assert worst < 1.0  # design.md's target: under 1 % of a core on 8 GPUs at the default rate
+
+
+def test_the_python_api_example_runs_as_written(tmp_path) -> None:
+    text = (REPO / "docs" / "watch.md").read_text()
+    code = re.search(r"```python\n(# watch-api\.py.*?)```", text, re.S)
+    assert code, "docs/watch.md has the API example"
+    (tmp_path / "fixtures").symlink_to(FIXTURES)
+    (tmp_path / "watch-api.py").write_text(code.group(1))
+    proc = subprocess.run([sys.executable, "watch-api.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ("degraded ['clocks held down by the power cap more than in the baseline: 99.6 %, "
+                           "baseline 0.0 %', 'another process used a watched GPU during the run: 1'] 0 4\n")
+    assert json.loads((tmp_path / "api-run.json").read_text())["hoststate"]["verdict"] == "degraded"
