@@ -69,14 +69,15 @@ def source(reads: str, *lands: str, absent: tuple[str, ...] = ()) -> Source:
 
 
 def _fill(template: str, groups: Mapping[str, str]) -> Path:
-    """A dotted template with ``{name}`` parts replaced by the captured keys (a key may hold dots)."""
+    """A dotted template with each ``{name}`` replaced by the captured text (a captured key may hold dots); a
+    part whose captured text no pattern can spell (empty, or holding ``*``) becomes ``*``: any key there."""
     out: list[str] = []
     for part in template.split("."):
-        if part.startswith("{") and part.endswith("}"):
-            key = groups[part[1:-1]]
-            out.append("*" if "*" in key or not key else key)  # a name no pattern can spell: any key there
+        used = [groups[name] for name in re.findall(r"\{(\w+)\}", part)]
+        if any("*" in value or not value for value in used):
+            out.append("*")
         else:
-            out.append(part)
+            out.append(re.sub(r"\{(\w+)\}", lambda m: groups[m[1]], part))
     return tuple(out)
 
 

@@ -16,12 +16,13 @@ from typing import Any
 
 import pytest
 
+from hoststate.coverage import failures
 from hoststate.snapshot import load
 from tests.conftest import FIXTURES, HOSTS
 
 HOSTSTATE = [sys.executable, "-m", "hoststate"]
 SEED = HOSTS / "seed-baseline"
-SEED_CMD = "vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 8 -O1"
+SEED_CMD = "vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 1 -O1"  # fits the one-GPU replay
 VLLM = ("--vllm-cmd", SEED_CMD, "--vllm-version", "0.12.0")
 H200_REPLAY = FIXTURES / "nvml" / "h200.json"
 
@@ -50,8 +51,16 @@ def snap(out: Path, root: Path = SEED, *extra: str, env: dict[str, str] | None =
 def guard(baseline: Path, marker: Path, *args: str, root: Path = SEED, env: dict[str, str] | None = None,
           save: Path | None = None) -> subprocess.CompletedProcess[str]:
     extra = ("--save-current", str(save)) if save else ()
-    return run("guard", "--baseline", str(baseline), "--root", str(root), *VLLM, *extra, *args,
+    # Installed packages cannot be read under --root, on either side: accepted here so that each test sees only
+    # the gap it makes (tests/test_coverage.py shows that gap refusing on its own).
+    return run("guard", "-v", "--baseline", str(baseline), "--root", str(root), *VLLM, *extra, "--accept", "packages",
+               *args,
                "--", sys.executable, "-c", f"open({str(marker)!r}, 'w').write('ran')", env=env)
+
+
+def mine(accepted: list[dict]) -> list[dict]:
+    """Accepted findings other than the installed packages no --root snapshot can read."""
+    return [a for a in accepted if a["path"] != "packages"]
 
 
 def assert_refused(proc: subprocess.CompletedProcess[str], marker: Path, *needles: str) -> None:
@@ -97,13 +106,13 @@ def test_a_collector_skipped_now_refuses_unless_accepted(full_baseline: Path, tm
     marker = tmp_path / "ran"
     env = {"HOSTSTATE_NVML_REPLAY": str(H200_REPLAY)}
     proc = guard(full_baseline, marker, *selection, env=env)
-    assert_refused(proc, marker, unreadable_path, "<unreadable: collector", "--allow-unreadable")
+    assert_refused(proc, marker, unreadable_path, "<unreadable (skipped): collector")
 
     save = tmp_path / "allowed.toml"
     assert_ran(guard(full_baseline, marker, *selection, "--allow-unreadable", env=env, save=save), marker)
     table = load(str(save))["guard"]
     assert table["verdict"] == "non-comparable" and table["allow_unreadable"] is True
-    accepted = {a["path"]: a for a in table["accepted"]}
+    accepted = {a["path"]: a for a in mine(table["accepted"])}
     assert accepted[unreadable_path]["change"] == "unreadable"
     assert accepted[unreadable_path]["accepted_by"] == "--allow-unreadable"
     assert all(a["change"] == "unreadable" for a in table["accepted"])
@@ -121,11 +130,13 @@ def test_a_collector_skipped_now_refuses_unless_accepted(full_baseline: Path, tm
     assert {a["path"]: a["accepted_by"] for a in table["accepted"]}[unreadable_path] in (accept, "**")
 
 
-def test_the_same_selection_on_both_sides_is_comparable(tmp_path: Path) -> None:
-    """Leaving a collector out of both the baseline and the run is not a gap: nothing is unknown."""
+def test_the_same_selection_on_both_sides_still_cannot_tell(tmp_path: Path) -> None:
+    """Leaving a collector out of both the baseline and the run leaves its values unknown on both sides: the
+    guard cannot tell whether they match, so it refuses unless that is accepted (fail closed both ways)."""
     base = snap(tmp_path / "b.toml", SEED, "--skip", "dsa")
     marker = tmp_path / "ran"
-    assert_ran(guard(base, marker, "--skip", "dsa"), marker)
+    assert_refused(guard(base, marker, "--skip", "dsa"), marker, "dsa", "Not readable in either snapshot")
+    assert_ran(guard(base, marker, "--skip", "dsa", "--allow-unreadable"), marker)
 
 
 # -- each other cause: collector error, timeout, denied, an unparsable file -------------------------------------------
@@ -141,7 +152,7 @@ def test_gpu_collector_failing_now_refuses_unless_accepted(full_baseline: Path, 
     env = {"HOSTSTATE_NVML_REPLAY": replay(tmp_path, init)}
     marker = tmp_path / "ran"
     proc = guard(full_baseline, marker, *extra, env=env)
-    assert_refused(proc, marker, "gpu.driver_version", f"<unreadable: collector gpu {status}")
+    assert_refused(proc, marker, "gpu.driver_version", f"<unreadable ({status}): collector gpu {status}")
 
     save = tmp_path / "allowed.toml"
     assert_ran(guard(full_baseline, marker, *extra, "--allow-unreadable", env=env, save=save), marker)
@@ -153,7 +164,7 @@ def test_gpu_collector_failing_now_refuses_unless_accepted(full_baseline: Path, 
 
     save = tmp_path / "accepted.toml"
     assert_ran(guard(full_baseline, marker, *extra, "--accept", "gpu.**", env=env, save=save), marker)
-    assert {a["accepted_by"] for a in load(str(save))["guard"]["accepted"]} == {"gpu.**"}
+    assert {a["accepted_by"] for a in mine(load(str(save))["guard"]["accepted"])} == {"gpu.**"}
 
 
 def test_an_unparsable_file_refuses_unless_accepted(full_baseline: Path, tmp_path: Path) -> None:
@@ -165,13 +176,14 @@ def test_an_unparsable_file_refuses_unless_accepted(full_baseline: Path, tmp_pat
     base = load(str(full_baseline))
     assert "balancing" in base["system"]["numa"]
     proc = guard(full_baseline, marker, root=tree, env=env)
-    assert_refused(proc, marker, "system.numa.balancing", "<unreadable: not an integer")
+    assert_refused(proc, marker, "system.numa.balancing", "<unreadable (error): not an integer")
 
     save = tmp_path / "allowed.toml"
     assert_ran(guard(full_baseline, marker, "--allow-unreadable", root=tree, env=env, save=save), marker)
     saved = load(str(save))
-    assert saved["collectors"]["system"]["unreadable"] == {"proc/sys/kernel/numa_balancing": "not an integer: 'on'"}
-    [accepted] = saved["guard"]["accepted"]
+    assert failures(saved["collectors"]["system"]["unreadable"]) == {
+        "proc/sys/kernel/numa_balancing": "not an integer: 'on'"}
+    [accepted] = mine(saved["guard"]["accepted"])
     assert (accepted["path"], accepted["change"], accepted["accepted_by"]) == (
         "system.numa.balancing", "unreadable", "--allow-unreadable")
 
@@ -188,7 +200,7 @@ def test_diff_rates_an_unreadable_invalidating_value_invalidating(full_baseline:
     found = {f["path"]: f for f in json.loads(proc.stdout)["findings"]}
     f = found["gpu.driver_version"]
     assert (f["change"], f["severity"], f["old"]) == ("unreadable", "invalidating", "580.159.04")
-    assert f["new"].startswith("<unreadable: collector gpu skipped")
+    assert f["new"].startswith("<unreadable (skipped): collector gpu skipped")
     assert found["collectors.gpu.status"]["severity"] == "warning"
 
 
@@ -197,7 +209,7 @@ def test_a_denied_nvml_baseline_against_a_readable_host_is_refused_too(tmp_path:
     base = snap(tmp_path / "b.toml", SEED, env={"HOSTSTATE_NVML_REPLAY": replay(tmp_path, {"error": "NoPermission"})})
     marker = tmp_path / "ran"
     env = {"HOSTSTATE_NVML_REPLAY": str(H200_REPLAY)}
-    assert_refused(guard(base, marker, env=env), marker, "gpu.driver_version", "<unreadable: collector gpu denied")
+    assert_refused(guard(base, marker, env=env), marker, "gpu.driver_version", "<unreadable (denied): collector gpu denied")
     assert_ran(guard(base, marker, "--allow-unreadable", env=env), marker)
 
 

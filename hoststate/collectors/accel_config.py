@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Iterator
 from typing import Any
 
+from hoststate import coverage
 from hoststate.collectors import Context, Section
 from hoststate.coverage import source
 from hoststate.io import Reader, run
@@ -23,9 +24,13 @@ BIN_PATHS = ("usr/bin/accel-config", "usr/local/bin/accel-config", "usr/sbin/acc
 DPKG_STATUS = "var/lib/dpkg/status"
 #: What this collector reads -> where it lands in the ``accel_config`` table; first match names it.
 SOURCES = (
-    source(r"etc/accel-config/accel-config\.conf", "saved.**"),
+    source(r"etc/accel-config/accel-config\.conf", "saved.**", absent=("ENOENT",)),  # never saved: present = false
     source(r"var/lib/dpkg/status", "version"),
-    source(r"(?:usr/bin|usr/local/bin|usr/sbin|bin)/accel-config", "available", "path", "version", "list.**"),
+    source(r"(?:usr/bin|usr/local/bin|usr/sbin|bin)/accel-config", "available", "path", "version", "list.**",
+           absent=("ENOENT",)),  # looked for in each place: not there is an answer
+    # The DSA tree the cross-checks compare with (read by the dsa collector): what it could not read, they cannot
+    # have compared.
+    source(r"(?:sys|dev)/.*", "saved.matches_live", "saved.differences", "list.agrees_with_sysfs", "list.differences"),
 )
 
 #: accel-config's JSON key -> the kernel attribute it reports (util/json.c); others are named alike.
@@ -373,13 +378,25 @@ def _dpkg_version(reader: Reader) -> str | None:
 # ---- the collector ----------------------------------------------------------------------------------------
 
 
-def _dsa_data(ctx: Context) -> tuple[dict[str, Any] | None, str | None]:
-    """The dsa section's data (collecting it here when it was not selected), or why there is none."""
+def _dsa_failures(section: Section) -> dict[str, str]:
+    """What the dsa collector could not read (not its observed absences), by file: the cross-checks with it
+    cannot be known either."""
+    from hoststate.collectors import dsa
+
+    settled = coverage.settle(dsa.SOURCES, coverage.failures(section.unreadable))
+    unknown = {k: v for k, v in settled.items() if coverage.parse_entry(v)[0] in coverage.UNKNOWN}
+    return coverage.failures(unknown)
+
+
+def _dsa_data(ctx: Context, unreadable: dict[str, str]) -> tuple[dict[str, Any] | None, str | None]:
+    """The dsa section's data (collecting it here when it was not selected), or why there is none; what it could
+    not read is added to ``unreadable``."""
     section = ctx.sections.get("dsa")
     if section is None or section.status == "skipped":
         from hoststate.collectors import dsa
 
         section = dsa.collect(ctx)
+    unreadable.update(_dsa_failures(section))
     if section.status in ("ok", "partial"):
         return section.data, None
     if section.status == "absent":
@@ -391,7 +408,7 @@ def collect(ctx: Context) -> Section:
     section = Section()
     reader = Reader(ctx.root, section.unreadable)
     data: dict[str, Any] = {}
-    dsa_data, dsa_problem = _dsa_data(ctx)
+    dsa_data, dsa_problem = _dsa_data(ctx, section.unreadable)
 
     binary = shutil.which("accel-config") if ctx.live else next(("/" + p for p in BIN_PATHS if reader.exists(p)), None)
     data["available"] = binary is not None

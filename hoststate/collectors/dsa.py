@@ -58,7 +58,9 @@ def _child_sources(prefix: str, table: str) -> tuple:
     child = rf"{_DEV}/(?P<c>{prefix}[^/]*)"
     return (
         source(child, f"devices.{{d}}.{table}.{{c}}.**"),
-        source(rf"{child}/driver", f"devices.{{d}}.{table}.{{c}}.driver"),
+        source(rf"{child}/driver", f"devices.{{d}}.{table}.{{c}}.driver", absent=("ENOENT",)),  # unbound
+        source(rf"{child}/(?P<a>state|type)", f"devices.{{d}}.{table}.{{c}}.{{a}}",
+               f"devices.{{d}}.{table}.{{c}}.enabled_no_later_than"),  # read only for an enabled user WQ
         source(rf"{child}/(?P<a>cdev_minor)", f"devices.{{d}}.{table}.{{c}}.{{a}}", absent=("ENXIO",)),
         source(rf"{child}/(?P<a>occupancy|enqcmds_retries)", f"devices.{{d}}.{table}.{{c}}.{{a}}",
                absent=("EOPNOTSUPP",)),
@@ -68,21 +70,24 @@ def _child_sources(prefix: str, table: str) -> tuple:
 
 #: What this collector reads (root-relative paths) -> where it lands in the ``dsa`` table; first match names it.
 SOURCES = (
-    source(r"sys/bus/(?:dsa|iax)(?:/devices)?", "**"),
-    source(r"sys/module/idxd(?:/parameters)?", "module.**"),
+    source(r"sys/bus/(?:dsa|iax)(?:/devices)?", "**", absent=("ENOENT",)),  # no idxd bus: an observed absence
+    source(r"sys/module/idxd(?:/parameters)?", "module.**", absent=("ENOENT",)),  # built in, or no parameters
     source(r"sys/module/idxd/parameters/(?P<p>[^/]+)", "module.{p}"),
-    source(r"sys/bus/(?:dsa|iax)/drivers", "drivers", "crypto.**"),
+    source(r"sys/bus/(?:dsa|iax)/drivers", "drivers", "crypto.**", absent=("ENOENT",)),
     source(r"sys/bus/dsa/drivers/crypto/(?P<a>[^/]+)", "crypto.{a}"),
     *_child_sources("wq", "wqs"),
     *_child_sources("group", "groups"),
     *_child_sources("engine", "engines"),
     source(_DEV, "devices.{d}.**"),
-    source(rf"{_DEV}/driver", "devices.{d}.driver"),
+    source(rf"{_DEV}/driver", "devices.{d}.driver", absent=("ENOENT",)),  # no driver link: unbound
     source(rf"{_DEV}/(?P<a>[^/]+)", "devices.{d}.{a}"),
-    source(r"dev/(?:dsa|iax)", "cdevs"),
+    source(r"dev/(?:dsa|iax)", "cdevs", absent=("ENOENT",)),  # created with the first enabled user WQ
     source(r"dev/(?:dsa|iax)/(?P<c>wq[^/]+)", "devices.*.wqs.{c}.enabled_no_later_than"),
-    source(r"sys/bus/pci/devices(?:/[^/]+/vendor)?", "pci.**"),  # a function not known to be DSA's or not
-    source(r"sys/bus/pci/devices/(?P<b>[^/]+)(?:/.*)?", "pci.{b}.**"),
+    source(r"sys/bus/pci/devices", "pci.**", absent=("ENOENT",)),  # a tree without PCI devices
+    source(r"sys/bus/pci/devices/[^/]+/vendor", "pci.**"),  # a function not known to be DSA's or not
+    source(r"sys/bus/pci/devices/(?P<b>[^/]+)", "pci.{b}.dev", absent=("ENOENT",)),  # listed for its dsaN child
+    source(r"sys/bus/pci/devices/(?P<b>[^/]+)/driver", "pci.{b}.driver", absent=("ENOENT",)),  # unbound
+    source(r"sys/bus/pci/devices/(?P<b>[^/]+)/.*", "pci.{b}.**"),
 )
 
 
@@ -200,7 +205,7 @@ def pci_functions_sysfs(reader: Reader, ids: dict[int, str] = PCI_IDS, vendor: i
     names = reader.listdir("sys/bus/pci/devices", record=False) or []
     for bdf in names:
         rel = f"sys/bus/pci/devices/{bdf}"
-        ven = reader.read(f"{rel}/vendor", record=False)
+        ven = reader.read(f"{rel}/vendor")  # listed, so it should be there: any failure is recorded
         if ven is None or _hex(ven) != vendor:
             continue
         dev = reader.read(f"{rel}/device")

@@ -29,8 +29,9 @@ _U = r"(?P<u>GPU-[^/]+)"
 #: What this collector reads (NVML calls, named as failures are recorded: ``<uuid>/<field>``) -> where it lands in
 #: the ``gpu`` table; first match names it. A GPU whose handle or UUID could not be read is named by position.
 SOURCES = (
+    source(r"system/count", "count", "devices.**", "fabric.**", "topology.**", "p2p.**"),  # no GPU is known
     source(r"system/(?P<f>[^/]+)", "{f}"),
-    source(r"devices/(?P<i>\d+)(?:/uuid)?", "devices.GPU{i}.**", "devices.{i}.**"),
+    source(r"devices/(?P<i>\d+)(?:/uuid)?", "devices.GPU{i}.**", "devices.{i}.**", "fabric.GPU{i}.**"),
     source(rf"{_U}/nvlink(?:/.*)?", "devices.{u}.nvlink.**"),
     source(rf"{_U}/mig_devices(?:/.*)?", "devices.{u}.mig_devices.**"),
     source(rf"{_U}/fabric", "fabric.{u}.**"),

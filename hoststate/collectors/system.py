@@ -45,28 +45,38 @@ _CPU = "sys/devices/system/cpu"
 _IOMMU_PARAMS = ("iommu.intel_iommu", "iommu.amd_iommu", "iommu.iommu", "iommu.iommu_passthrough", "iommu.iommu_strict")
 #: What this collector reads (root-relative paths) -> where it lands in the ``system`` table; first match names it.
 SOURCES = (
-    source(rf"{_CPU}/(?:online|possible)", "cpu.threads", "cpu.sockets", "cpu.cores", "cpufreq.**", "numa.**"),
+    source(rf"{_CPU}/online", "cpu.threads", "cpu.sockets", "cpu.cores", "cpufreq.**", "numa.**"),
+    source(rf"{_CPU}/possible", "cpu.threads", "cpu.sockets", "cpu.cores", "cpufreq.**", "numa.**",
+           absent=("ENOENT",)),  # only bounds the online list
     source(r"proc/sys/kernel/osrelease", "kernel.release"),
     source(r"proc/sys/kernel/version", "kernel.version"),
     source(r"proc/cmdline", "kernel.cmdline", "kernel.params", *_IOMMU_PARAMS),
-    source(rf"{_CPU}/(?P<k>isolated|nohz_full)", "kernel.{k}"),
-    source(r"(?:etc|usr/lib)/os-release", "os.**"),
+    source(rf"{_CPU}/(?P<k>isolated|nohz_full)", "kernel.{k}", absent=("ENOENT",)),  # older kernels lack them
+    source(r"(?:etc|usr/lib)/os-release", "os.**", absent=("ENOENT",)),  # either file may be missing
     source(r"proc/cpuinfo", *(f"cpu.{k}" for k in CPUINFO_KEYS.values())),
     source(rf"{_CPU}/cpu\d+/topology/.*", "cpu.sockets", "cpu.cores"),
-    source(rf"{_CPU}/smt/(?:control|active)", "cpu.smt_control", "cpu.smt_active"),
-    *(source(rf"{_CPU}/cpu\d+/cpufreq/{name}", f"cpufreq.{key}") for key, name in CPUFREQ_FILES.items()),
-    source(rf"{_CPU}/cpu\d+(?:/cpufreq)?", "cpufreq.**"),
-    source(rf"{_CPU}/intel_pstate(?:/.*)?", "cpufreq.intel_pstate_*", "cpufreq.no_turbo"),
-    source(rf"{_CPU}/amd_pstate(?:/.*)?", "cpufreq.amd_pstate_status"),
-    source(rf"{_CPU}/cpufreq/boost", "cpufreq.boost"),
-    source(rf"{_CPU}/cpuidle(?:/.*)?", "cpuidle.**"),
-    source(r"sys/devices/system/node/online", "numa.nodes", "numa.cpus", "numa.absent"),
+    source(rf"{_CPU}/smt/(?:control|active)", "cpu.smt_control", "cpu.smt_active", absent=("ENOENT",)),
+    *(source(rf"{_CPU}/cpu\d+/cpufreq/{name}", f"cpufreq.{key}",
+             absent=("ENOENT",) if key in CPUFREQ_OPTIONAL else ()) for key, name in CPUFREQ_FILES.items()),
+    source(rf"{_CPU}/cpu\d+(?:/cpufreq)?", "cpufreq.**", absent=("ENOENT",)),  # no cpufreq (a VM): absent
+    source(rf"{_CPU}/intel_pstate", "cpufreq.intel_pstate_*", "cpufreq.no_turbo", absent=("ENOENT",)),
+    source(rf"{_CPU}/intel_pstate/.*", "cpufreq.intel_pstate_*", "cpufreq.no_turbo"),
+    source(rf"{_CPU}/amd_pstate", "cpufreq.amd_pstate_status", absent=("ENOENT",)),  # another scaling driver
+    source(rf"{_CPU}/amd_pstate/.*", "cpufreq.amd_pstate_status"),
+    source(rf"{_CPU}/cpufreq/boost", "cpufreq.boost", absent=("ENOENT",)),  # only some drivers have it
+    source(rf"{_CPU}/cpuidle", "cpuidle.**", absent=("ENOENT",)),  # a kernel without cpuidle
+    source(rf"{_CPU}/cpuidle/current_governor(?:_ro)?", "cpuidle.governor", absent=("ENOENT",)),  # by kernel
+    source(rf"{_CPU}/cpuidle/.*", "cpuidle.**"),
+    source(r"sys/devices/system/node/online", "numa.nodes", "numa.cpus", "numa.absent",
+           absent=("ENOENT",)),  # a kernel without NUMA: absent = true
     source(r"sys/devices/system/node/(?P<n>node\d+)/cpulist", "numa.cpus.{n}"),
-    source(r"proc/sys/kernel/numa_balancing", "numa.balancing"),
+    source(r"proc/sys/kernel/numa_balancing", "numa.balancing", absent=("ENOENT",)),  # a kernel without it
     source(r"proc/meminfo", "memory.**"),
-    source(r"sys/kernel/mm/transparent_hugepage(?:/.*)?", "thp.**"),
-    source(r"sys/kernel/mm/hugepages(?:/.*)?", "hugepages.**"),
-    source(r"sys/class/iommu", "iommu.units"),
+    source(r"sys/kernel/mm/transparent_hugepage", "thp.**", absent=("ENOENT",)),  # built without THP
+    source(r"sys/kernel/mm/transparent_hugepage/.*", "thp.**"),
+    source(r"sys/kernel/mm/hugepages", "hugepages.**", absent=("ENOENT",)),  # no huge page sizes
+    source(r"sys/kernel/mm/hugepages/.*", "hugepages.**"),
+    source(r"sys/class/iommu", "iommu.units", absent=("ENOENT",)),  # no IOMMU class: no IOMMU units
 )
 
 
