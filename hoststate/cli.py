@@ -415,64 +415,7 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
                    f"{' '.join(redact_argv([clean(c) for c in command]))}", err=True)
     if watch["watch"]:
         ctx.exit(_run_watched(result, command, watch, opts, policy_files, inputs, save_current, force))
-    if watch["watch"]:
-        ctx.exit(_run_watched(result, command, watch, opts, policy_files, inputs, save_current))
     ctx.exit(run_command(command, env=command_env(result, saved=save_current)))
-
-
-#: guard's --watch options, taken out of its collector options.
-WATCH_OPTIONS = ("watch", "watch_interval", "watch_checkpoint", "watch_rules", "watch_trace", "attach", "fail_on")
-
-
-def _watch_options(opts: dict[str, Any], command: tuple[str, ...]) -> dict[str, Any]:
-    """Pop guard's --watch options out of ``opts``; the others need --watch, and --watch needs a command."""
-    watch = {k: opts.pop(k) for k in WATCH_OPTIONS}
-    if not watch["watch"]:
-        given = [k for k in WATCH_OPTIONS[3:] if watch[k]]
-        if given:
-            raise click.UsageError(f"--{given[0].replace('_', '-')} needs --watch")
-    elif not command:
-        raise click.UsageError("--watch needs a command to watch (-- CMD ARGS...)")
-    for key in ("watch_interval", "watch_checkpoint"):
-        try:
-            _timeout(None, None, watch[key])  # type: ignore[arg-type]
-        except click.BadParameter as err:
-            raise click.UsageError(f"--{key.replace('_', '-')} {watch[key]!r}: must be a finite number of seconds "
-                                   "greater than 0") from err
-    return watch
-
-
-def _run_watched(result: Any, command: tuple[str, ...], watch: dict[str, Any], opts: dict[str, Any],
-                 policy_files: tuple[str, ...], inputs: tuple[str, ...], save_current: str | None) -> int:
-    """guard --watch after guard let CMD run: the watched run, its verdict on stderr, the files written."""
-    from hoststate.guard import read_baseline, with_guard_table
-    from hoststate.output import write_output
-    from hoststate.policy import load_policy
-    from hoststate.snapshot import to_toml
-    from hoststate.watch import load_rules, run_watched
-
-    rules = load_rules(watch["watch_rules"])
-    base_snap = getattr(result, "baseline_snapshot", None) or read_baseline(result.baseline)[0]
-    run = run_watched(result, command, root=opts.get("root") or "/",
-                      snap_options={k: v for k, v in opts.items() if k != "root"},
-                      policy=load_policy(tuple(policy_files)), interval=watch["watch_interval"],
-                      checkpoint=watch["watch_checkpoint"], rules=rules, attach_to=watch["attach"],
-                      trace_to=watch["watch_trace"], baseline_snapshot=base_snap, protect=inputs)
-    click.echo(f"hoststate guard: run {run.verdict} ({len(run.reasons)} reason(s); command exit {run.returncode}; "
-               f"{run.summary['samples']} samples of {len(run.summary['gpus'])} GPU(s), "
-               f"gpu {run.summary['gpu_status']})", err=True)
-    for reason in run.reasons:
-        _error(f"  {reason['verdict'].upper():<9} {reason['text']}")
-    for line in run.written:
-        click.echo(f"hoststate guard: {line}", err=True)
-    if save_current:
-        from hoststate.text import clean_all
-
-        snap = clean_all(with_guard_table(result, command=command))
-        snap["guard"]["watch"] = {"verdict": run.verdict, "reasons": [r["text"] for r in run.reasons],
-                                  "metrics": run.summary["metrics"], "seconds": run.summary["seconds"]}
-        write_output(save_current, to_toml(snap), force=True, protect=inputs, what="the baseline or another input")
-    return run.exit_status(watch["fail_on"])
 
 
 #: guard's --watch options, taken out of its collector options.
