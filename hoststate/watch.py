@@ -1026,14 +1026,20 @@ def run_watched(guard_result: Any, command: Sequence[str], *, root: str = "/", s
 
 def _attach_both(run: WatchedRun, result: str, sidecar: str, snapshot: Mapping[str, Any],
                  protect: Sequence[str]) -> None:
+    """The result and its sidecar; one that cannot be written (a link, a FIFO, not JSON) costs that file only,
+    never the other, and is said in ``run.written`` (the command has already run: nothing is raised)."""
     record = dict(run.record, sidecar=os.path.basename(sidecar))
     try:
         run.written.append(attach(result, record, protect=protect))
-    except InputError as err:
+    except HoststateError as err:
         record["attach_error"] = str(err)
-    write_sidecar(sidecar, record, snapshot, protect=protect)
+        run.written.append(f"not attached: {err}")
     run.record = record
-    run.written.append(f"wrote {sidecar}")
+    try:
+        write_sidecar(sidecar, record, snapshot, protect=protect)
+        run.written.append(f"wrote {sidecar}")
+    except HoststateError as err:
+        run.written.append(f"sidecar not written: {err}")
 
 
 def guard_and_watch(baseline: Any, command: Sequence[str], *, attach_to: str | None = None,

@@ -448,3 +448,15 @@ def test_a_live_guard_watch_run_on_the_h200_replays_to_the_same_verdict() -> Non
     assert f"  DEGRADED  {reasons[0]['text']}\n" in log
     assert "B exit 4" in log and "C exit 0" in log
     assert "  DEGRADED  another process used a watched GPU during the run: 1" in log  # run C: not guard's child
+
+
+def test_a_result_that_is_a_link_is_never_written_through(tmp_path: pathlib.Path, host: pathlib.Path) -> None:
+    """Another user's symlink where the result should be: not followed; the sidecar still records the run."""
+    target = tmp_path / "elsewhere.json"
+    target.write_text('{"completed": 1}')
+    (tmp_path / "r.json").symlink_to(target)
+    proc = guard_watch(tmp_path, host, "base.toml", "dense-b", "--attach", "r.json", cmd=("true",))
+    assert proc.returncode == 0, proc.stderr
+    assert "not attached: r.json: is a symbolic link" in proc.stderr
+    assert target.read_text() == '{"completed": 1}'
+    assert "symbolic link" in json.loads((tmp_path / "r.hoststate.json").read_text())["attach_error"]
