@@ -1,0 +1,41 @@
+"""Rewrite the outputs README.md, docs/tutorial.md and docs/recipes.md show, from a fresh run of their commands.
+
+Run it after a change of ratings, wording or digests makes tests/test_docs.py fail, then review the diff:
+    python scripts/refresh_docs.py            # rewrite in place
+    python scripts/refresh_docs.py --check    # only list what is stale (exit 1 if anything is)
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests import docexec  # noqa: E402
+from tests.test_docs import DOCS  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    with tempfile.TemporaryDirectory(prefix="hoststate-docs-") as tmp:
+        cmds = docexec.run(DOCS, Path(tmp))
+    stale = 0
+    for doc in DOCS:
+        lines = doc.read_text().splitlines()
+        mine = [c for c in cmds if c.doc == doc.name and c.shown is not None]
+        for c in reversed(mine):  # from the end: earlier line numbers stay valid
+            if docexec.matches(c.shown, c.actual, c.prefix_only):
+                continue
+            stale += 1
+            print(f"{doc.name}:{c.line}: {c.text.splitlines()[0][:100]}")
+            lines[c.out_start:c.out_end] = docexec.refreshed(c.shown, c.actual, c.prefix_only)
+        if not check:
+            doc.write_text("\n".join(lines) + "\n")
+    print(f"{stale} stale output(s)" + ("" if check else " rewritten"))
+    return 1 if check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
