@@ -712,6 +712,7 @@ def metrics(summary: Mapping[str, Any]) -> dict[str, float | int]:
     for key, value in summary.get("vllm", {}).items():
         out[f"vllm_{key}"] = value
     out["sampler_errors"] = len(summary.get("errors", []))
+    out["gpus_lost"] = len({k.split("/", 1)[0] for k, v in summary.get("unreadable", {}).items() if v == "GpuIsLost"})
     return out
 
 
@@ -736,6 +737,7 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule("host_invalidating", "invalid", 0, "the host's configuration changed during the run"),
     Rule("xid_events", "invalid", 0, "a GPU reported an XID error during the run"),
+    Rule("gpus_lost", "invalid", 0, "a GPU fell off the bus during the run (NVML: GpuIsLost)"),
     Rule("error_events", "invalid", 0, "a GPU reported an uncorrectable-error, retirement or recovery event"),
     Rule("ecc_dbe_volatile", "invalid", 0, "uncorrectable (double-bit) ECC errors during the run"),
     Rule("remapped_uncorrectable", "invalid", 0, "rows remapped for uncorrectable errors during the run"),
