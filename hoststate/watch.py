@@ -120,9 +120,9 @@ class LiveSource:
             with contextlib.suppress(Exception):
                 nvml.nvmlShutdown()
             raise
+        self._register_events()
         self.handles = self.handles * max(1, replicate)
         self.gpus = self.gpus * max(1, replicate)
-        self._register_events()
 
     @staticmethod
     def _text(value: Any) -> str:
@@ -135,7 +135,7 @@ class LiveSource:
         except Exception as err:
             self.unreadable["events"] = _error_name(err)
             return
-        for index, handle in enumerate(self.handles[: len(set(map(id, self.handles)))]):
+        for index, handle in enumerate(self.handles):
             try:
                 supported = int(nvml.nvmlDeviceGetSupportedEventTypes(handle))
                 nvml.nvmlDeviceRegisterEvents(handle, supported & EVENT_MASK, self._events)
@@ -251,8 +251,8 @@ class TraceSource:
         return float(t), rows
 
     def counters(self, final: bool = False) -> tuple[float, list[dict[str, Any]]]:
-        index = len(self._counters) - 1 if final else min(self._c, len(self._counters) - 2 if len(self._counters) > 1
-                                                               else 0)
+        last = len(self._counters) - 1
+        index = last if final else min(self._c, max(0, last - 1))  # the last checkpoint is the run's end
         self._c += 1
         t, rows = self._counters[index]
         return float(t), [dict(r) for r in rows]

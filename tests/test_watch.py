@@ -472,3 +472,23 @@ def test_a_gpu_lost_during_the_run_is_invalid() -> None:
     assert judge(summary["metrics"], replay("dense-a")["metrics"]) == ("invalid", [
         {"verdict": "invalid", "metric": "gpus_lost", "value": 1,
          "text": "a GPU fell off the bus during the run (NVML: GpuIsLost): 1"}])
+
+
+def test_live_source_reads_nvml_as_the_gpu_collector_does() -> None:
+    """LiveSource over the gpu collector's NVML replay of a real H200 (fixtures/nvml/h200.json): the same calls
+    the sampler makes on a live host; a call the recording lacks is recorded as unreadable, never raised."""
+    from hoststate.nvml_replay import load
+    from hoststate.watch import LiveSource
+
+    nvml = load(str(FIXTURES / "nvml" / "h200.json"))
+    source = LiveSource(nvml)
+    _, rows = source.cheap()
+    calls = json.loads((FIXTURES / "nvml" / "h200.json").read_text())["devices"][0]["calls"]
+    assert rows == [[calls["nvmlDeviceGetCurrentClocksEventReasons"], calls["nvmlDeviceGetClockInfo"]["by_arg"]["1"],
+                     calls["nvmlDeviceGetPowerUsage"], calls["nvmlDeviceGetTemperature"]["by_arg"]["0"],
+                     calls["nvmlDeviceGetPerformanceState"], []]]
+    _, counters = source.counters()
+    assert counters == [{}] and source.unreadable["0/counters"] == "NotSupported"
+    assert source.gpus == [{"index": 0, "uuid": calls["nvmlDeviceGetUUID"], "name": "NVIDIA H200"}]
+    source.close()
+    assert nvml.init_calls == nvml.shutdown_calls == 1
