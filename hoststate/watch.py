@@ -989,7 +989,12 @@ def run_watched(guard_result: Any, command: Sequence[str], *, root: str = "/", s
     from hoststate.guard import command_env, run_command, snap_host
     from hoststate.policy import load_policy
 
-    source, status = open_source(live=os.path.abspath(root) == "/")
+    gpu_before = guard_result.current.get("collectors", {}).get("gpu", {}).get("status")
+    if gpu_before == "timeout" and not os.environ.get(REPLAY_ENV):
+        # NVML hung for the snapshot already: opening it again here could hang before the command starts
+        source, status = None, "skipped: NVML timed out in the snapshot before the run"
+    else:
+        source, status = open_source(live=os.path.abspath(root) == "/")
     vllm_pid = snap_options.get("vllm_pid")
     me = os.getpid()
     sampler = Sampler(source, interval=interval, checkpoint=checkpoint, root=root, cgroup_pid=vllm_pid,

@@ -492,3 +492,17 @@ def test_live_source_reads_nvml_as_the_gpu_collector_does() -> None:
     assert source.gpus == [{"index": 0, "uuid": calls["nvmlDeviceGetUUID"], "name": "NVIDIA H200"}]
     source.close()
     assert nvml.init_calls == nvml.shutdown_calls == 1
+
+
+def test_nvml_that_hung_for_the_snapshot_is_not_opened_again(tmp_path: pathlib.Path, host: pathlib.Path) -> None:
+    """A wedged driver (the gpu collector timed out) must not hold the command back: the run is watched without
+    the GPU, and says so."""
+    from hoststate.guard import evaluate
+    from hoststate.watch import run_watched
+
+    opts = {"only": ["system", "dsa", "vllm"], "vllm_cmd": SERVE, "vllm_version": "0.12.0"}
+    result = evaluate(tmp_path / "base.toml", root=str(host), allow_unreadable=True, **opts)
+    result.current.setdefault("collectors", {})["gpu"] = {"status": "timeout"}
+    run = run_watched(result, ["true"], root="/", snap_options={"skip": ["gpu", "vllm", "packages"]})
+    assert run.summary["gpu_status"] == "skipped: NVML timed out in the snapshot before the run"
+    assert run.returncode == 0
