@@ -22,6 +22,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -344,17 +345,20 @@ def read_cpu_stat(reader: Any, cgroup: str) -> dict[str, int] | None:
     return stat
 
 
+#: A Prometheus text-format sample line: name, optional {labels}, value.
+_PROM_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
+_PROM_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
 def parse_vllm_counters(text: str) -> dict[str, float]:
     """:data:`VLLM_COUNTERS` from Prometheus text: each summed over its label sets (engines, models)."""
-    from hoststate.collectors.vllm.http import _LABEL, _METRIC
-
     out: dict[str, float] = {}
     for line in text.splitlines():
-        m = None if line.startswith("#") else _METRIC.match(line)
+        m = None if line.startswith("#") else _PROM_SAMPLE.match(line)
         if not m:
             continue
         name = m.group(1).removesuffix("_total")
-        labels = dict(_LABEL.findall(m.group(2) or ""))
+        labels = dict(_PROM_LABEL.findall(m.group(2) or ""))
         for key, (metric, want) in VLLM_COUNTERS.items():
             if name == metric and (want is None or labels.get(want[0]) == want[1]):
                 with contextlib.suppress(ValueError):
