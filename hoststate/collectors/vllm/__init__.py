@@ -29,11 +29,15 @@ from hoststate.collectors.vllm.discovery import Proc, discover, inspect, select,
 from hoststate.collectors.vllm.http import query_url
 from hoststate.collectors.vllm.log import LogFacts, parse_log, read_log
 from hoststate.collectors.vllm.model import Read, read_facts
+from hoststate.collectors.vllm.placement import SOURCES as PLACEMENT_SOURCES
+from hoststate.collectors.vllm.placement import server_facts
 from hoststate.collectors.vllm.versions import rules_for
 from hoststate.io import Reader, decode, reason_of
 from hoststate.redact import redact_argv, redact_command_line, redact_text, redact_url, redact_value
 
 DEFAULT_PORT = 8000
+#: What this collector reads -> where it lands in the ``vllm`` table (hoststate.coverage).
+SOURCES = (*PLACEMENT_SOURCES,)
 
 __all__ = ["Proc", "build", "clean", "collect", "discover", "inspect", "query_url"]
 
@@ -272,6 +276,14 @@ def _log_table(ctx: Context, log: LogFacts) -> dict[str, Any]:
     return logdata
 
 
+def _process_facts(proc: Proc, unreadable: dict[str, str]) -> dict[str, Any]:
+    """What a running server adds: undecodable argv/environ notes, its CPU placement, the GPU libraries it
+    mapped and its NCCL config files (placement.py)."""
+    out: dict[str, Any] = {"decode_notes": proc.decode_notes} if proc.decode_notes else {}
+    out.update(server_facts(proc.pid, proc.env, unreadable))
+    return out
+
+
 def build(
     ctx: Context,
     *,
@@ -321,8 +333,8 @@ def build(
     data["packages_from"] = packages_from
     if packages_error:
         data["packages_error"] = packages_error
-    if proc is not None and proc.decode_notes:
-        data["decode_notes"] = proc.decode_notes
+    if proc is not None:
+        data.update(_process_facts(proc, unreadable))
     return data, parsed.problem
 
 

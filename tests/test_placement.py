@@ -1,0 +1,220 @@
+"""A vLLM server's CPU placement, loaded libraries and NCCL config files (hoststate/collectors/vllm/placement.py).
+
+A captured container tree (fixtures/hosts/vllm-container: a server in a docker cgroup with an 8-CPU quota and
+docker's 64 MiB /dev/shm) is read through --root; real child processes give the live reads (their own maps, a
+library mapped under a versioned name, an NCCL config read in the child's view). Every file read from the tree
+is failed in turn (EACCES, ENOENT, EIO): the section keeps only ``unreadable`` entries of that class.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import errno
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hoststate import coverage, io
+from hoststate.collectors import Section, settle_coverage
+from hoststate.collectors import vllm as vllm_collector
+from hoststate.collectors.vllm import placement
+from hoststate.diff import compare
+from hoststate.policy import Policy, default_policy, parse_rules
+from tests.conftest import HOSTS
+
+TREE = str(HOSTS / "vllm-container")
+PID = 4242
+EXACT = Policy(parse_rules({"rule": [{"path": "**", "severity": "invalidating", "reason": "any"},
+                                     {"path": "hoststate.**", "severity": "ignore", "reason": "bookkeeping"}]},
+                           "exact.toml"))
+
+
+def _section(fault: tuple[str, int] | None = None, seen: set[str] | None = None) -> dict[str, Any]:
+    real = io.Reader.open
+
+    def fake(self: io.Reader, rel: str, flags: int) -> int:
+        rel = rel.lstrip("/")
+        if seen is not None:
+            seen.add(rel)
+        if fault is not None and rel == fault[0]:
+            raise OSError(fault[1], "injected", rel)
+        return real(self, rel, flags)
+
+    io.Reader.open = fake  # type: ignore[method-assign]
+    try:
+        sec = Section()
+        sec.data = placement.server_facts(PID, {}, sec.unreadable, root=TREE)
+        sec = settle_coverage(sec.settle(), vllm_collector.SOURCES)
+    finally:
+        io.Reader.open = real  # type: ignore[method-assign]
+    entry: dict[str, Any] = {"status": sec.status}
+    if sec.unreadable:
+        entry["unreadable"] = sec.unreadable
+    return {"hoststate": {}, "collectors": {"vllm": entry}, "vllm": sec.data}
+
+
+def test_the_container_tree_reads_as_its_placement() -> None:
+    snap = _section()
+    assert snap["collectors"]["vllm"]["status"] == "ok"
+    p = snap["vllm"]["placement"]
+    assert p["cgroup"] == "/system.slice/docker-4f1c.scope"
+    assert (p["cpu_max"], p["cpu_quota_cpus"], p["cpus_allowed"]) == ("800000 100000", 8.0, "0-15")
+    assert p["cpu_budget"] == 8.0  # 16 CPUs allowed, 8 of quota
+    assert p["threads"] == 214 and p["mems_allowed"] == "0" and p["cpuset_cpus"] == "0-15"
+    assert p["throttling"] == {"nr_periods": 182736, "nr_throttled": 20411, "throttled_usec": 95012345}
+    assert p["dev_shm"] == {"mounted": True, "fs": "tmpfs", "size_bytes": 64 << 20}
+    libs = snap["vllm"]["libraries"]
+    assert libs["nccl"]["version"] == "2.27.3"  # from the wheel beside nvidia/nccl/lib, not the soname's "2"
+    assert libs["cublas"]["version"] == libs["cublaslt"]["version"] == "12.8.4.1"
+    assert libs["cudart"]["path"] == ["/opt/venv/lib/python3.12/site-packages/torch/lib/libcudart-9335f6a2.so.12",
+                                      "/usr/local/cuda-12.8/lib64/libcudart.so.12.8.90"]
+    assert libs["cuda_driver"]["version"] == "580.159.04"
+    assert libs["cudnn"]["path"].endswith(" (deleted)")
+
+
+def _shapes(paths: set[str]) -> list[str]:
+    return sorted({re.sub(r"\d+", "N", p): p for p in paths}.values())
+
+
+@pytest.mark.parametrize("err", [errno.EACCES, errno.ENOENT, errno.EIO])
+def test_every_read_failure_is_unreadable_with_its_class(err: int) -> None:
+    seen: set[str] = set()
+    clean = _section(seen=seen)
+    shapes = _shapes(seen)
+    assert len(shapes) >= 9, shapes
+    cls = {errno.EACCES: "denied", errno.ENOENT: "missing", errno.EIO: "error"}[err]
+    checked = 0
+    for rel in shapes:
+        faulted = _section((rel, err))
+        unreadable = faulted["collectors"]["vllm"].get("unreadable", {})
+        assert "not a declared source" not in str(unreadable), (rel, unreadable)
+        _paths, src = coverage.lands(vllm_collector.SOURCES, rel)
+        assert src is not None, rel
+        if errno.errorcode[err] in src.absent:
+            continue  # an observed absence (no cpu controller here), declared so
+        assert coverage.failures(unreadable).get(rel) == errno.errorcode[err], (rel, unreadable)
+        for f in compare(clean, faulted, EXACT).findings:
+            if f.change == "coverage":
+                continue
+            assert f.change == "unreadable" and f"({cls})" in str(f.new), (rel, f)
+        checked += 1
+    assert checked >= len(shapes) // 2
+
+
+def test_without_a_quota_the_budget_is_the_allowed_cpus(tmp_path: Path) -> None:
+    tree = tmp_path / "t"
+    shutil.copytree(TREE, tree, symlinks=True)
+    (tree / "sys/fs/cgroup/system.slice/docker-4f1c.scope/cpu.max").write_text("max 100000\n")
+    (tree / "proc/4242/mountinfo").write_text(
+        "820 814 0:50 / /dev/shm rw,nosuid,nodev - tmpfs shm rw,inode64\n")
+    u: dict[str, str] = {}
+    p = placement.server_facts(PID, {}, u, root=str(tree))["placement"]
+    assert not u and "cpu_quota_cpus" not in p and p["cpu_budget"] == 16.0
+    assert p["dev_shm"] == {"mounted": True, "fs": "tmpfs", "size": "default (half of RAM)"}
+
+
+def test_cgroup_v1_quota_and_throttled_time(tmp_path: Path) -> None:
+    tree = tmp_path / "v1"
+    d = tree / "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1"
+    d.mkdir(parents=True)
+    (d / "cpu.cfs_quota_us").write_text("200000\n")
+    (d / "cpu.cfs_period_us").write_text("100000\n")
+    (d / "cpu.stat").write_text("nr_periods 10\nnr_throttled 4\nthrottled_time 7000000\n")
+    proc = tree / "proc/7"
+    proc.mkdir(parents=True)
+    (proc / "cgroup").write_text("3:cpu,cpuacct:/kubepods/pod1\n1:name=systemd:/kubepods/pod1\n")
+    (proc / "status").write_text("Threads:\t64\nCpus_allowed_list:\t0-31\nMems_allowed_list:\t0-1\n")
+    (proc / "mountinfo").write_text("")
+    u: dict[str, str] = {}
+    p = placement.placement(io.Reader(str(tree), u), 7)
+    assert not u, u
+    assert (p["cpu_max"], p["cpu_quota_cpus"], p["cpu_budget"]) == ("200000 100000", 2.0, 2.0)
+    assert p["throttling"] == {"nr_periods": 10, "nr_throttled": 4, "throttled_usec": 7000}
+    assert p["dev_shm"] == {"mounted": False}
+
+
+def _child(env: dict[str, str], code: str) -> subprocess.Popen[bytes]:
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+    return child
+
+
+def test_a_live_process_its_mapped_library_and_its_nccl_files(tmp_path: Path) -> None:
+    """A real library copied under NCCL's versioned name and mapped by a real child; the child's HOME holds
+    ~/.nccl.conf, read in the child's view (NCCL takes the home from getpwuid: $NCCL_CONF_FILE names it here)."""
+    libm = ctypes.util.find_library("m")
+    src = next((p for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
+                            "/lib/aarch64-linux-gnu") if libm and os.path.exists(p := f"{d}/{libm}")), None)
+    if src is None:
+        pytest.skip("no libm to map")
+    lib = tmp_path / "libnccl.so.2.21.5"
+    shutil.copy(src, lib)
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("# tuned\nNCCL_P2P_LEVEL=NVL\nNCCL_IB_DISABLE = 1\n")
+    os.chmod(tmp_path, 0o755)
+    env = {"PATH": os.environ.get("PATH", ""), "NCCL_CONF_FILE": str(conf)}
+    child = _child(env, f"import ctypes,sys,time; ctypes.CDLL({str(lib)!r}); print('ready', flush=True); "
+                        "time.sleep(30)")
+    try:
+        u: dict[str, str] = {}
+        facts = placement.server_facts(child.pid, env, u)
+    finally:
+        child.kill()
+        child.wait()
+    assert facts["libraries"]["nccl"] == {"path": str(lib), "version": "2.21.5"}
+    assert facts["nccl_conf"]["user"] == {"file": str(conf),
+                                          "settings": {"NCCL_P2P_LEVEL": "NVL", "NCCL_IB_DISABLE": "1"}}
+    system = facts["nccl_conf"]["system"]
+    assert system["file"] == "/etc/nccl.conf" and ("settings" in system or system == {
+        "file": "/etc/nccl.conf", "exists": False})
+    p = facts["placement"]
+    assert p["threads"] == 1 and p["cpu_budget"] <= len(os.sched_getaffinity(0))
+    assert p["cpus_allowed"] and "dev_shm" in p
+    assert not {k: v for k, v in u.items() if "nccl" in k}, u
+
+
+def test_the_vllm_section_of_a_named_process_carries_the_facts() -> None:
+    """Through the collector itself (--vllm-pid): placement and libraries land in [vllm]."""
+    from hoststate.collectors import Context
+
+    child = _child(dict(os.environ), "import time; print('ready', flush=True); time.sleep(30)")
+    try:
+        sec = vllm_collector.collect(Context(vllm_pid=child.pid))
+    finally:
+        child.kill()
+        child.wait()
+    assert sec.data["placement"]["threads"] >= 1
+    assert sec.data["placement"]["cpu_budget"] >= 1
+    assert "nccl_conf" in sec.data
+
+
+def test_the_policy_rates_each_fact() -> None:
+    policy = default_policy()
+    rated = {path: policy.rule_for(tuple(path.split("."))).severity for path in (
+        "vllm.placement.cpu_budget", "vllm.placement.cpu_quota_cpus", "vllm.placement.dev_shm.size_bytes",
+        "vllm.placement.throttling.nr_throttled", "vllm.placement.threads", "vllm.libraries.nccl.version",
+        "vllm.libraries.nccl.path", "vllm.nccl_conf.user.settings.NCCL_P2P_LEVEL",
+        "vllm.servers.8000.placement.cpu_budget", "vllm.env.LD_PRELOAD")}
+    assert rated == {
+        "vllm.placement.cpu_budget": "invalidating", "vllm.placement.cpu_quota_cpus": "invalidating",
+        "vllm.placement.dev_shm.size_bytes": "warning", "vllm.placement.throttling.nr_throttled": "info",
+        "vllm.placement.threads": "info", "vllm.libraries.nccl.version": "invalidating",
+        "vllm.libraries.nccl.path": "warning", "vllm.nccl_conf.user.settings.NCCL_P2P_LEVEL": "invalidating",
+        "vllm.servers.8000.placement.cpu_budget": "invalidating", "vllm.env.LD_PRELOAD": "invalidating",
+    }
+
+
+def test_a_tree_budget_change_is_invalidating(tmp_path: Path) -> None:
+    tree = tmp_path / "t"
+    shutil.copytree(TREE, tree, symlinks=True)
+    (tree / "sys/fs/cgroup/system.slice/docker-4f1c.scope/cpu.max").write_text("400000 100000\n")
+    before = {"vllm": placement.server_facts(PID, {}, {}, root=TREE)}
+    after = {"vllm": placement.server_facts(PID, {}, {}, root=str(tree))}
+    found = {f.path: f.severity for f in compare(before, after, default_policy()).findings}
+    assert found["vllm.placement.cpu_budget"] == "invalidating", found
