@@ -475,6 +475,8 @@ def ignored_compilation_keys(rules: Rules) -> tuple[str, ...]:
         keys += tuple(f"pass_config.{new}" for new in PASS_RENAMES.values())
     elif rules.pass_old_spellings_dropped:
         keys += tuple(f"pass_config.{old}" for old in PASS_RENAMES)
+    if not rules.inductor_partition:
+        keys += ("use_inductor_graph_partition",)  # a field from 0.11.0
     if "max_cudagraph_capture_size" in rules.missing_options:
         keys += ("max_cudagraph_capture_size",)  # the option and the field came together (0.11.1)
     return keys
