@@ -46,11 +46,6 @@ def setup(workdir: str) -> dict[str, list[str]]:
     return {
         "hoststate diff --format json": [PY, "-m", "hoststate", "diff", snap_a, snap_b, "--format", "json"],
         "pyperf compare_to": [PY, "-m", "pyperf", "compare_to", *results],
-        # The same command with the DeepDiff-free engine (hoststate.diff.ENGINE = "walk"): shows what the
-        # DeepDiff import costs in a fresh process.
-        "hoststate diff (walk engine)": [
-            PY, "-c", "import sys, hoststate.diff as d; d.ENGINE = 'walk'; from hoststate.cli import main; "
-            "main(sys.argv[1:])", "diff", snap_a, snap_b, "--format", "json"],
     }
 
 

@@ -28,7 +28,8 @@ SIZES = (100, 1000)
 
 def write_fleet(directory: str, n: int) -> int:
     """``n`` files from the source snapshot; returns the size of one file in bytes."""
-    from hoststate.snapshot import digest, load, to_toml
+    from hoststate.digest import digest
+    from hoststate.snapshot import load, to_toml
 
     base = load(str(SOURCE))
     os.makedirs(directory, exist_ok=True)

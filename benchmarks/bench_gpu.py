@@ -126,9 +126,10 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def replay(args: argparse.Namespace) -> dict[str, Any]:
+    from hoststate.capture import collect
     from hoststate.collectors import Context
     from hoststate.nvml_replay import load_data, synthetic_hgx
-    from hoststate.snapshot import collect, to_toml
+    from hoststate.snapshot import to_toml
 
     hosts: dict[str, dict[str, Any]] = {f"{n} GPU(s) synthetic HGX": synthetic_hgx(n) for n in (1, 8, 64)}
     with open(os.path.join(REPO, "fixtures", "nvml", "h200.json"), encoding="utf-8") as fh:

@@ -102,9 +102,9 @@ def _in_process(fn: Callable[[], object], runs: int) -> float:
 
 
 def row_gpu_scaling(runs: int) -> list[Row]:
+    from hoststate.capture import collect
     from hoststate.collectors import Context
     from hoststate.nvml_replay import load_data, synthetic_hgx
-    from hoststate.snapshot import collect
 
     cost = {}
     for n in (1, 8, 64):

@@ -89,7 +89,7 @@ def _csv(_ctx: click.Context, _param: click.Parameter, value: str | None) -> lis
 
 
 def _timeout(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
-    from hoststate.guard import check_timeout
+    from hoststate.capture import check_timeout
 
     try:
         return check_timeout(value)
@@ -121,39 +121,28 @@ def collector_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def check_root(root: str | None) -> str:
-    """``--root`` must be a host tree (holding sys or proc): a wrong directory would snap as an empty host."""
-    root = root or "/"
-    if not os.path.isdir(root):
-        raise click.UsageError(f"--root {root}: not a directory")
-    if not any(os.path.isdir(os.path.join(root, sub)) for sub in ("sys", "proc")):
-        raise click.UsageError(f"--root {root}: holds neither sys nor proc; give the top of a captured host tree")
-    return root
+    """``--root`` must be a host tree (hoststate.capture.check_root); a usage error otherwise."""
+    from hoststate.capture import check_root as checked
+
+    try:
+        return checked(root)
+    except InputError as err:
+        raise click.UsageError(str(err)) from err
 
 
 def make_context(opts: dict[str, Any]) -> tuple[Any, tuple[str, ...]]:
-    """A collector Context and the selected collector names from the shared options."""
-    from hoststate.collectors import Context, select
+    """A collector Context and the selected collector names from the shared options (hoststate.capture)."""
+    from hoststate.capture import context
 
     root = check_root(opts.get("root"))
-    try:
-        names = select(opts.get("only"), opts.get("skip"))
-    except ValueError as err:
-        raise InputError(str(err)) from err
-    ctx = Context(
-        root=root,
-        vllm_pid=opts.get("vllm_pid"),
-        vllm_cmd=opts.get("vllm_cmd"),
-        vllm_log=opts.get("vllm_log"),
-        vllm_url=opts.get("vllm_url"),
-        vllm_version=opts.get("vllm_version"),
-        timeout=opts.get("timeout") or 20.0,
-    )
-    return ctx, names
+    return context(root=root, only=opts.get("only"), skip=opts.get("skip"), timeout=opts.get("timeout"),
+                   vllm_pid=opts.get("vllm_pid"), vllm_cmd=opts.get("vllm_cmd"), vllm_log=opts.get("vllm_log"),
+                   vllm_url=opts.get("vllm_url"), vllm_version=opts.get("vllm_version"))
 
 
 def take_snapshot(opts: dict[str, Any], label: str | None = None, *, quiet: bool = False) -> dict[str, Any]:
     """Collect a snapshot from the shared options; prints the per-collector summary on stderr."""
-    from hoststate.snapshot import collect
+    from hoststate.capture import collect
 
     ctx, names = make_context(opts)
     snap = collect(ctx, names, label=label)
@@ -294,8 +283,8 @@ def digest(file: str) -> None:
     """Print the snapshot's digest (sha256 over the values the default policy rates invalidating). Exit 0; 2.
 
     FILE '-' is stdin."""
+    from hoststate.digest import digest as compute
     from hoststate.report import safe
-    from hoststate.snapshot import digest as compute
 
     snapshot = load_snapshot(file)
     stored = snapshot["hoststate"]["digest"]

@@ -6,7 +6,7 @@ one small record per file (path, hostname, label, digest), never the snapshots; 
 representative file per digest group and diffs it against the reference. Equal digests mean equal invalidating
 content, so every member of a group has the same invalidating findings and one diff per group suffices.
 
-The digest is always recomputed from the file's content (``snapshot.digest``); the stored ``hoststate.digest`` is
+The digest is always recomputed from the file's content (``hoststate.digest``); the stored ``hoststate.digest`` is
 only compared with it, and a mismatch is reported as a warning (a hand edit, or a file written by another version).
 Files that cannot be read or are not valid snapshots are listed under ``skipped`` and never stop the run.
 Pure library: no click; the renderers return strings.
@@ -112,7 +112,8 @@ def read_member(path: str) -> tuple[Member, str | None]:
 
     Raises InputError (with a one-line message) when the file cannot be read or is not a valid snapshot.
     """
-    from hoststate.snapshot import digest, load
+    from hoststate.digest import digest
+    from hoststate.snapshot import load
 
     snap = load(path)
     meta = snap["hoststate"]

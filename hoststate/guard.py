@@ -159,34 +159,15 @@ def _host_state(snap: Mapping[str, Any]) -> dict[str, Any]:
 # -- snapping ----------------------------------------------------------------------------------------------------
 
 
-def check_timeout(seconds: Any) -> float:
-    """``seconds`` when it is a finite number above 0; InputError otherwise (nan or inf would never time out)."""
-    import math
-
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) \
-            or seconds <= 0:
-        raise InputError(f"--timeout {seconds!r}: must be a finite number of seconds greater than 0")
-    return float(seconds)
-
-
 def snap_host(*, root: str = "/", only: Sequence[str] | None = None, skip: Sequence[str] | None = None,
               timeout: float = 20.0, vllm_pid: int | None = None, vllm_cmd: str | None = None,
               vllm_log: str | None = None, vllm_url: str | None = None, vllm_version: str | None = None,
               label: str | None = None) -> dict[str, Any]:
-    """Snapshot the host (or a captured tree under ``root``) as ``hoststate snap`` would."""
-    from hoststate.collectors import Context, select
-    from hoststate.snapshot import collect
+    """Snapshot the host (or a captured tree under ``root``) as ``hoststate snap`` would (hoststate.capture)."""
+    from hoststate.capture import collect, context
 
-    root = os.fspath(root) or "/"
-    timeout = check_timeout(20.0 if timeout is None else timeout)
-    if not os.path.isdir(root):
-        raise InputError(f"--root {root}: not a directory")
-    try:
-        names = select(list(only) if only else None, list(skip) if skip else None)
-    except ValueError as err:
-        raise InputError(str(err)) from err
-    ctx = Context(root=root, vllm_pid=vllm_pid, vllm_cmd=vllm_cmd, vllm_log=vllm_log, vllm_url=vllm_url,
-                  vllm_version=vllm_version, timeout=timeout)
+    ctx, names = context(root=root, only=only, skip=skip, timeout=timeout, vllm_pid=vllm_pid, vllm_cmd=vllm_cmd,
+                         vllm_log=vllm_log, vllm_url=vllm_url, vllm_version=vllm_version)
     return collect(ctx, names, label=label)
 
 

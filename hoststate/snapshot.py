@@ -1,26 +1,22 @@
-"""The snapshot: collect -> mapping -> TOML and back, schema check, digest, atomic write.
+"""The snapshot file format: mapping -> TOML and back, the schema check, the atomic write.
 
-A snapshot is a plain dict shaped as design.md fixes it; this module is the only place that turns
-it into bytes or back.
+A snapshot is a plain dict shaped as design.md fixes it; this module is the only place that turns it into bytes
+or back. Taking one is hoststate.capture's work; its digest is hoststate.digest's (the verdict side).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
-import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-from hoststate import SCHEMA, __version__
-from hoststate.collectors import NAMES, STATUSES, Context, Section, run_all
+from hoststate import SCHEMA
+from hoststate.collectors import NAMES, STATUSES
 from hoststate.errors import InputError
-from hoststate.io import SNAPSHOT_MAX_BYTES, Reader, read_input
-from hoststate.paths import format_path, leaves
-from hoststate.redact import redact_strings, redact_text
-from hoststate.text import clean_all
+from hoststate.io import SNAPSHOT_MAX_BYTES, read_input
+from hoststate.paths import format_path
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -79,64 +75,6 @@ def finite(value: Any) -> Any:
     return value
 
 
-def _hostname(ctx: Context) -> str | None:
-    if ctx.live:
-        import socket
-
-        return socket.gethostname()
-    reader = Reader(ctx.root)
-    for rel in ("proc/sys/kernel/hostname", "etc/hostname"):
-        text = reader.read(rel, record=False)
-        if text:
-            return text.splitlines()[0].strip()
-    return None
-
-
-def assemble(sections: Mapping[str, Section], meta: Mapping[str, Any]) -> dict[str, Any]:
-    """Sections and meta as the snapshot mapping, with the digest filled in."""
-    snap: dict[str, Any] = {"hoststate": dict(meta), "collectors": {}}
-    for name, sec in sections.items():
-        status: dict[str, Any] = {"status": sec.status, "took_ms": sec.took_ms}
-        if sec.reason:
-            status["reason"] = sec.reason
-        if sec.unreadable:
-            status["unreadable"] = dict(sec.unreadable)
-        snap["collectors"][name] = status
-        if sec.data:
-            snap[name] = finite(sec.data)
-    snap = clean_all(snap)  # no surrogate (an undecodable byte) may reach UTF-8 TOML or the digest: hoststate.text
-    snap["hoststate"]["digest"] = digest(snap)
-    return snap
-
-
-def _redact_section(sec: Section) -> None:
-    """The last pass over what a collector found: every string redacted by shape (hoststate.redact), so a
-    secret quoted where no collector expected one (an error message, a kernel command line) is not kept."""
-    sec.data = redact_strings(sec.data)
-    sec.reason = redact_text(sec.reason) if sec.reason else sec.reason
-    sec.unreadable = {redact_text(k): redact_text(v) for k, v in sec.unreadable.items()}
-    sec.notes[:] = [redact_text(n) for n in sec.notes]
-
-
-def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = None) -> dict[str, Any]:
-    """Run the collectors and return the snapshot mapping (never raises for a collector's sake)."""
-    sections = run_all(ctx, names)
-    for sec in sections.values():
-        _redact_section(sec)
-    meta: dict[str, Any] = {
-        "schema": SCHEMA,
-        "version": __version__,
-        "taken_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0),
-    }
-    host = _hostname(ctx)
-    if host:
-        meta["hostname"] = host
-    if label:
-        meta["label"] = redact_text(label)
-    meta["root"] = os.path.abspath(ctx.root) if not ctx.live else "/"
-    return assemble(sections, meta)
-
-
 def jsonable(value: Any) -> Any:
     """A snapshot value as JSON can carry it: datetimes as ISO strings, NaN and infinities (which JSON has no
     token for: ``NaN``/``Infinity`` are not JSON) as the strings "nan", "inf", "-inf", lists and tables
@@ -150,28 +88,6 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: jsonable(v) for k, v in value.items()}
     return value
-
-
-def digest(snap: Mapping[str, Any]) -> str:
-    """sha256 over the sorted (path, value) pairs the default policy rates invalidating.
-
-    The [hoststate], [collectors] and [guard] tables are bookkeeping and never part of the digest. GPUs are keyed
-    by position (hoststate.positions), so nodes that differ only in GPU UUIDs and serials have equal digests.
-    """
-    import hashlib
-
-    from hoststate.policy import default_policy
-    from hoststate.positions import canonical
-
-    policy = default_policy()
-    snap = canonical(snap)
-    pairs = [
-        [list(path), jsonable(value)]
-        for path, value in leaves({k: v for k, v in snap.items() if k not in BOOKKEEPING})
-        if policy.severity(path) == "invalidating"
-    ]
-    blob = json.dumps(pairs, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 def _sorted(value: Any) -> Any:

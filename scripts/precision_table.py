@@ -294,7 +294,7 @@ class Workspace:
         if not changed and key in self._base:
             return self._base[key]
         with self._change(case, changed) as (ctx, names):
-            from hoststate.snapshot import collect
+            from hoststate.capture import collect
 
             snap = collect(ctx, names)
         if not changed:

@@ -16,8 +16,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from hoststate.digest import digest  # noqa: E402
 from hoststate.output import write_output  # noqa: E402
-from hoststate.snapshot import digest, loads  # noqa: E402
+from hoststate.snapshot import loads  # noqa: E402
 
 _LINE = re.compile(r'^digest = "sha256:[0-9a-f]{64}"$', re.M)
 

@@ -146,9 +146,10 @@ def test_fuzz_wrong_types_reach_every_command_as_input_error_or_output(a: dict, 
     from hoststate import export
     from hoststate.check import render_checks, run_checks
     from hoststate.diff import compare
+    from hoststate.digest import digest
     from hoststate.report import render_diff
     from hoststate.show import render_summary
-    from hoststate.snapshot import digest, jsonable, to_toml, validate
+    from hoststate.snapshot import jsonable, to_toml, validate
 
     try:
         base = validate({**a, "hoststate": dict(_META)}, "a.toml")
@@ -206,7 +207,8 @@ def test_fuzz_nesting_depth(depth: int, kind: str) -> None:
 def test_collected_nan_is_written_as_a_string_and_json_stays_json() -> None:
     """A collector that hands over NaN/infinity (a /metrics gauge, say) gets strings in the snapshot, so what
     hoststate writes it can read back, and JSON output never holds NaN or Infinity."""
-    from hoststate.snapshot import assemble, jsonable, to_toml
+    from hoststate.capture import assemble
+    from hoststate.snapshot import jsonable, to_toml
 
     sections = {"vllm": Section(status="ok", data={"metrics": {"a": math.nan, "b": math.inf, "c": [-math.inf, 1.5]}})}
     snap = assemble(sections, dict(_META))

@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 from hoststate import coverage, io
-from hoststate.collectors import Context, dsa, gpu, system
+from hoststate.capture import collect
+from hoststate.collectors import Context, dsa, system
 from hoststate.collectors import accel_config as accel
 from hoststate.diff import compare
 from hoststate.nvml_replay import load as load_replay
 from hoststate.policy import Policy, parse_rules
-from hoststate.snapshot import collect
 from tests.conftest import FIXTURES, HOSTS
 
 EXACT = Policy(parse_rules({"rule": [{"path": "**", "severity": "invalidating", "reason": "any"},

@@ -11,8 +11,9 @@ import pytest
 
 from hoststate.coverage import failures
 from hoststate.diff import compare
+from hoststate.digest import digest
 from hoststate.policy import Policy, parse_rules
-from hoststate.snapshot import digest, load, to_toml
+from hoststate.snapshot import load, to_toml
 from tests.conftest import FIXTURES, HOSTS, require
 
 SNAPS = FIXTURES / "snapshots"
@@ -260,8 +261,8 @@ def test_seed_end_to_end_from_fixture_trees(tmp_path):
 
 
 def _snap_tree(tree: str, faults: dict | None = None) -> dict:
+    from hoststate.capture import collect
     from hoststate.collectors import Context
-    from hoststate.snapshot import collect
     from tests.faults import inject
 
     if faults:
@@ -302,8 +303,8 @@ def test_a_missing_file_is_knowledge_so_its_values_are_removed(tmp_path) -> None
     """ENOENT (a kernel without cpufreq) is not a read failure: the governor the baseline pinned is gone."""
     import shutil
 
+    from hoststate.capture import collect
     from hoststate.collectors import Context
-    from hoststate.snapshot import collect
 
     tree = tmp_path / "host"
     shutil.copytree(HOSTS / "vm-nocpufreq", tree, symlinks=True)

@@ -250,8 +250,8 @@ def test_long_lists_are_one_leaf() -> None:
 
 
 def _tree_snapshot(root: str) -> dict:
+    from hoststate.capture import collect
     from hoststate.collectors import Context
-    from hoststate.snapshot import collect
 
     return collect(Context(root=root, vllm_cmd="vllm serve m -tp 8 -O1", vllm_version="0.12.0"))
 

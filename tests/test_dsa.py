@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 
-from hoststate import io, snapshot
+from hoststate import capture, io, snapshot
 from hoststate.collectors import Context, dsa
 from hoststate.coverage import failures
 from hoststate.io import Reader, reason_of
@@ -41,7 +41,7 @@ def copy_host(name: str, tmp_path) -> str:
 
 def snap_of(root: str) -> dict:
     """Collect dsa + accel_config and go through TOML and back, as a user's snapshot file would."""
-    data = snapshot.collect(Context(root=root), names=("dsa", "accel_config"))
+    data = capture.collect(Context(root=root), names=("dsa", "accel_config"))
     return snapshot.loads(snapshot.to_toml(data))
 
 

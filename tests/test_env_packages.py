@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from hoststate import snapshot
+from hoststate import capture, snapshot
 from hoststate.collectors import Context, packages
 from hoststate.collectors import env as env_collector
 
@@ -84,7 +84,7 @@ def test_a_command_prefix_reaches_the_servers_env(monkeypatch):
 
     monkeypatch.delenv("TORCHDYNAMO_DISABLE", raising=False)
     cmd = "TORCHDYNAMO_DISABLE=1 LD_PRELOAD=libtcmalloc.so vllm serve m -tp 2"
-    snap = snapshot.collect(Context(root=str(HOSTS / "seed-baseline"), vllm_cmd=cmd, vllm_version="0.11.0"),
+    snap = capture.collect(Context(root=str(HOSTS / "seed-baseline"), vllm_cmd=cmd, vllm_version="0.11.0"),
                             ("vllm",))
     assert snap["vllm"]["env"]["TORCHDYNAMO_DISABLE"] == "1"
     assert snap["vllm"]["env"]["LD_PRELOAD"] == "libtcmalloc.so"

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hoststate.digest import digest
 from hoststate.report import _hidden, safe
-from hoststate.snapshot import digest, loads, to_toml
+from hoststate.snapshot import loads, to_toml
 from tests.conftest import FIXTURES, PYTHONPATH
 
 SEED = FIXTURES / "snapshots" / "seed-baseline.toml"

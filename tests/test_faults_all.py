@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from hoststate import procfiles, snapshot
+from hoststate import capture, procfiles, snapshot
 from hoststate.collectors import Context, dsa
 from hoststate.coverage import classify, failures
 from hoststate.io import MAX_BYTES
@@ -256,7 +256,7 @@ def test_each_nvml_error_class_on_a_call_is_recorded_through_toml(error):
     data = _h200()
     uuid = data["devices"][0]["calls"]["nvmlDeviceGetUUID"]
     data["devices"][0]["calls"]["nvmlDeviceGetVbiosVersion"] = {"error": error}
-    snap = snapshot.loads(snapshot.to_toml(snapshot.collect(Context(nvml=load_data(data)), names=("gpu",))))
+    snap = snapshot.loads(snapshot.to_toml(capture.collect(Context(nvml=load_data(data)), names=("gpu",))))
     st = status(snap, "gpu")
     if error == "GpuIsLost":  # the device is dropped, the snapshot says which and why
         assert st["status"] == "partial" and "GpuIsLost" in st["reason"]
@@ -273,7 +273,7 @@ def test_each_nvml_error_class_on_a_call_is_recorded_through_toml(error):
 def test_each_nvml_error_class_at_init_is_a_status_with_reason(error):
     data = _h200()
     data["init"] = {"error": error}
-    snap = snapshot.loads(snapshot.to_toml(snapshot.collect(Context(nvml=load_data(data)), names=("gpu",))))
+    snap = snapshot.loads(snapshot.to_toml(capture.collect(Context(nvml=load_data(data)), names=("gpu",))))
     st = status(snap, "gpu")
     expected = {"DriverNotLoaded": "absent", "LibraryNotFound": "absent", "NoPermission": "denied"}.get(error, "error")
     assert (st["status"], st["reason"]) == (expected, f"nvmlInit: {error}")
@@ -347,7 +347,7 @@ def test_accel_config_binary_faults_are_recorded_through_the_snapshot(fault, tmp
     monkeypatch.setenv("PATH", str(bindir))  # nothing else: a missing binary is really missing
     ctx = Context(command_timeout=0.5, timeout=30)
     ctx.sections["dsa"] = dsa.collect(Context(root=str(HOSTS / "seed-experiment")))
-    snap = snapshot.loads(snapshot.to_toml(snapshot.collect(ctx, names=("accel_config",))))
+    snap = snapshot.loads(snapshot.to_toml(capture.collect(ctx, names=("accel_config",))))
     st = status(snap, "accel_config")
     listing = snap["accel_config"]["list"]
     assert listing["reason"].startswith(reason), listing
@@ -413,7 +413,7 @@ def test_discovered_process_exits_before_its_environ_is_read(fake_vllm, monkeypa
         return real(pid, unreadable)
 
     monkeypatch.setattr(procfiles, "environ", environ)
-    snap = snapshot.loads(snapshot.to_toml(snapshot.collect(Context(), names=("vllm",))))
+    snap = snapshot.loads(snapshot.to_toml(capture.collect(Context(), names=("vllm",))))
     st = status(snap, "vllm")
     assert failures(st["unreadable"])[f"proc/{child.pid}/environ"] == "ESRCH"
     assert st["status"] == "partial"
@@ -433,7 +433,7 @@ def test_named_process_exits_before_its_command_line_is_read(fake_vllm, monkeypa
         return real(pid, unreadable)
 
     monkeypatch.setattr(procfiles, "cmdline", cmdline)
-    snap = snapshot.loads(snapshot.to_toml(snapshot.collect(Context(vllm_pid=child.pid), names=("vllm",))))
+    snap = snapshot.loads(snapshot.to_toml(capture.collect(Context(vllm_pid=child.pid), names=("vllm",))))
     st = status(snap, "vllm")
     assert st["status"] == "error" and st["reason"] == f"process {child.pid} could not be read"
     assert failures(st["unreadable"]) == {f"proc/{child.pid}/cmdline": "ESRCH"}

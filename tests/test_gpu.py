@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
+from hoststate.capture import collect
 from hoststate.collectors import COLLECTORS, Context, run_one
 from hoststate.collectors import gpu as gpu_collector
 from hoststate.coverage import failures
 from hoststate.nvml_replay import ReplayError, load, load_data, synthetic_hgx
-from hoststate.snapshot import collect, loads, to_toml
+from hoststate.snapshot import loads, to_toml
 from tests.conftest import FIXTURES, PYTHONPATH, REPO
 
 NVML = FIXTURES / "nvml"

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from hoststate.snapshot import digest, loads
+from hoststate.digest import digest
+from hoststate.snapshot import loads
 from tests.conftest import HOSTS, require
 
 HOSTSTATE = [sys.executable, "-m", "hoststate"]

@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from hoststate.digest import digest
 from hoststate.errors import HoststateError, InputError, PolicyError
 from hoststate.guard import (
     GuardRefused,
@@ -25,7 +26,7 @@ from hoststate.guard import (
     snap_host,
     with_guard_table,
 )
-from hoststate.snapshot import digest, loads, to_toml
+from hoststate.snapshot import loads, to_toml
 from tests.conftest import HOSTS, PYTHONPATH, REPO, require
 
 WQ = 'dsa.devices.dsa0.wqs."wq0.0".state'
@@ -179,7 +180,13 @@ def test_result_to_dict_is_json() -> None:
 def test_snap_host_on_the_seed_trees() -> None:
     require((HOSTS / "seed-baseline").is_dir(), "seed fixture trees not built")
     base = snap_host(root=str(HOSTS / "seed-baseline"), only=["system", "dsa"])
-    assert check_baseline(base, root=str(HOSTS / "seed-baseline"), only=["system", "dsa"]).verdict == "comparable"
+    # The collectors left out are unknown on both sides: refused, unless that is accepted knowingly.
+    with pytest.raises(GuardRefused):
+        check_baseline(base, root=str(HOSTS / "seed-baseline"), only=["system", "dsa"])
+    same = check_baseline(base, root=str(HOSTS / "seed-baseline"), only=["system", "dsa"], allow_unreadable=True)
+    assert same.verdict == "non-comparable" and same.accepted
+    assert {f.change for f in same.accepted} == {"unreadable"}
+    assert not any(f.path.startswith(("system", "dsa")) for f in same.accepted)
     result = evaluate(base, root=str(HOSTS / "seed-experiment"), only=["system", "dsa"])
     assert WQ in {f.path for f in result.refused}
     with pytest.raises(InputError, match="not a directory"):

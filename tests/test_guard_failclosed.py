@@ -209,7 +209,8 @@ def test_a_denied_nvml_baseline_against_a_readable_host_is_refused_too(tmp_path:
     base = snap(tmp_path / "b.toml", SEED, env={"HOSTSTATE_NVML_REPLAY": replay(tmp_path, {"error": "NoPermission"})})
     marker = tmp_path / "ran"
     env = {"HOSTSTATE_NVML_REPLAY": str(H200_REPLAY)}
-    assert_refused(guard(base, marker, env=env), marker, "gpu.driver_version", "<unreadable (denied): collector gpu denied")
+    assert_refused(guard(base, marker, env=env), marker, "gpu.driver_version",
+                   "<unreadable (denied): collector gpu denied")
     assert_ran(guard(base, marker, "--allow-unreadable", env=env), marker)
 
 

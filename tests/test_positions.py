@@ -15,11 +15,13 @@ from typing import Any
 import pytest
 
 from hoststate import nvml_replay, positions
+from hoststate.capture import collect
 from hoststate.collectors import Context
 from hoststate.coverage import failures
 from hoststate.diff import compare
+from hoststate.digest import digest
 from hoststate.fleet import run_fleet
-from hoststate.snapshot import collect, digest, load, to_toml
+from hoststate.snapshot import load, to_toml
 from tests.conftest import FIXTURES, HOSTS
 
 HGX = FIXTURES / "nvml" / "hgx-h100-8.json"

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from hoststate.snapshot import digest, loads
+from hoststate.digest import digest
+from hoststate.snapshot import loads
 from tests.conftest import HOSTS, PYTHONPATH
 
 SERVE = "vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 8 --gpu-memory-utilization 0.85 --max-model-len 16384"

@@ -31,8 +31,9 @@ SERVE = "vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 8 --gpu-memory-utilizat
 
 def snap_tree(tree: str, cmd: str) -> dict:
     """A snapshot of a fixture host tree as `hoststate snap --root TREE --vllm-cmd CMD` writes it."""
+    from hoststate.capture import collect
     from hoststate.collectors import Context
-    from hoststate.snapshot import collect, loads, to_toml
+    from hoststate.snapshot import loads, to_toml
 
     ctx = Context(root=str(FIXTURES / "hosts" / tree), vllm_cmd=cmd, vllm_version="0.12.0")
     return loads(to_toml(collect(ctx)), tree)

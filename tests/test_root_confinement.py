@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from hoststate import io, snapshot
+from hoststate import capture, io, snapshot
 from hoststate.collectors import Context, dsa, system
 from hoststate.collectors import accel_config as accel
 from hoststate.coverage import failures
@@ -112,7 +112,7 @@ def _check(snap: dict, text: str, escapes: dict[str, str]) -> None:
 def test_escaping_links_in_process(tmp_path, mode, monkeypatch) -> None:
     root, escapes = crafted_tree(tmp_path)
     monkeypatch.setenv("HOSTSTATE_TEST_SECRET", MARKER)  # what /proc/self/environ would give away
-    snap = snapshot.collect(Context(root=root), ("system", "dsa", "accel_config"))
+    snap = capture.collect(Context(root=root), ("system", "dsa", "accel_config"))
     text = snapshot.to_toml(snap)
     _check(snapshot.loads(text), text, escapes)
 

@@ -9,9 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hoststate.capture import assemble, collect
 from hoststate.collectors import Context, Section
+from hoststate.digest import digest
 from hoststate.errors import InputError, WriteError
-from hoststate.snapshot import assemble, collect, digest, loads, to_toml, write
+from hoststate.snapshot import loads, to_toml, write
 from tests.conftest import FIXTURES, HOSTS
 
 KEYS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.-\"' ", min_size=1, max_size=12)

@@ -13,8 +13,8 @@ import threading
 
 import pytest
 
-from hoststate import snapshot
-from hoststate.collectors import Context
+from hoststate import capture, snapshot
+from hoststate.collectors import Context, settle_coverage
 from hoststate.collectors import vllm as vllm_collector
 from tests.conftest import FIXTURES
 
@@ -74,7 +74,7 @@ def test_child_process_is_discovered_with_args_and_env_and_no_secret_reaches_the
     assert child.pid in found
     assert found[child.pid].env["HF_TOKEN"] == HF_TOKEN  # read for real from /proc/<pid>/environ
 
-    snap = snapshot.collect(Context(vllm_pid=child.pid, vllm_version="0.12.0"), names=("vllm", "env"))
+    snap = capture.collect(Context(vllm_pid=child.pid, vllm_version="0.12.0"), names=("vllm", "env"))
     vllm = snap["vllm"]
     assert snap["collectors"]["vllm"]["status"] == "ok"
     assert vllm["source"] == "pid" and vllm["pid"] == child.pid and vllm["port"] == port
@@ -229,7 +229,7 @@ def test_log_alone_gives_args_and_redacts_them():
 
 def test_missing_log_is_unreadable_not_fatal(tmp_path):
     sec = vllm_collector.collect(Context(root="/nonexistent", vllm_log=str(tmp_path / "none.log")))
-    assert sec.status == "partial" and sec.unreadable[str(tmp_path / "none.log")] == "ENOENT"
+    assert sec.status == "partial" and sec.unreadable[f"--vllm-log {tmp_path / 'none.log'}"] == "ENOENT"
 
 
 def test_no_source_under_root_is_skipped_and_absent_when_nothing_runs(monkeypatch):
@@ -260,8 +260,10 @@ def test_a_fifo_or_device_as_vllm_log_is_refused_not_read(tmp_path):
     os.mkfifo(fifo)
     for path in (str(fifo), "/dev/zero", str(tmp_path)):
         sec = vllm_collector.collect(Context(root="/nonexistent", vllm_log=path))  # would block or fill memory
-        assert sec.unreadable[path] == "not a regular file" and sec.status == "partial"
-        assert sec.unreadable["observed"] == "--vllm-log not a regular file"
+        assert sec.unreadable[f"--vllm-log {path}"] == "not a regular file" and sec.status == "partial"
+        settled = settle_coverage(sec, vllm_collector.SOURCES).unreadable  # what the log would have told
+        assert settled["observed.**"] == f"error: not a regular file [--vllm-log {path}]"
+        assert settled["cudagraph.observed.**"] == settled["observed.**"]
 
 
 def _observed_snapshot(tmp_path, text: str | None, name: str) -> dict:

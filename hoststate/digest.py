@@ -1,0 +1,34 @@
+"""The digest: sha256 over every value the default policy rates invalidating (the verdict side).
+
+Two snapshots with equal digests have no invalidating difference under the default policy. It is computed from a
+snapshot's content, never trusted from its ``hoststate.digest``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from hoststate.paths import leaves
+from hoststate.policy import default_policy
+from hoststate.positions import canonical
+from hoststate.snapshot import BOOKKEEPING, jsonable
+
+
+def digest(snap: Mapping[str, Any]) -> str:
+    """sha256 over the sorted (path, value) pairs the default policy rates invalidating.
+
+    The [hoststate], [collectors] and [guard] tables are bookkeeping and never part of the digest. GPUs are keyed
+    by position (hoststate.positions), so nodes that differ only in GPU UUIDs and serials have equal digests.
+    """
+    policy = default_policy()
+    snap = canonical(snap)
+    pairs = [
+        [list(path), jsonable(value)]
+        for path, value in leaves({k: v for k, v in snap.items() if k not in BOOKKEEPING})
+        if policy.severity(path) == "invalidating"
+    ]
+    blob = json.dumps(pairs, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
