@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hoststate.coverage import UNKNOWN, parse_entry
 from hoststate.paths import Path, format_path
 
 #: (code, kebab-name, area, summary). Append only; never renumber.
@@ -396,8 +397,8 @@ def check_collectors(snap: Mapping[str, Any]) -> Iterator[Advisory]:
 def check_unreadable(snap: Mapping[str, Any]) -> Iterator[Advisory]:
     for name, entry in _collectors(snap):
         unreadable = entry.get("unreadable") if isinstance(entry.get("unreadable"), Mapping) else {}
-        # ENOENT and NotSupported say a thing does not exist (a VM without cpufreq): knowledge, not a failed read.
-        n = sum(1 for why in unreadable.values() if why not in ("ENOENT", "ENOTDIR", "NotSupported"))
+        # Observed absences (class "absent": a VM without cpufreq) are knowledge, not a failed read.
+        n = sum(1 for why in unreadable.values() if parse_entry(why)[0] in UNKNOWN)
         if entry.get("status") == "partial" and n:
             yield _adv("HS902", "info", f"collector {name} could not read {n} value(s); see "
                        f"collectors.{name}.unreadable", ("collectors", name, "unreadable"))

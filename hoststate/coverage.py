@@ -32,6 +32,8 @@ _BY_REASON = {
     "ETIMEDOUT": "timeout", "Timeout": "timeout", "timeout": "timeout",
     "NotSupported": "absent",
 }
+#: What snapshots written before classes were recorded meant by these bare reasons: the thing does not exist.
+_LEGACY_ABSENT = frozenset({"ENOENT", "ENOTDIR", "NotSupported"})
 #: Collector statuses under which nothing it would have read is known, as failure classes.
 STATUS_CLASS = {"error": "error", "timeout": "timeout", "denied": "denied", "skipped": "skipped"}
 
@@ -115,12 +117,12 @@ def entry(cls: str, reason: str, key: str, declared: bool = True) -> str:
 
 def parse_entry(value: Any) -> tuple[str, str]:
     """(class, detail) of an ``unreadable`` value; a value written before classes were recorded (a bare errno or
-    NVML error name) is classified by that name."""
+    NVML error name) is classified by that name, ENOENT and NotSupported as the absences they then recorded."""
     text = str(value)
     head, sep, rest = text.partition(": ")
     if sep and head in CLASSES:
         return head, rest
-    return classify(text), text
+    return ("absent" if text in _LEGACY_ABSENT else classify(text)), text
 
 
 def failures(unreadable: Mapping[str, Any]) -> dict[str, str]:
