@@ -67,6 +67,23 @@ class _Handle:
         return f"<replay device {self.index}>"
 
 
+#: Calls whose binding takes a structure to fill (besides the fabric call above): the entry gives its fields.
+OUT_STRUCTS = frozenset({"nvmlDeviceWorkloadPowerProfileGetCurrentProfiles"})
+
+
+def _fill(target: Any, value: Any) -> None:
+    """Set a ctypes structure's fields from a replayed entry (nested structures and arrays too)."""
+    for key, val in vars(value).items():
+        if isinstance(val, types.SimpleNamespace):
+            _fill(getattr(target, key), val)
+        elif isinstance(val, list):
+            array = getattr(target, key)
+            for i, item in enumerate(val):
+                array[i] = item
+        else:
+            setattr(target, key, val)
+
+
 def _struct(value: Any) -> Any:
     if isinstance(value, dict):
         return types.SimpleNamespace(**{k: _struct(v) for k, v in value.items()})
@@ -180,6 +197,9 @@ class ReplayNvml:
                         target.clusterUuid[i] = b
                 else:
                     setattr(target, key, val)
+            return self._real.NVML_SUCCESS
+        if name in OUT_STRUCTS:  # the binding fills the caller's structure and returns NVML_SUCCESS
+            _fill(getattr(args[0], "_obj", args[0]), self._answer(name, self._lookup(handle.calls, name, ())))
             return self._real.NVML_SUCCESS
         return self._answer(name, self._lookup(handle.calls, name, args))
 
@@ -300,6 +320,8 @@ def synthetic_hgx(
             "nvmlSystemGetNVMLVersion": "12.570.133.20",
             "nvmlDeviceGetCount": gpus,
             "nvmlSystemGetProcessName": {"by_arg": {"4242": "python3"}},
+            "nvmlSystemGetConfComputeState": {"environment": 0, "ccFeature": 0, "devToolsMode": 0},
+            "nvmlSystemGetNvlinkBwMode": 0,
         },
         "device_defaults": {
             "nvmlDeviceGetName": "NVIDIA H100 80GB HBM3",
@@ -315,6 +337,12 @@ def synthetic_hgx(
             "nvmlDeviceGetComputeMode": 0,
             "nvmlDeviceGetEccMode": [1, 1],
             "nvmlDeviceGetMigMode": [0, 0],
+            # modes and health as a live H200 answered them (fixtures/real/h200-gpu-modes.json); page
+            # retirement and workload power profiles are NotSupported on Hopper (the replay's default)
+            "nvmlDeviceGetGpcClkVfOffset": 0,
+            "nvmlDeviceGetMemClkVfOffset": 0,
+            "nvmlDeviceGetTotalEccErrors": {"by_arg": {"*": 0}},
+            "nvmlDeviceGetRemappedRows": [0, 0, 0, 0],
             "nvmlDeviceGetPowerManagementLimit": 700000,
             "nvmlDeviceGetPowerManagementDefaultLimit": 700000,
             "nvmlDeviceGetEnforcedPowerLimit": 700000,

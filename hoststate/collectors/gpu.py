@@ -41,6 +41,9 @@ SOURCES = (
     source(rf"{_U}/gsp_firmware_mode", "devices.{u}.gsp_firmware_mode", "devices.{u}.gsp_firmware_default_mode"),
     source(rf"{_U}/(?P<f>ecc_mode|mig_mode)", "devices.{u}.{f}_*", "devices.{u}.mig_devices"),
     source(rf"{_U}/cpu_affinity", "devices.{u}.cpu_affinity", "devices.{u}.numa_node"),
+    source(rf"{_U}/health/remapped_rows", "devices.{u}.health.remapped_rows_*"),
+    source(rf"{_U}/health/(?P<f>[^/]+)", "devices.{u}.health.{f}"),
+    source(rf"{_U}/workload_power_profiles", "devices.{u}.workload_power_profiles.**"),
     source(rf"{_U}/(?P<f>[^/]+)", "devices.{u}.{f}"),
     source(r"topology/(?P<a>[^/]+)/(?P<b>[^/]+)", "topology.{a}.{b}", "topology.{b}.{a}", "devices.*.nvlink.peers"),
     source(r"p2p/(?P<c>[^/]+)/(?P<a>[^/]+)/(?P<b>[^/]+)", "p2p.{c}.{a}.{b}"),
@@ -271,6 +274,7 @@ def _collect(nvml: Any, sysfs: Reader | None = None) -> Section:
     bindings = _bindings_version(nvml)
     if bindings:
         data["bindings_version"] = bindings
+    _system_modes(r, data)
     count = r.put(data, "count", "system", "nvmlDeviceGetCount") or 0
 
     devices: dict[str, dict[str, Any]] = {}
@@ -407,8 +411,84 @@ def _device(nvml: Any, r: _Reader, h: Any, index: int, uid: str, sysfs: Reader |
         h,
         convert=lambda v: VIRTUALIZATION_MODES.get(v, str(v)),
     )
+    _modes(nvml, r, h, p, dev)
+    health = _health(r, h, p)
+    if health:
+        dev["health"] = health
     dev["nvlink"] = _nvlink(nvml, r, h, p)
     return dev
+
+
+#: nvmlConfComputeSystemState_t.environment.
+CC_ENVIRONMENTS = {0: "unavailable", 1: "simulation", 2: "production"}
+#: NVML_MEMORY_ERROR_TYPE_{CORRECTED,UNCORRECTED} x NVML_{VOLATILE,AGGREGATE}_ECC.
+ECC_COUNTERS = (("corrected", 0), ("uncorrected", 1))
+ECC_SCOPES = (("volatile", 0), ("aggregate", 1))
+#: NVML_PAGE_RETIREMENT_CAUSE_*: pages retired after repeated single-bit errors, after a double-bit error.
+RETIRE_CAUSES = (("sbe", 0), ("dbe", 1))
+
+
+def _system_modes(r: _Reader, data: dict[str, Any]) -> None:
+    """Modes set for the whole system: Confidential Computing (every host-device copy goes through encrypted
+    bounce buffers when on) and the NVLink bandwidth mode (a reduced-bandwidth power mode)."""
+    cc = r.call("system/conf_compute", "nvmlSystemGetConfComputeState")
+    if cc is not None:
+        env = int(cc.environment)
+        data["conf_compute"] = {"environment": CC_ENVIRONMENTS.get(env, str(env)), "enabled": bool(cc.ccFeature),
+                                "dev_tools_mode": bool(cc.devToolsMode)}
+    r.put(data, "nvlink_bw_mode", "system", "nvmlSystemGetNvlinkBwMode")
+
+
+def _modes(nvml: Any, r: _Reader, h: Any, p: str, dev: dict[str, Any]) -> None:
+    """Clock offsets (over- or under-clocking set with nvidia-smi or NVML) and the workload power profiles
+    requested and enforced (Blackwell and later: a profile trades clocks for power)."""
+    r.put(dev, "clock_offset_gpc_mhz", p, "nvmlDeviceGetGpcClkVfOffset", h)
+    r.put(dev, "clock_offset_mem_mhz", p, "nvmlDeviceGetMemClkVfOffset", h)
+    cls = getattr(nvml, "c_nvmlWorkloadPowerProfileCurrentProfiles_v1_t", None)
+    fn = getattr(nvml, "nvmlDeviceWorkloadPowerProfileGetCurrentProfiles", None)
+    if cls is None or fn is None:
+        r.unreadable[f"{p}/workload_power_profiles"] = "NotInBindings"
+        return
+    import ctypes  # lazy: only hosts with a GPU pay its import
+
+    info = cls()
+    info.version = getattr(nvml, "nvmlWorkloadPowerProfileCurrentProfiles_v1", 0)
+    try:
+        fn(h, ctypes.byref(info))
+    except Exception as err:
+        name = error_name(err)
+        r.unreadable[f"{p}/workload_power_profiles"] = name
+        if name == "GpuIsLost":
+            raise _Lost(f"{p}/workload_power_profiles") from err
+        return
+    dev["workload_power_profiles"] = {key: _mask_bits(getattr(info, f"{key}ProfilesMask"))
+                                      for key in ("requested", "enforced")}
+
+
+def _mask_bits(mask: Any) -> list[int]:
+    """The bits set in an nvmlMask255_t (eight 32-bit words) as profile ids."""
+    words = list(getattr(mask, "mask", []))
+    return [w * 32 + b for w, word in enumerate(words) for b in range(32) if (int(word) >> b) & 1]
+
+
+def _health(r: _Reader, h: Any, p: str) -> dict[str, Any]:
+    """Memory health: ECC error counts (volatile since the driver loaded, aggregate over the board's life),
+    row remapping (Ampere and later: remapped rows, a remap pending until the next GPU reset, a failed remap)
+    and page retirement (older GPUs). NotSupported where the GPU uses the other mechanism."""
+    out: dict[str, Any] = {}
+    q = f"{p}/health"
+    for kind, etype in ECC_COUNTERS:
+        for scope, counter in ECC_SCOPES:
+            r.put(out, f"ecc_errors_{kind}_{scope}", q, "nvmlDeviceGetTotalEccErrors", h, etype, counter, convert=int)
+    rows = r.call(f"{q}/remapped_rows", "nvmlDeviceGetRemappedRows", h)
+    if rows is not None:
+        corr, unc, pending, failure = (int(v) for v in rows)
+        out.update(remapped_rows_corrected=corr, remapped_rows_uncorrected=unc,
+                   remapped_rows_pending=bool(pending), remapped_rows_failure=bool(failure))
+    for cause, cause_id in RETIRE_CAUSES:
+        r.put(out, f"retired_pages_{cause}", q, "nvmlDeviceGetRetiredPages", h, cause_id, convert=len)
+    r.put(out, "retired_pages_pending", q, "nvmlDeviceGetRetiredPagesPendingStatus", h, convert=bool)
+    return out
 
 
 def _mig_devices(r: _Reader, h: Any, p: str) -> dict[str, dict[str, Any]]:

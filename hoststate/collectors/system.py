@@ -7,6 +7,7 @@ captured tree snaps like a live host. Per-CPU settings are grouped into CPU rang
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -77,6 +78,13 @@ SOURCES = (
     source(r"sys/kernel/mm/hugepages", "hugepages.**", absent=("ENOENT",)),  # no huge page sizes
     source(r"sys/kernel/mm/hugepages/.*", "hugepages.**"),
     source(r"sys/class/iommu", "iommu.units", absent=("ENOENT",)),  # no IOMMU class: no IOMMU units
+    source(r"sys/bus/pci/devices", "p2p.**", absent=("ENOENT",)),  # no PCI bus (some VMs): nothing to say
+    source(r"sys/bus/pci/devices/[^/]+/class", "p2p.**", absent=("ENOENT",)),  # no class: not a GPU
+    source(r"sys/bus/pci/devices/[^/]+(?:/vendor)?", "p2p.**"),  # which devices are GPUs, where they sit
+    source(r"sys/bus/pci/devices/(?P<g>[^/]+)/iommu_group", "p2p.gpus.{g}.iommu_*",
+           absent=("ENOENT",)),  # no IOMMU translation for this device
+    source(r"sys/kernel/iommu_groups/\d+/type", "p2p.gpus.*.iommu_type", absent=("ENOENT",)),  # before 5.11
+    source(r"sys/devices/pci[^/]*(?:/[^/]+)*/(?P<b>[^/]+)/config", "p2p.bridges.{b}.**"),
 )
 
 
@@ -390,6 +398,109 @@ def _iommu(r: Reader, params: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+#: PCI classes of NVIDIA GPUs (3D controller, VGA) and the vendor id.
+GPU_CLASSES = ("0x0302", "0x0300")
+NVIDIA = "0x10de"
+#: ACS control bits (include/uapi/linux/pci_regs.h PCI_ACS_*); RR, CR and EC send peer-to-peer requests up to the
+#: root complex (and through the IOMMU) instead of across the switch.
+ACS_BITS = (("SV", 0x01), ("TB", 0x02), ("RR", 0x04), ("CR", 0x08), ("UF", 0x10), ("EC", 0x20), ("DT", 0x40))
+ACS_REDIRECT = 0x04 | 0x08 | 0x20
+PCI_EXT_CAP_ID_ACS = 0x0D
+_BDF = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", re.IGNORECASE)
+
+
+def acs_control(config: bytes) -> int | None:
+    """The ACS control register from a device's config space (extended capabilities from 0x100), None when the
+    device has no ACS capability. ValueError when only the 64 or 256 bytes an unprivileged read gets are there."""
+    if len(config) < 0x104:
+        raise ValueError(f"config space is {len(config)} bytes: the extended capabilities need root to read")
+    offset, seen = 0x100, 0
+    while offset and seen < 64:  # a loop in the chain ends here
+        header = int.from_bytes(config[offset:offset + 4], "little")
+        if header in (0, 0xFFFFFFFF):
+            return None
+        if header & 0xFFFF == PCI_EXT_CAP_ID_ACS:
+            return int.from_bytes(config[offset + 6:offset + 8], "little")
+        offset, seen = (header >> 20) & 0xFFC, seen + 1
+        if offset < 0x100 or offset + 8 > len(config):
+            return None
+    return None
+
+
+def _gpu_functions(r: Reader) -> list[str]:
+    """PCI addresses of the NVIDIA GPUs (``sys/bus/pci/devices``); [] without a PCI bus."""
+    out = []
+    for bdf in r.listdir("sys/bus/pci/devices", record=False) or []:
+        cls = r.read(f"sys/bus/pci/devices/{bdf}/class", record=False)
+        if cls is None or not cls.startswith(GPU_CLASSES):
+            continue
+        if r.read(f"sys/bus/pci/devices/{bdf}/vendor") == NVIDIA:
+            out.append(bdf)
+    return out
+
+
+def _bridges(r: Reader, bdf: str) -> tuple[str, list[str]] | None:
+    """(the device's directory under sys/devices, the bridges above it, root port first), from the bus link."""
+    link = r.readlink(f"sys/bus/pci/devices/{bdf}")
+    if link is None:
+        return None
+    path = os.path.normpath(os.path.join("sys/bus/pci/devices", link))
+    parts = path.split("/")
+    if not path.startswith("sys/devices/pci") or parts[-1] != bdf:
+        r.note(f"sys/bus/pci/devices/{bdf}", "not a link into sys/devices/pci*")
+        return None
+    return path, [p for p in parts[3:-1] if _BDF.fullmatch(p)]
+
+
+def _p2p(r: Reader) -> dict[str, Any]:
+    """The peer-to-peer path between GPUs: each GPU's IOMMU group and its default domain type (identity is
+    passthrough; DMA and DMA-FQ translate every peer access), and ACS on each bridge between a GPU and its root
+    port (request or completion redirect sends peer traffic up to the root complex). Empty without NVIDIA GPUs."""
+    gpus: dict[str, Any] = {}
+    bridges: dict[str, Any] = {}
+    for bdf in _gpu_functions(r):
+        entry: dict[str, Any] = {}
+        group = r.readlink(f"sys/bus/pci/devices/{bdf}/iommu_group", record=False)
+        if group is None and missing(r, f"sys/bus/pci/devices/{bdf}/iommu_group"):
+            entry["iommu_group"] = "none"  # no IOMMU translates this device
+        elif group is not None:
+            entry["iommu_group"] = group.rsplit("/", 1)[-1]
+            kind = r.read(f"sys/kernel/iommu_groups/{entry['iommu_group']}/type", record=False)
+            if kind is not None:
+                entry["iommu_type"] = kind
+        found = _bridges(r, bdf)
+        if found is not None:
+            path, above = found
+            entry["bridges"] = above
+            base = path.rsplit("/", 1 + len(above))[0]
+            for i, bridge in enumerate(above):
+                if bridge not in bridges:
+                    bridges[bridge] = _acs(r, "/".join([base, *above[:i + 1]]) + "/config")
+        gpus[bdf] = entry
+    out: dict[str, Any] = {}
+    if gpus:
+        out["gpus"] = gpus
+    if bridges:
+        out["bridges"] = {k: v for k, v in bridges.items() if v}
+    return out
+
+
+def _acs(r: Reader, rel: str) -> dict[str, Any]:
+    """One bridge's ACS: the control bits set, and whether peer requests are redirected upstream."""
+    data = r.read_bytes(rel, max_bytes=4096)
+    if data is None:
+        return {}
+    try:
+        ctrl = acs_control(data)
+    except ValueError as err:
+        r.note(rel, str(err))
+        return {}
+    if ctrl is None:
+        return {"acs_capability": False}  # no ACS here: peer traffic is never redirected by this bridge
+    return {"acs_capability": True, "acs": [name for name, bit in ACS_BITS if ctrl & bit],
+            "acs_redirect": bool(ctrl & ACS_REDIRECT)}
+
+
 def collect(ctx: Context) -> Section:
     section = Section()
     r = Reader(ctx.root, section.unreadable)
@@ -411,6 +522,7 @@ def collect(ctx: Context) -> Section:
         "thp": _thp(r),
         "hugepages": _hugepages(r),
         "iommu": _iommu(r, kernel.get("params", {})),
+        "p2p": _p2p(r),
     }
     section.data = {k: v for k, v in data.items() if v}
     if not any(data[k] for k in ("kernel", "cpu", "memory")):  # absence markers alone do not make a host
