@@ -42,6 +42,7 @@ class Command:
     out_end: int = 0
     actual: list[str] = field(default_factory=list)  # as printed (the working directory shown as '.')
     status: int = 0
+    script: str | None = None  # a ```sh block starting with '#!': written to this file and checked, not run
 
     @property
     def prefix_only(self) -> bool:
@@ -60,7 +61,10 @@ def parse(path: Path) -> list[Command]:
             continue
         end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
         body = lines[i + 1:end]
-        if fence.group(1) == "sh":
+        if fence.group(1) == "sh" and body and body[0].startswith("#!"):
+            name = body[1].lstrip("# ").split()[0] if len(body) > 1 else "script.sh"
+            out.append(Command(path.name, i + 2, "\n".join(body), None, script=name))
+        elif fence.group(1) == "sh":
             out.append(Command(path.name, i + 2, "\n".join(body), None))
         else:
             out.extend(_console(path.name, body, i + 1))
@@ -91,27 +95,38 @@ def _console(doc: str, body: list[str], offset: int) -> list[Command]:
     return cmds
 
 
-def _script(cmds: list[Command]) -> str:
+def _script(cmds: list[Command], prelude: dict[str, str]) -> str:
     parts = ["exec 2>&1"]
+    seen: set[str] = set()
     for n, c in enumerate(cmds):
+        if c.doc not in seen and c.doc in prelude:
+            parts.append(prelude[c.doc])
+        seen.add(c.doc)
         text = c.text
         for old, new, _why in SUBSTITUTE:
             text = text.replace(old, new)
+        if c.script:  # a script shown whole: written beside the others, its syntax checked
+            text = f"cat > {c.script} <<'__HS_SCRIPT__'\n{text}\n__HS_SCRIPT__\nchmod +x {c.script}; bash -n {c.script}"
+        elif c.shown is None and re.search(r"\bexit\b", text):
+            text = f"(\n{text}\n)"  # its own exit must not end the shell the next documents run in
         # the status is kept for the next command's $? (``echo $?`` in a document)
         parts.append(f"{text}\n__hs=$?; printf '\\n{MARK} {n} %s\\n' \"$__hs\"; (exit $__hs)")
     return "\n".join(parts) + "\n"
 
 
-def run(docs: list[Path], workdir: Path, env: dict[str, str] | None = None, timeout: float = 600) -> list[Command]:
-    """Run every command of ``docs`` in order in one bash in ``workdir``; fill ``actual`` and ``status``."""
+def run(docs: list[Path], workdir: Path, env: dict[str, str] | None = None, timeout: float = 600,
+        prelude: dict[str, str] | None = None) -> list[Command]:
+    """Run every command of ``docs`` in order in one bash in ``workdir``; fill ``actual`` and ``status``.
+
+    ``prelude`` maps a document's name to shell code run before its first command (stand-ins it needs)."""
     cmds = [c for d in docs for c in parse(d)]
     link = workdir / "fixtures"
     if not link.exists():
         link.symlink_to(REPO / "fixtures")
     full = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "120", "HS_REPO": str(REPO), **(env or {})}
     full.pop("NO_COLOR", None)
-    proc = subprocess.run(["bash", "-c", _script(cmds)], cwd=workdir, env=full, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(["bash", "-c", _script(cmds, prelude or {})], cwd=workdir, env=full, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     chunks = re.split(rf"\n?{MARK} (\d+) (\d+)\n", proc.stdout)
     done = 0
     for k in range(1, len(chunks) - 1, 3):
