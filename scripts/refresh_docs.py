@@ -14,13 +14,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests import docexec  # noqa: E402
-from tests.test_docs import DOCS  # noqa: E402
+from tests.conftest import PYTHONPATH  # noqa: E402
+from tests.test_docs import DOCS, PRELUDE, standins  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     with tempfile.TemporaryDirectory(prefix="hoststate-docs-") as tmp:
-        cmds = docexec.run(DOCS, Path(tmp))
+        work, stand = Path(tmp) / "work", Path(tmp) / "bin"
+        work.mkdir()
+        env = {"PYTHONPATH": PYTHONPATH, "HS_PYTHON": sys.executable, "HS_DOCBIN": standins(stand)}
+        cmds = docexec.run(DOCS, work, env=env, prelude=PRELUDE)  # as tests/test_docs.py runs them
     stale = 0
     for doc in DOCS:
         lines = doc.read_text().splitlines()
