@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+from hoststate.text import MAX_NESTING, NESTED_TOO_DEEPLY
+
 REDACTED = "<redacted>"
 
 #: An environment variable is secret when a word of its upper-cased name (words split at ``_``) contains one of
@@ -768,28 +770,33 @@ def redact_url(url: str) -> str:
 # -- nested values ------------------------------------------------------------------------------------------------
 
 
-def redact_value(value: Any, key: str | None = None) -> Any:
-    """Any nested value (dicts, lists, strings) with secrets replaced; keys are tested by is_secret_key."""
+def redact_value(value: Any, key: str | None = None, depth: int = 0) -> Any:
+    """Any nested value (dicts, lists, strings) with secrets replaced; keys are tested by is_secret_key. Nesting
+    deeper than a snapshot keeps (hoststate.text.MAX_NESTING) is cut here, before it can exhaust the stack."""
     if key is not None and is_secret_key(key) and value not in (None, "", [], {}):
         return REDACTED
+    if isinstance(value, Mapping | list | tuple) and depth > MAX_NESTING:
+        return NESTED_TOO_DEEPLY
     if isinstance(value, Mapping):
-        return {k: redact_value(v, str(k)) for k, v in value.items()}
+        return {k: redact_value(v, str(k), depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact_value(v) for v in value]
+        return [redact_value(v, None, depth + 1) for v in value]
     if isinstance(value, str):
         return redact_text(value)
     return value
 
 
-def redact_strings(value: Any) -> Any:
+def redact_strings(value: Any, depth: int = 0) -> Any:
     """Any nested value with every string passed through redact_text (shapes and ``key = value`` pairs in
     text), keys left alone: the last pass over a whole snapshot, whatever collector produced it."""
+    if isinstance(value, Mapping | list | tuple) and depth > MAX_NESTING:
+        return NESTED_TOO_DEEPLY
     if isinstance(value, Mapping):
-        return {k: redact_strings(v) for k, v in value.items()}
+        return {k: redact_strings(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [redact_strings(v) for v in value]
+        return [redact_strings(v, depth + 1) for v in value]
     if isinstance(value, tuple):
-        return tuple(redact_strings(v) for v in value)
+        return tuple(redact_strings(v, depth + 1) for v in value)
     if isinstance(value, str):
         return redact_text(value)
     return value

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -94,14 +95,17 @@ def test_a_servers_pythonpath_with_an_undecodable_dist_info_name(tmp_path, child
     assert vllm["packages"]["vllm"] == "0.7\\xff" and vllm["packages"]["nvidia-x\\xfe"] == "2.0"
 
 
-def test_very_deep_json_in_vllm_cmd(tmp_path) -> None:
-    """A JSON option nested 300 deep (any user's server argv can hold one) parses, then is cut at
-    hoststate.text.MAX_NESTING: the TOML writer never recurses that deep and the snapshot stays readable."""
-    deep = "[" * 300 + "]" * 300
+@pytest.mark.parametrize("levels", [300, 600, 900])
+def test_very_deep_json_in_vllm_cmd(tmp_path, levels: int) -> None:
+    """A JSON option nested hundreds deep (any user's server argv can hold one) parses, then is cut at
+    hoststate.text.MAX_NESTING (by the redaction pass first, which would otherwise exhaust the stack past ~500):
+    the TOML writer never recurses that deep, the vllm section is kept and the snapshot stays readable."""
+    deep = "[" * levels + "]" * levels
     out = tmp_path / "out.toml"
     proc = hoststate("snap", "-q", "--root", str(ROOT), "--only", "vllm", "-o", str(out),
                      "--vllm-cmd", f"vllm serve m --compilation-config '{{\"mode\": 3, \"x\": {deep}}}'")
     assert proc.returncode == 0, proc.stderr
+    assert written(out)["collectors"]["vllm"]["status"] == "ok", written(out)["collectors"]["vllm"]
     x = written(out)["vllm"]["args"]["compilation_config"]["x"]
     depth = 0
     while isinstance(x, list):
