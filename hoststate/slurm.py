@@ -1,0 +1,376 @@
+"""Slurm: check each node before a job, stamp the verdict where the job reads it, record what the job changed.
+
+Three programs for slurm.conf (docs/fleets-engines.md), run as ``python -m hoststate.slurm ROLE``:
+
+``prolog`` (``Prolog=``, root, on the node, before the job): snaps the node and compares it with the fleet's
+reference baseline and, when the job names one (``sbatch --comment=hoststate-baseline=PATH``), with the job's own.
+The verdict is stamped in ``STAMP_DIR/<job>.json`` (readable by the job) and in the job's ``AdminComment``
+(``scontrol show job``). Drift never fails the prolog: a failing prolog drains the node and requeues the job, which
+is the answer to a sick node, not to a job that wants another configuration. Health faults (a GPU lost, an XID that
+needs a reset in the kernel log, memory rows that failed to remap or wait for a reset, uncorrectable ECC errors, a
+GPU driver that cannot be read) drain the node with a readable reason and fail the prolog.
+
+``task-prolog`` (``TaskProlog=``, the job's user, before each task): exports ``HOSTSTATE_VERDICT`` and
+``HOSTSTATE_STAMP``; on drift prints the reason into the task's output and fails, so Slurm refuses the task and the
+job ends FAILED with the reason in its output and its AdminComment, the node left in service.
+
+``epilog`` (``Epilog=``, root, after the job): snaps again and writes what changed during the job
+(``STAMP_DIR/<job>.changes.txt``, a diff of the prolog's snapshot against this one); drains the node on a health
+fault found then.
+
+Configuration: a TOML file (``HOSTSTATE_SLURM_CONFIG``, default /etc/hoststate/slurm.toml), keys in CONFIG_KEYS.
+Every external command (hoststate itself, scontrol) runs with a timeout; nothing here waits unbounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hoststate.io import run
+from hoststate.snapshot import toml_loads
+
+CONFIG_ENV = "HOSTSTATE_SLURM_CONFIG"
+DEFAULT_CONFIG = "/etc/hoststate/slurm.toml"
+#: How a job names its own baseline: ``sbatch --comment=hoststate-baseline=/shared/baselines/run42.toml``.
+JOB_BASELINE = re.compile(r"hoststate-baseline=(\S+)")
+#: XIDs that say the GPU needs a reset or is gone (NVIDIA's XID catalogue): 48 double-bit ECC, 61/62 internal
+#: micro-controller halt, 63/64 row remapping/retirement event or failure, 74 NVLink error, 79 fallen off the bus,
+#: 92 high single-bit ECC rate, 94/95 contained/uncontained ECC error, 119/120 GSP timeout/error, 140 unrecovered ECC.
+FATAL_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140})
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
+#: Every key the configuration file may hold, with its default.
+CONFIG_KEYS: dict[str, Any] = {
+    "baseline": "",            # the fleet's reference snapshot ("" = only the job's own)
+    "policy": [],              # extra --policy files
+    "accept": [],              # --accept patterns the site tolerates (guard's meaning)
+    "root": "/",               # --root (a captured tree in tests)
+    "only": [],                # --only collectors ([] = all)
+    "stamp_dir": "/run/hoststate/slurm",
+    "kmsg": "/dev/kmsg",       # the kernel log read for XIDs ("" = not read)
+    "timeout": 60.0,           # seconds for one snap or diff
+    "scontrol": "scontrol",
+    "nvml_replay": "",         # HOSTSTATE_NVML_REPLAY for the snap (tests)
+}
+
+
+@dataclass
+class Config:
+    baseline: str = ""
+    policy: list[str] = field(default_factory=list)
+    accept: list[str] = field(default_factory=list)
+    root: str = "/"
+    only: list[str] = field(default_factory=list)
+    stamp_dir: str = "/run/hoststate/slurm"
+    kmsg: str = "/dev/kmsg"
+    timeout: float = 60.0
+    scontrol: str = "scontrol"
+    nvml_replay: str = ""
+
+
+def load_config(path: str | None = None) -> Config:
+    """The configuration file; a missing default file is the defaults. ValueError names an unknown key."""
+    path = path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG
+    try:
+        with open(path, "rb") as f:
+            data = toml_loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        if path != DEFAULT_CONFIG:
+            raise
+        data = {}
+    unknown = sorted(set(data) - set(CONFIG_KEYS))
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(CONFIG_KEYS)})")
+    return Config(**{k: data.get(k, v) for k, v in CONFIG_KEYS.items()})
+
+
+# -- files the job reads -------------------------------------------------------------------------------------------
+
+
+def stamp_dir(config: Config) -> str:
+    """The stamp directory, made root-only-writable; refused when it is a link or someone else's."""
+    path = config.stamp_dir
+    os.makedirs(path, mode=0o755, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise OSError(f"{path}: not a directory owned by uid {os.geteuid()} and writable only by it")
+    return path
+
+
+def write_atomic(directory: str, name: str, text: str) -> str:
+    """``directory/name`` replaced atomically with a new file (mode 0644), never written through a link."""
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, os.path.join(directory, name))
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return os.path.join(directory, name)
+
+
+_JOB_ID = re.compile(r"\d+(?:_\d+)?")
+
+
+def job_id(env: Mapping[str, str]) -> str:
+    value = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
+    if not _JOB_ID.fullmatch(value):
+        raise ValueError(f"SLURM_JOB_ID is not a job id: {value!r}")
+    return value
+
+
+# -- hoststate itself, and scontrol, as bounded commands -----------------------------------------------------------
+
+
+def _hoststate(config: Config, args: Sequence[str]) -> Any:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOSTSTATE_")}
+    if config.nvml_replay:
+        env["HOSTSTATE_NVML_REPLAY"] = config.nvml_replay
+    return run([sys.executable, "-m", "hoststate", *args], timeout=config.timeout, env=env)
+
+
+def snap(config: Config, out: str) -> str | None:
+    """Snap the node into ``out``; None, or why it could not be snapped."""
+    args = ["snap", "-q", "--force", "-o", out, "--root", config.root]
+    if config.only:
+        args += ["--only", ",".join(config.only)]
+    done = _hoststate(config, args)
+    return None if done.ok else f"hoststate snap: {done.describe()}"
+
+
+def scontrol(config: Config, *args: str) -> str | None:
+    """Run ``scontrol ARGS``; None, or why it failed (never raised: the verdict stands without the comment)."""
+    done = run([config.scontrol, *args], timeout=15.0)
+    return None if done.ok else done.describe()
+
+
+def job_baseline(config: Config, job: str) -> str | None:
+    """The baseline a job names in its comment (``--comment=hoststate-baseline=PATH``), or None."""
+    done = run([config.scontrol, "show", "job", "-o", job], timeout=15.0)
+    if not done.ok:
+        return None
+    m = re.search(r"\bComment=(.*?)(?: [A-Z][A-Za-z]+=|$)", done.stdout)
+    found = JOB_BASELINE.search(m[1]) if m else None
+    return found[1] if found else None
+
+
+# -- verdicts ------------------------------------------------------------------------------------------------------
+
+
+def xids(text: str) -> list[tuple[str, int]]:
+    """(PCI address, XID) of every ``NVRM: Xid`` line of a kernel log."""
+    return [(m[1], int(m[2])) for m in _XID.finditer(text)]
+
+
+def read_kmsg(path: str, max_bytes: int = 4 << 20) -> str:
+    """The kernel log ring buffer, read without blocking (``/dev/kmsg`` gives one record per read); "" when it
+    cannot be read."""
+    if not path:
+        return ""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        while total < max_bytes:
+            try:
+                chunk = os.read(fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError:  # EPIPE: a record was overwritten while reading; go on
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def health_faults(snap_data: Mapping[str, Any], kmsg: str = "") -> list[str]:
+    """Why this node should not run GPU work at all (empty: healthy): these drain it."""
+    faults: list[str] = []
+    entry = snap_data.get("collectors", {}).get("gpu", {})
+    if entry.get("status") in ("error", "timeout", "denied"):
+        faults.append(f"GPU driver unreadable: {entry.get('reason', entry.get('status'))}")
+    lost = set()
+    for where, value in entry.get("unreadable", {}).items():
+        if "GpuIsLost" in str(value):  # settled entries name the NVML call in brackets: "error: GpuIsLost [devices/5]"
+            m = re.search(r"\[([^\]]+)\]", str(value))
+            lost.add(m[1] if m else where)
+    faults += [f"GPU lost: {where}" for where in sorted(lost)]
+    for key, dev in sorted(snap_data.get("gpu", {}).get("devices", {}).items()):
+        health = dev.get("health", {}) if isinstance(dev, dict) else {}
+        name = f"GPU {dev.get('index', key)} ({dev.get('pci_bus_id', key)})"
+        if health.get("remapped_rows_failure"):
+            faults.append(f"{name}: row remapping failed")
+        if health.get("remapped_rows_pending"):
+            faults.append(f"{name}: row remap pending a GPU reset")
+        if health.get("retired_pages_pending"):
+            faults.append(f"{name}: page retirement pending a driver reload")
+        if health.get("ecc_errors_uncorrected_volatile"):
+            faults.append(f"{name}: {health['ecc_errors_uncorrected_volatile']} uncorrectable ECC errors")
+    fatal = sorted({(bus, x) for bus, x in xids(kmsg) if x in FATAL_XIDS})
+    faults += [f"XID {x} on PCI {bus}" for bus, x in fatal]
+    return faults
+
+
+def refusal_lines(baseline: str, current: Mapping[str, Any], config: Config) -> list[str]:
+    """Why ``current`` is not comparable with ``baseline`` under the site's policy and accept patterns, one
+    summary line per subsystem (the lines ``hoststate diff`` opens with); [] when it is."""
+    from hoststate.guard import evaluate
+    from hoststate.report import summarize
+
+    try:
+        result = evaluate(baseline, current=current, policy_files=config.policy, accept=config.accept)
+    except Exception as err:  # noqa: BLE001 - a missing or bad baseline refuses the job with its reason
+        return [f"not compared: {err}"]
+    if not result.refused:
+        return []
+    return [s.text for s in summarize(result.refused) if s.severity == "invalidating"] or [
+        f"{f.path} changed" for f in result.refused[:5]]
+
+
+@dataclass
+class Verdict:
+    verdict: str  # match, refused, health, error
+    reasons: list[str] = field(default_factory=list)
+    baselines: dict[str, str] = field(default_factory=dict)
+
+    def comment(self) -> str:
+        """The AdminComment text: one line, bounded."""
+        text = f"hoststate: {self.verdict}" + (f": {'; '.join(self.reasons)}" if self.reasons else "")
+        return re.sub(r"[\r\n\t]", " ", text)[:900]
+
+
+def judge(config: Config, current: str, job_base: str | None, kmsg: str) -> Verdict:
+    """The verdict on the snapshot ``current``: health first, then each baseline."""
+    from hoststate.snapshot import load
+
+    try:
+        data = load(current)
+    except Exception as err:  # noqa: BLE001 - an unreadable snapshot is a verdict, not a crash
+        return Verdict("error", [f"snapshot unreadable: {err}"])
+    faults = health_faults(data, kmsg)
+    if faults:
+        return Verdict("health", faults)
+    verdict = Verdict("match")
+    for label, path in (("fleet", config.baseline), ("job", job_base or "")):
+        if not path:
+            continue
+        verdict.baselines[label] = path
+        lines = refusal_lines(path, data, config)
+        if lines:
+            verdict.verdict = "refused"
+            verdict.reasons += [f"{label} baseline {os.path.basename(path)}: {line}" for line in lines[:6]]
+    return verdict
+
+
+# -- the three programs --------------------------------------------------------------------------------------------
+
+
+def prolog(config: Config, env: Mapping[str, str]) -> int:
+    job = job_id(env)
+    node = env.get("SLURMD_NODENAME", "")
+    directory = stamp_dir(config)
+    before = os.path.join(directory, f"{job}.before.toml")
+    err = snap(config, before)
+    if err is not None:
+        verdict = Verdict("error", [err])  # not checked: the job is refused, the node is not blamed
+    else:
+        verdict = judge(config, before, job_baseline(config, job), read_kmsg(config.kmsg))
+    stamp = {"job": job, "node": node, "verdict": verdict.verdict, "reasons": verdict.reasons,
+             "baselines": verdict.baselines, "snapshot": before}
+    write_atomic(directory, f"{job}.json", json.dumps(stamp, indent=1) + "\n")
+    scontrol(config, "update", f"JobId={job}", f"AdminComment={verdict.comment()}")
+    if verdict.verdict == "health":
+        if node:
+            scontrol(config, "update", f"NodeName={node}", "State=DRAIN", f"Reason={verdict.comment()[:200]}")
+        print(verdict.comment(), file=sys.stderr)
+        return 1
+    return 0
+
+
+def task_prolog(config: Config, env: Mapping[str, str], out: Any = None) -> int:
+    """TaskProlog protocol (slurm.conf): ``export NAME=value`` and ``print TEXT`` lines on stdout."""
+    out = out or sys.stdout
+    job = job_id(env)
+    path = os.path.join(config.stamp_dir, f"{job}.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            stamp = json.load(f)
+    except (OSError, ValueError) as err:
+        print(f"print hoststate: no verdict for job {job} ({type(err).__name__}): the node was not checked", file=out)
+        print("export HOSTSTATE_VERDICT=unchecked", file=out)
+        return 0
+    verdict = str(stamp.get("verdict", "error"))
+    print(f"export HOSTSTATE_VERDICT={verdict}", file=out)
+    print(f"export HOSTSTATE_STAMP={path}", file=out)
+    if verdict == "match":
+        return 0
+    print(f"print hoststate: job {job} refused on node {stamp.get('node', '?')} ({verdict}):", file=out)
+    for reason in stamp.get("reasons", []):
+        one_line = re.sub(r"[\r\n]", " ", str(reason))
+        print(f"print hoststate:   {one_line}", file=out)
+    out.flush()
+    return 1
+
+
+def epilog(config: Config, env: Mapping[str, str]) -> int:
+    job = job_id(env)
+    node = env.get("SLURMD_NODENAME", "")
+    directory = stamp_dir(config)
+    before = os.path.join(directory, f"{job}.before.toml")
+    after = os.path.join(directory, f"{job}.after.toml")
+    err = snap(config, after)
+    lines = [f"job {job} on {node or '?'}: what changed on the node during the job"]
+    if err is not None:
+        lines.append(err)
+    elif os.path.exists(before):
+        paths = ["--", *(f"{name}.**" for name in config.only)] if config.only else []
+        done = _hoststate(config, ["diff", before, after, "--color", "never", "-v", *paths])
+        lines.append(done.stdout.strip() or done.describe())
+    else:
+        lines.append("no prolog snapshot to compare with")
+    write_atomic(directory, f"{job}.changes.txt", "\n".join(lines) + "\n")
+    if err is None:
+        from hoststate.snapshot import load
+
+        faults = health_faults(load(after), read_kmsg(config.kmsg))
+        if faults and node:
+            reason = ("hoststate: health: " + "; ".join(faults))[:200]
+            scontrol(config, "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
+    return 0
+
+
+ROLES = {"prolog": prolog, "task-prolog": task_prolog, "epilog": epilog}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) not in (1, 3) or argv[0] not in ROLES or (len(argv) == 3 and argv[1] != "--config"):
+        print(f"usage: python -m hoststate.slurm {{{','.join(ROLES)}}} [--config FILE]", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(argv[2] if len(argv) == 3 else None)
+        return ROLES[argv[0]](config, os.environ)
+    except (OSError, ValueError) as err:
+        print(f"hoststate.slurm {argv[0]}: {err}", file=sys.stderr)
+        return 0 if argv[0] == "epilog" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
