@@ -383,7 +383,12 @@ def render_text(report: FleetReport, *, color: bool = False, verbose: bool = Fal
     lines += ["", "groups:"]
     for d, members in report.groups:
         mark = "*" if d == report.reference_digest else " "
-        lines += fit([f" {mark}{len(members):>6}  ", Elide(d), "  ", safe(_members_text(members))], width, 10)
+        named: list[str | Elide | Name] = [f" {mark}{len(members):>6}  ", Elide(d), "  "]
+        for i, m in enumerate(members[:_SHOW_MEMBERS]):
+            named += [", ", Name(safe(m))] if i else [Name(safe(m))]
+        if len(members) > _SHOW_MEMBERS:
+            named += [", ", Name(f"+{len(members) - _SHOW_MEMBERS} more")]
+        lines += fit(named, width, 10)
     if report.warnings:
         lines += ["", f"warnings ({len(report.warnings)}):"]
         for w in report.warnings:
