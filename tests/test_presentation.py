@@ -150,3 +150,32 @@ def test_fit_elides_values_only_and_wraps_names():
     assert any("node2.toml (b host)" in x for x in names)
     long = fit(["key word " * 20, Elide("x" * 40)], 80)  # eliding cannot make it fit: wrapped whole
     assert "x" * 40 in " ".join(long) and all(len(x) <= 80 for x in long)
+
+
+def test_the_advised_accept_options_are_exact_and_let_the_run_go_ahead(seed_pair):
+    import shlex
+
+    args = ["--baseline", "seed-baseline.toml", "--root", str(HOSTS / "seed-experiment"), "--vllm-cmd", SERVE,
+            "--vllm-version", "0.12.0"]
+    refused = hs("guard", *args, cwd=seed_pair)
+    text = refused.stderr
+    advice = " ".join(text[text.index("next: "):text.index("  or make this the baseline")].split())
+    words = shlex.split(advice)
+    accepts = [w for i, w in enumerate(words) if i and words[i - 1] == "--accept"]
+    assert accepts, text
+    ran = hs("guard", *args, *[a for p in accepts for a in ("--accept", p)], "-v", "--", "echo", "benchmark",
+             cwd=seed_pair)
+    assert ran.returncode == 0 and ran.stdout == "benchmark\n", ran.stderr
+    assert "non-comparable" in ran.stderr and "REFUSED" not in ran.stderr
+    assert "note: --accept" not in ran.stderr  # every advised pattern accepted something
+    assert max(map(len, ran.stderr.splitlines())) <= 120  # -v lists every finding, still within 120 columns
+
+
+@pytest.mark.parametrize("name", ["big-a.toml", "big-b.toml", "seed-baseline.toml", "seed-experiment.toml"])
+def test_show_and_check_keep_to_120_columns(name):
+    from tests.conftest import FIXTURES
+
+    for cmd in ("show", "check"):
+        proc = hs(cmd, str(FIXTURES / "snapshots" / name))
+        assert proc.returncode in (0, 1), proc.stderr
+        assert proc.stdout and max(map(len, proc.stdout.splitlines())) <= 120, proc.stdout
