@@ -268,6 +268,7 @@ REFUSED_FOR_VLLMS_REASON = {
     "spec-flags-tokens-only": "without speculative model",
     "spec-flags-clash": "--spec-method and --speculative-config['method'] are mutually exclusive",
     "kv-lmcache-expandable-segments": "incompatible with pytorch_cuda_alloc_conf=expandable_segments:true",
+    "kv-nixl-expandable-segments": "nixlconnector is incompatible with pytorch_cuda_alloc_conf=expandable_segments:true",
 }
 
 
