@@ -573,8 +573,8 @@ def render_text(result: DiffResult, *, baseline: str, current: str, color: bool 
         lines.append(f"{_tag(s.severity, color)}  {clip(s.text, WIDTH - 14)}")
     if lines:
         lines.append("")
-    lines.append(clip(f"baseline: {safe(baseline)}", WIDTH))
-    lines.append(clip(f"current:  {safe(current)}", WIDTH))
+    lines += fit([f"baseline: {safe(baseline)}"], WIDTH, 10)  # file names: wrapped, never cut
+    lines += fit([f"current:  {safe(current)}"], WIDTH, 10)
     groups = _by_rule(result.findings)
     for severity in SEVERITIES:
         mine = [g for g in groups if g[0] == severity]
