@@ -783,9 +783,9 @@ def render_guard(result: Any, *, baseline_snap: Any = None, color: bool = False,
     one screen (tests/test_presentation.py)."""
     counts = ", ".join(f"{result.diff.counts.get(s, 0)} {s}" for s in ("invalidating", "warning", "info"))
     tone = "refused" if result.refused else "accepted" if result.accepted else "ok"
-    head = fit([f"{title}: baseline ", safe(str(result.baseline)), " (",
-                Elide(result.baseline_digest or "no digest"), "): ", paint(result.verdict, tone, color),
-                f" ({counts})"], WIDTH + (len(paint("", tone, color))))
+    digest = result.baseline_digest[:19] if result.baseline_digest else "no digest"  # sha256: and 12 hex digits
+    head = fit([f"{title}: baseline ", Name(safe(str(result.baseline))), f" ({digest}): ",
+                paint(result.verdict, tone, color), f" ({counts})"], WIDTH + (len(paint("", tone, color))))
     lines = [*(vllm_source_note(baseline_snap, result.current) if baseline_snap is not None else []), *head]
     for s in summarize(result.findings):
         if verbose or s.severity in ("invalidating", "warning"):
