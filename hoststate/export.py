@@ -94,6 +94,79 @@ def _gpu_links_active(gpu: Mapping[str, Any]) -> int | None:
     return int(value) if _is_number(value) else None
 
 
+def dcgm_labels(uuid: str, gpu: Mapping[str, Any], hostname: str | None) -> dict[str, Any]:
+    """The labels dcgm-exporter puts on every GPU sample (``gpu`` the NVML index as text, ``UUID``, ``modelName``,
+    ``pci_bus_id``, ``Hostname``), so a query joins the two exporters ``on (UUID)`` or ``on (Hostname, gpu)``."""
+    index = gpu.get("index")
+    return {"gpu": str(index) if _is_number(index) else None, "UUID": uuid, "modelName": gpu.get("name"),
+            "pci_bus_id": gpu.get("pci_bus_id"), "Hostname": hostname}
+
+
+#: GPU memory health (collectors/gpu.py ``_health``): snapshot key -> (metric, help).
+GPU_HEALTH_METRICS = {
+    "ecc_errors_uncorrected_volatile": ("hoststate_gpu_ecc_errors_uncorrected_volatile",
+                                        "Uncorrectable ECC errors since the driver loaded."),
+    "ecc_errors_corrected_volatile": ("hoststate_gpu_ecc_errors_corrected_volatile",
+                                      "Corrected ECC errors since the driver loaded."),
+    "remapped_rows_pending": ("hoststate_gpu_remapped_rows_pending", "1 when a row remap waits for a GPU reset."),
+    "remapped_rows_failure": ("hoststate_gpu_remapped_rows_failure", "1 when row remapping failed."),
+    "retired_pages_pending": ("hoststate_gpu_retired_pages_pending",
+                              "1 when a page retirement waits for a driver reload."),
+}
+
+
+def _gpu_health(m: _Metrics, health: Mapping[str, Any], ids: Mapping[str, Any]) -> None:
+    for key, (name, help_text) in GPU_HEALTH_METRICS.items():
+        value = health.get(key)
+        if isinstance(value, bool) or _is_number(value):
+            m.add(name, help_text, ids, value)
+
+
+def _host_facts(m: _Metrics, snap: Mapping[str, Any]) -> None:
+    """The vLLM server's CPU budget and /dev/shm, ACS redirect on the bridges between GPUs, Confidential Computing."""
+    vllm = _table(snap, "vllm")
+    servers = {"": vllm} if "placement" in vllm else dict(_table(vllm, "servers"))
+    for port, server in sorted(servers.items()):
+        placement = _table(server, "placement")
+        labels = {"port": port or str(server.get("port", "")) or None, "pid": server.get("pid")}
+        if _is_number(placement.get("cpu_budget")):
+            m.add("hoststate_vllm_cpu_budget", "CPUs the vLLM server may use (allowed CPUs and cgroup quota).",
+                  labels, placement["cpu_budget"])
+        if _is_number(placement.get("threads")):
+            m.add("hoststate_vllm_threads", "Threads of the vLLM server process.", labels, placement["threads"])
+        size = _table(placement, "dev_shm").get("size_bytes")
+        if _is_number(size):
+            m.add("hoststate_vllm_dev_shm_bytes", "Size of the vLLM server's /dev/shm (explicit tmpfs size).",
+                  labels, size)
+    bridges = [b for b in _table(snap, "system", "p2p", "bridges").values() if isinstance(b, Mapping)]
+    if bridges:
+        m.add("hoststate_p2p_acs_redirect_bridges", "Bridges between GPUs with ACS request/completion redirect on "
+              "(peer-to-peer traffic goes up to the root complex).", {},
+              sum(1 for b in bridges if b.get("acs_redirect") is True))
+    cc = _table(snap, "gpu", "conf_compute")
+    if isinstance(cc.get("enabled"), bool):
+        m.add("hoststate_conf_compute_enabled", "1 when Confidential Computing is on.",
+              {"environment": cc.get("environment")}, cc["enabled"])
+
+
+def _both_selected(baseline: Mapping[str, Any], snap: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both snapshots without the collectors that neither side ran (``--skip``/``--only`` on both): a node exporter
+    that leaves out the server-side collectors by design compares what it reads, and a collector skipped on one
+    side only still shows as unreadable."""
+    def skipped(side: Mapping[str, Any], name: str) -> bool:
+        return _table(side, "collectors", name).get("status") == "skipped"
+
+    names = set(_table(baseline, "collectors")) | set(_table(snap, "collectors"))
+    both = {n for n in names if skipped(baseline, n) and skipped(snap, n)}
+
+    def without(side: Mapping[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in side.items() if k not in both}
+        out["collectors"] = {k: v for k, v in _table(side, "collectors").items() if k not in both}
+        return out
+
+    return without(baseline), without(snap)
+
+
 def to_prometheus(snap: Mapping[str, Any], baseline: Mapping[str, Any] | None = None) -> str:
     """Metrics of one snapshot (and its drift against ``baseline``) in node_exporter's textfile format.
 
@@ -125,10 +198,12 @@ def to_prometheus(snap: Mapping[str, Any], baseline: Mapping[str, Any] | None = 
         m.add("hoststate_dsa_wqs_enabled", "Enabled work queues of the DSA/IAA device.", {"device": dev},
               sum(1 for w in wqs if w.get("state") == "enabled"))
 
+    host = meta.get("hostname") or None
     for uuid, gpu in sorted(_table(snap, "gpu", "devices").items()):
         if not isinstance(gpu, Mapping):
             continue
-        ids = {"uuid": uuid, "index": gpu.get("index") if _is_number(gpu.get("index")) else None}
+        ids = {"uuid": uuid, "index": gpu.get("index") if _is_number(gpu.get("index")) else None,
+               **dcgm_labels(uuid, gpu, host)}
         limit = _gpu_power_limit_mw(gpu)
         if limit is not None:
             m.add("hoststate_gpu_power_limit_watts", "GPU power limit NVML enforces, in watts.", ids, limit / 1000)
@@ -141,12 +216,14 @@ def to_prometheus(snap: Mapping[str, Any], baseline: Mapping[str, Any] | None = 
         links = _gpu_links_active(gpu)
         if links is not None:
             m.add("hoststate_gpu_nvlink_links_active", "NVLink links of the GPU that are up.", ids, links)
+        _gpu_health(m, _table(gpu, "health"), ids)
+    _host_facts(m, snap)
 
     if baseline is not None:
         from hoststate.diff import compare
         from hoststate.policy import SEVERITIES
 
-        result = compare(dict(baseline), dict(snap))
+        result = compare(*_both_selected(baseline, snap))
         base_meta = _table(baseline, "hoststate")
         for severity in SEVERITIES:
             m.add("hoststate_drift_findings", "Findings against the baseline under the default policy, by severity.",
@@ -234,19 +311,31 @@ def nfd_features(snap: Mapping[str, Any], baseline: Mapping[str, Any] | None = N
         put("gpu-name", _single(g.get("name") for g in gpus))
         limit = _single(_gpu_power_limit_mw(g) for g in gpus)
         put("gpu-power-limit-watts", None if limit is None else round(limit / 1000))
+        put("gpu-cc", _table(gpu, "conf_compute").get("enabled"))
+        put("gpu-health-ok", not _gpu_faults(snap))
+    bridges = [b for b in _table(system, "p2p", "bridges").values() if isinstance(b, Mapping)]
+    if bridges:
+        put("p2p-acs-redirect", any(b.get("acs_redirect") is True for b in bridges))
     vllm = _table(snap, "vllm")
     put("vllm-version", vllm.get("version"))
     put("vllm-cudagraph", _table(vllm, "cudagraph").get("declared"))
     if baseline is not None:
         from hoststate.diff import compare
 
-        result = compare(dict(baseline), dict(snap))
+        result = compare(*_both_selected(baseline, snap))
         base_digest = _table(baseline, "hoststate").get("digest")
         if isinstance(base_digest, str):
             put("baseline-digest", digest_label(base_digest))
         put("baseline-match", result.verdict != "invalidating")
         put("drift-invalidating", result.counts.get("invalidating", 0))
     return out
+
+
+def _gpu_faults(snap: Mapping[str, Any]) -> list[str]:
+    """Health faults of the snapshot's GPUs (hoststate.slurm.health_faults, without the kernel log)."""
+    from hoststate.slurm import health_faults
+
+    return health_faults(snap)
 
 
 def to_nfd(snap: Mapping[str, Any], baseline: Mapping[str, Any] | None = None, *,
