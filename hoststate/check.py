@@ -15,6 +15,7 @@ from typing import Any
 
 from hoststate.coverage import UNKNOWN, parse_entry
 from hoststate.paths import Path, format_path
+from hoststate.report import table
 
 #: (code, kebab-name, area, summary). Append only; never renumber.
 CODES: tuple[tuple[str, str, str, str], ...] = (
@@ -57,10 +58,7 @@ def _adv(code: str, severity: str, message: str, path: Path | None = None) -> Ad
     return Advisory(code, _NAMES[code], severity, message, format_path(path) if path else None)
 
 
-def _table(data: Any, *keys: str) -> Mapping[str, Any]:
-    for key in keys:
-        data = data.get(key) if isinstance(data, Mapping) else None
-    return data if isinstance(data, Mapping) else {}
+_table = table  # the one helper of the presentation layer (hoststate.report.table)
 
 
 # -- CPU / OS ----------------------------------------------------------------------------------------------------

@@ -141,6 +141,14 @@ def fit(parts: Sequence[str | Elide | Name], width: int = WIDTH, indent: int = 4
     return [w.replace(_GLUE, " ") for w in wrapped]
 
 
+def table(data: Any, *keys: str) -> dict[str, Any]:
+    """The table at ``keys`` below ``data``, or an empty one when a level is missing or not a table: a hand-edited
+    snapshot may hold anything anywhere, and a report must still render (check, show and fleet use this one)."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
 # -- values and changes ------------------------------------------------------------------------------------------
 
 

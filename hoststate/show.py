@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from hoststate.paths import get
-from hoststate.report import WIDTH, fit, safe
+from hoststate.report import WIDTH, fit, safe, table
 
 
 def _fmt(value: Any) -> str:
@@ -17,9 +17,7 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _table(value: Any) -> dict[str, Any]:
-    """``value`` when it is a table, else an empty one: a hand-edited snapshot may hold anything anywhere."""
-    return value if isinstance(value, dict) else {}
+_table = table  # hoststate.report.table: ``value`` when it is a table, else an empty one
 
 
 def _line(label: str, value: Any) -> str | None:
