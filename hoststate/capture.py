@@ -15,10 +15,8 @@ from typing import Any
 
 from hoststate import SCHEMA, __version__
 from hoststate.collectors import NAMES, Context, Section, run_all, select
-from hoststate.digest import digest
 from hoststate.errors import InputError
 from hoststate.io import Reader
-from hoststate.redact import redact_strings, redact_text
 from hoststate.snapshot import finite
 from hoststate.text import clean_all
 
@@ -72,6 +70,8 @@ def _hostname(ctx: Context) -> str | None:
 
 def assemble(sections: Mapping[str, Section], meta: Mapping[str, Any]) -> dict[str, Any]:
     """Sections and meta as the snapshot mapping, with the digest filled in."""
+    from hoststate.digest import digest  # here: `check FILE` validates --timeout with this module, never snaps
+
     snap: dict[str, Any] = {"hoststate": dict(meta), "collectors": {}}
     for name, sec in sections.items():
         status: dict[str, Any] = {"status": sec.status, "took_ms": sec.took_ms}
@@ -90,6 +90,8 @@ def assemble(sections: Mapping[str, Section], meta: Mapping[str, Any]) -> dict[s
 def _redact_section(sec: Section) -> None:
     """The last pass over what a collector found: every string redacted by shape (hoststate.redact), so a
     secret quoted where no collector expected one (an error message, a kernel command line) is not kept."""
+    from hoststate.redact import redact_strings, redact_text
+
     sec.data = redact_strings(sec.data)
     sec.reason = redact_text(sec.reason) if sec.reason else sec.reason
     sec.unreadable = {redact_text(k): redact_text(v) for k, v in sec.unreadable.items()}
@@ -98,6 +100,8 @@ def _redact_section(sec: Section) -> None:
 
 def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = None) -> dict[str, Any]:
     """Run the collectors and return the snapshot mapping (never raises for a collector's sake)."""
+    from hoststate.redact import redact_text
+
     sections = run_all(ctx, names)
     for sec in sections.values():
         _redact_section(sec)

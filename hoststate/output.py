@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import signal
 import stat
 import threading
@@ -306,6 +305,8 @@ def _recheck(dfd: int, name: str, path: str, force: bool) -> None:
 def _create_temp(dfd: int, path: str) -> tuple[int, str]:
     """A new file beside the target, mode 0666 for the kernel to reduce by the umask (mkstemp would force 0600);
     O_EXCL and O_NOFOLLOW: never a name someone else placed."""
+    import secrets  # here, not at the top: its import (random, hmac) is paid only by commands that write
+
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for _ in range(100):
         tmp = f"{TEMP_PREFIX}{secrets.token_hex(6)}{TEMP_SUFFIX}"

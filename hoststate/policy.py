@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from hoststate.errors import PolicyError
@@ -377,8 +377,13 @@ def _read_toml(text: str, origin: str) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def default_rules() -> tuple[Rule, ...]:
-    text = resources.files("hoststate").joinpath(DEFAULT_POLICY).read_text(encoding="utf-8")
-    return tuple(parse_rules(_read_toml(text, DEFAULT_POLICY), DEFAULT_POLICY, DEFAULT_LAYER))
+    from hoststate.parsed import parse_once
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), DEFAULT_POLICY)  # shipped beside this module
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    doc = parse_once(path, text, lambda t: _read_toml(t, DEFAULT_POLICY))  # parsed once per content, not per process
+    return tuple(parse_rules(doc, DEFAULT_POLICY, DEFAULT_LAYER))
 
 
 def load_policy(files: list[str] | tuple[str, ...] = ()) -> Policy:

@@ -7,6 +7,7 @@ concurrently; one that reads another's section names it in ``after``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
 import time
@@ -139,6 +140,9 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES) -> dict[st
     final = False
 
     def work(info: CollectorInfo, waits: list[tuple[str, threading.Event]]) -> None:
+        if waits:  # import while the dependency runs (NVML waits without the GIL); a failure is _call's to report
+            with contextlib.suppress(BaseException):
+                _load(info)
         for dep, event in waits:
             if not event.wait(ctx.timeout):
                 # The dependency is wedged: say so to this collector, or it would read the dependency's

@@ -16,30 +16,38 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from hoststate import procfiles
 from hoststate.collectors import Context, Section
 from hoststate.collectors import env as env_collector
 from hoststate.collectors import packages as packages_collector
-from hoststate.collectors.vllm.argv import Command, ConfigLoader, locate, normalise, parse_config_text, split_command
-from hoststate.collectors.vllm.cudagraph import declare
 from hoststate.collectors.vllm.discovery import Proc, discover, inspect, select, server_at
-from hoststate.collectors.vllm.http import query_url
-from hoststate.collectors.vllm.log import LogFacts, parse_log, read_log
-from hoststate.collectors.vllm.model import Read, read_facts
 from hoststate.collectors.vllm.placement import SOURCES as PLACEMENT_SOURCES
 from hoststate.collectors.vllm.placement import server_facts
-from hoststate.collectors.vllm.versions import rules_for
 from hoststate.io import Reader, decode, reason_of
 from hoststate.redact import redact_argv, redact_command_line, redact_text, redact_url, redact_value
+
+if TYPE_CHECKING:  # the parsers are imported where a server is read: a host without vLLM never loads them
+    from hoststate.collectors.vllm.argv import Command, ConfigLoader
+    from hoststate.collectors.vllm.log import LogFacts
+    from hoststate.collectors.vllm.model import Read
 
 DEFAULT_PORT = 8000
 #: What this collector reads -> where it lands in the ``vllm`` table (hoststate.coverage).
 SOURCES = (*PLACEMENT_SOURCES,)
 
 __all__ = ["Proc", "build", "clean", "collect", "discover", "inspect", "query_url"]
+
+
+def __getattr__(name: str) -> Any:
+    """``query_url`` stays importable from here; the HTTP client is loaded only when asked for."""
+    if name == "query_url":
+        from hoststate.collectors.vllm.http import query_url
+
+        return query_url
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -72,6 +80,8 @@ def _config_loader(proc: Proc | None, unreadable: dict[str, str]) -> ConfigLoade
     cwd, its root, its user's rights); the user's own ``--vllm-cmd`` file from here, regular files only."""
 
     def load(path: str) -> Mapping[str, Any]:
+        from hoststate.collectors.vllm.argv import parse_config_text
+
         if proc is not None:
             with procfiles.ProcView(proc.pid) as view:
                 data, err = view.read(path)
@@ -127,6 +137,8 @@ class _Args:
 def _arguments(data: dict[str, Any], argv: list[str] | None, env: dict[str, str] | None, source: str,
                version: str | None, log: LogFacts | None, loader: ConfigLoader) -> _Args:
     """The command line (pid, cmd, discovered) first, else the log's non-default args."""
+    from hoststate.collectors.vllm.argv import locate, normalise
+
     if argv is None:
         if log and log.non_default_args is not None:
             data["args_from"] = "log non-default args"
@@ -202,6 +214,10 @@ def _host_gpus(ctx: Context) -> int | None:
 
 def _declared(ctx: Context, parsed: _Args, version: str | None, proc: Proc | None) -> dict[str, Any]:
     """The declared mode from arguments + environment + version + model facts, or vLLM's refusal."""
+    from hoststate.collectors.vllm.cudagraph import declare
+    from hoststate.collectors.vllm.model import read_facts
+    from hoststate.collectors.vllm.versions import rules_for
+
     assert parsed.args is not None
     rules_version = rules_for(version)[0].version
     if parsed.refusals:
@@ -248,6 +264,8 @@ def _cudagraph(ctx: Context, parsed: _Args, version: str | None, log: LogFacts |
     if parsed.args is not None:
         cudagraph.update(_declared(ctx, parsed, version, proc))
     elif version:
+        from hoststate.collectors.vllm.versions import rules_for
+
         cudagraph["rules_version"] = rules_for(version)[0].version
     if log is not None:
         _observed(cudagraph, log)
@@ -365,6 +383,8 @@ class _Server:
 
 
 def _from_cmd(ctx: Context, sec: Section) -> _Server | Section:
+    from hoststate.collectors.vllm.argv import split_command
+
     assert ctx.vllm_cmd is not None
     try:
         argv = split_command(ctx.vllm_cmd)
@@ -430,6 +450,8 @@ def collect(ctx: Context) -> Section:
     sec = Section()
     log: LogFacts | None = None
     if ctx.vllm_log is not None:
+        from hoststate.collectors.vllm.log import parse_log, read_log
+
         deadline = time.monotonic() + ctx.timeout * 0.8  # leave time to assemble the section
         text, err, notes = read_log(ctx.vllm_log, deadline)
         if text is None:
@@ -439,7 +461,11 @@ def collect(ctx: Context) -> Section:
         else:
             log = parse_log(text, deadline)
             log.errors[:0] = notes
-    url = query_url(ctx.vllm_url) if ctx.vllm_url else None
+    url = None
+    if ctx.vllm_url:
+        from hoststate.collectors.vllm.http import query_url
+
+        url = query_url(ctx.vllm_url)
     server = _server(ctx, sec)
     if isinstance(server, Section):
         return server

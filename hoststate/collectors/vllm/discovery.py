@@ -21,7 +21,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hoststate import procfiles
-from hoststate.collectors.vllm.argv import locate
 from hoststate.io import Reader, reason_of
 
 #: TCP state LISTEN as /proc/net/tcp prints it (include/net/tcp_states.h: TCP_LISTEN = 10).
@@ -113,6 +112,8 @@ def discover(unreadable: dict[str, str]) -> list[Proc]:
         data = Reader("/", {}).read_bytes(f"proc/{pid}/cmdline", record=False, max_bytes=procfiles.MAX_BLOCK_BYTES)
         if not data or b"vllm" not in data:
             continue  # exited, not ours to read, or not vLLM
+        from hoststate.collectors.vllm.argv import locate  # the parsers load only when a command mentions vllm
+
         argv, lossy = procfiles.decode_block(data)
         if locate(argv).program is not None:
             matches[int(pid)] = (argv, lossy, _ppid(pid))

@@ -1,0 +1,79 @@
+"""A shipped data file parsed once per content, not once per process.
+
+The default policy is 90 kB of TOML, and tomllib (pure Python) takes longer to read it than the rest of a
+snapshot's digest. Its parsed form is kept as JSON (read in C) beside the package's bytecode, where Python keeps
+its own ``.pyc`` files (``__pycache__``, or under ``sys.pycache_prefix``), named by the sha256 of the text it came
+from: an edited file has another name, so a stale copy is never read. Whoever can write that directory can already
+replace the package's bytecode; a copy is still read only when it is a regular file of this user (or root) that
+no one else may write. Nothing is written when bytecode is not (``PYTHONDONTWRITEBYTECODE``); any failure to read
+or write the copy just means parsing the text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import stat
+import sys
+from collections.abc import Callable
+from typing import Any
+
+#: Largest parsed copy read back (the default policy's is about 70 kB).
+MAX_BYTES = 4 << 20
+
+
+def cache_path(source: str, text: str) -> str:
+    """Where the parsed copy of ``text``, read from the file ``source``, is kept."""
+    folder = os.path.dirname(importlib.util.cache_from_source(os.path.abspath(source)))
+    name = os.path.basename(source).rsplit(".", 1)[0]
+    return os.path.join(folder, f"{name}.{hashlib.sha256(text.encode('utf-8')).hexdigest()[:32]}.json")
+
+
+def _read(path: str) -> Any:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022 \
+                or st.st_size > MAX_BYTES:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return json.loads(fh.read(MAX_BYTES + 1))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _write(path: str, doc: dict[str, Any]) -> None:
+    try:
+        blob = json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError):
+        return  # a value JSON cannot hold (a date): this file is parsed each time
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(blob)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def parse_once(source: str, text: str, parse: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """``parse(text)``, or its copy kept from an earlier process; the copy is written the first time."""
+    path = cache_path(source, text)
+    doc = _read(path)
+    if isinstance(doc, dict):
+        return doc
+    doc = parse(text)
+    if not sys.dont_write_bytecode:
+        _write(path, doc)
+    return doc

@@ -1,0 +1,104 @@
+"""Each command loads only what it uses (docs/performance.md): the module set of a fresh `python -m hoststate CMD`,
+as a user runs it, on the seed host tree and snapshots made from it. A command never pays for the import of a
+module it does not call, so a stray top-level import is caught here, not in a benchmark."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, PYTHONPATH
+
+TREE = FIXTURES / "hosts" / "seed-baseline"
+COLLECTOR_MODULES = ("system", "dsa", "accel_config", "gpu", "vllm", "env", "packages")
+#: The vLLM collector's parsers: loaded only when a server (or --vllm-cmd/--vllm-log/--vllm-url) is read.
+VLLM_PARSERS = tuple(f"hoststate.collectors.vllm.{m}" for m in ("argv", "cudagraph", "http", "limits", "log",
+                                                                  "model", "modes", "options", "versions"))
+#: The verdict side and the other commands' own modules.
+NOT_SNAP = ("hoststate.diff", "hoststate.report", "hoststate.guard", "hoststate.nvml_replay", "hoststate.check",
+            "hoststate.show", "hoststate.fleet", "hoststate.export", "hoststate.watch", "hoststate.rebaseline",
+            "hoststate.results", "hoststate.policy_table")
+#: What reading snapshots never needs: the collectors, redaction and the host-reading libraries (`check` still
+#: loads hoststate.capture, light now, to validate its --timeout option).
+CAPTURE = ("hoststate.redact", "hoststate.procfiles", "hoststate.userread", "pynvml",
+           "psutil", "pyudev", "tomli_w", *(f"hoststate.collectors.{m}" for m in COLLECTOR_MODULES))
+
+# Runs the CLI as `python -m hoststate` does and writes the names in sys.modules at exit (click exits via SystemExit).
+RUNNER = """
+import atexit, json, runpy, sys
+out, args = sys.argv[1], sys.argv[2:]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+sys.argv = ["hoststate", *args]
+runpy.run_module("hoststate", run_name="__main__", alter_sys=True)
+"""
+
+
+def loaded(tmp_path: Path, *args: str) -> set[str]:
+    """The modules a fresh process of ``hoststate ARGS`` has loaded when it exits."""
+    out = tmp_path / "modules.json"
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
+    proc = subprocess.run([sys.executable, "-c", RUNNER, str(out), *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    return set(json.loads(out.read_text()))
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    tmp = tmp_path_factory.mktemp("imports")
+    paths = []
+    for name, tree in (("a.toml", "seed-baseline"), ("b.toml", "seed-experiment")):
+        path = tmp / name
+        subprocess.run([sys.executable, "-m", "hoststate", "snap", "-q", "--root", str(FIXTURES / "hosts" / tree),
+                        "-o", str(path)], check=True, env={**os.environ, "PYTHONPATH": PYTHONPATH}, timeout=120)
+        paths.append(str(path))
+    return paths[0], paths[1]
+
+
+def test_the_runner_sees_what_a_command_loads(tmp_path: Path) -> None:
+    """The control: snap does load its collectors and the digest's policy, so an empty set cannot pass."""
+    mods = loaded(tmp_path, "snap", "-q", "--root", str(TREE))
+    assert {f"hoststate.collectors.{m}" for m in COLLECTOR_MODULES} <= mods
+    assert {"hoststate.capture", "hoststate.digest", "hoststate.policy", "click"} <= mods
+
+
+def test_snap_loads_no_verdict_module_and_no_vllm_parser_without_a_server(tmp_path: Path) -> None:
+    mods = loaded(tmp_path, "snap", "-q", "--root", str(TREE))
+    assert not mods & set(NOT_SNAP), sorted(mods & set(NOT_SNAP))
+    assert not mods & set(VLLM_PARSERS), sorted(mods & set(VLLM_PARSERS))
+    assert not any(m.startswith(("deepdiff", "urllib.request", "http.client")) for m in mods)
+
+
+def test_snap_of_one_collector_loads_no_other(tmp_path: Path) -> None:
+    mods = loaded(tmp_path, "snap", "-q", "--root", str(TREE), "--only", "gpu")
+    assert "hoststate.collectors.gpu" in mods
+    others = {f"hoststate.collectors.{m}" for m in COLLECTOR_MODULES if m != "gpu"}
+    assert not mods & others, sorted(mods & others)
+    assert "hoststate.procfiles" not in mods
+
+
+def test_snap_with_a_vllm_command_loads_the_parsers(tmp_path: Path) -> None:
+    """The other side of the lazy imports: a server's arguments are still parsed when there is one."""
+    mods = loaded(tmp_path, "snap", "-q", "--root", str(TREE), "--only", "vllm",
+                  "--vllm-cmd", "vllm serve facebook/opt-125m --enforce-eager")
+    assert {"hoststate.collectors.vllm.argv", "hoststate.collectors.vllm.cudagraph"} <= mods
+
+
+@pytest.mark.parametrize("command", ["show", "check", "digest", "diff"])
+def test_reading_snapshots_loads_no_capture_module(tmp_path: Path, snapshots: tuple[str, str], command: str) -> None:
+    args = [command, *snapshots] if command == "diff" else [command, snapshots[0]]
+    mods = loaded(tmp_path, *args)
+    assert f"hoststate.{command}" in mods
+    assert not mods & set(CAPTURE), sorted(mods & set(CAPTURE))
+    assert not mods & {"hoststate.guard", "hoststate.fleet", "hoststate.watch", "hoststate.nvml_replay"}
+
+
+def test_show_parses_no_policy(tmp_path: Path, snapshots: tuple[str, str]) -> None:
+    """show summarises a file: it never loads the digest or the diff's position matching."""
+    mods = loaded(tmp_path, "show", snapshots[0])
+    assert not mods & {"hoststate.digest", "hoststate.positions", "hoststate.parsed"}

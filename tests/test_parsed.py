@@ -1,0 +1,113 @@
+"""The default policy is parsed once per content (hoststate.parsed): the kept copy gives the same rules, an edited
+file is never served a stale copy, and a copy someone else could have written is never read."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hoststate import parsed
+from tests.conftest import PYTHONPATH
+
+TEXT = '[[rule]]\npath = "gpu.*.clocks"\nseverity = "warning"\nreason = "r"\ntolerance = 0.5\n'
+
+
+def _parse(text: str) -> dict:
+    import tomllib
+
+    return tomllib.loads(text)
+
+
+@pytest.fixture
+def writing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bytecode writing on (the test run turns it off) and no pycache prefix: copies go to __pycache__."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+
+
+def test_the_copy_is_written_once_and_read_back(tmp_path: Path, writing: None) -> None:
+    source = str(tmp_path / "policy.toml")
+    calls = []
+
+    def parse(text: str) -> dict:
+        calls.append(text)
+        return _parse(text)
+
+    first = parsed.parse_once(source, TEXT, parse)
+    copy = Path(parsed.cache_path(source, TEXT))
+    assert copy.parent == tmp_path / "__pycache__" and copy.is_file()
+    assert parsed.parse_once(source, TEXT, parse) == first == _parse(TEXT)
+    assert len(calls) == 1  # the second came from the copy
+
+
+def test_an_edited_text_is_parsed_again(tmp_path: Path, writing: None) -> None:
+    source = str(tmp_path / "policy.toml")
+    parsed.parse_once(source, TEXT, _parse)
+    edited = TEXT.replace("warning", "invalidating")
+    assert parsed.cache_path(source, edited) != parsed.cache_path(source, TEXT)
+    assert parsed.parse_once(source, edited, _parse)["rule"][0]["severity"] == "invalidating"
+
+
+@pytest.mark.parametrize("spoil", ["group-writable", "other user", "symlink", "not json"])
+def test_a_copy_someone_else_could_write_is_not_read(tmp_path: Path, writing: None, spoil: str) -> None:
+    source = str(tmp_path / "policy.toml")
+    copy = Path(parsed.cache_path(source, TEXT))
+    copy.parent.mkdir()
+    forged = json.dumps({"rule": [{"path": "**", "severity": "ignore", "reason": "forged"}]})
+    if spoil == "symlink":
+        (tmp_path / "elsewhere.json").write_text(forged)
+        copy.symlink_to(tmp_path / "elsewhere.json")
+    else:
+        copy.write_text("{not json" if spoil == "not json" else forged)
+        if spoil == "group-writable":
+            copy.chmod(0o664)
+        elif spoil == "other user":
+            if os.geteuid() != 0:
+                pytest.skip("chown to another user needs root")
+            os.chown(copy, 65534, 65534)
+    assert parsed.parse_once(source, TEXT, _parse) == _parse(TEXT)
+
+
+def test_a_control_copy_of_this_user_is_read(tmp_path: Path, writing: None) -> None:
+    """The control for the case above: the same forged file, this user's and 0644, is what gets read."""
+    source = str(tmp_path / "policy.toml")
+    copy = Path(parsed.cache_path(source, TEXT))
+    copy.parent.mkdir()
+    copy.write_text(json.dumps({"forged": True}))
+    copy.chmod(0o644)
+    assert parsed.parse_once(source, TEXT, _parse) == {"forged": True}
+
+
+def test_nothing_is_written_without_bytecode_writing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    source = str(tmp_path / "policy.toml")
+    assert parsed.parse_once(source, TEXT, _parse) == _parse(TEXT)
+    assert not (tmp_path / "__pycache__").exists()
+
+
+def test_a_value_json_cannot_hold_is_parsed_each_time(tmp_path: Path, writing: None) -> None:
+    source = str(tmp_path / "policy.toml")
+    text = "when = 2026-12-03T10:00:00Z\n"
+    assert "when" in parsed.parse_once(source, text, _parse)
+    assert not Path(parsed.cache_path(source, text)).exists()
+
+
+def test_the_default_policy_from_its_copy_is_the_same_in_fresh_processes(tmp_path: Path) -> None:
+    """Two processes under one pycache prefix: the first parses and writes; the second, whose TOML parser is
+    made to fail, can only have read the copy; both give the same rules."""
+    code = ("import sys\nfrom hoststate import policy\n"
+            "if sys.argv[1] == 'no-parse':\n"
+            "    policy._read_toml = lambda *a: (_ for _ in ()).throw(AssertionError('parsed'))\n"
+            "print(repr(policy.default_rules()))")
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "PYTHONPYCACHEPREFIX": str(tmp_path)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    runs = [subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, env=env,
+                           check=True, timeout=120).stdout for mode in ("parse", "no-parse")]
+    assert len(list(tmp_path.rglob("default_policy.*.json"))) == 1
+    assert runs[0] == runs[1] and "Rule(" in runs[0]
