@@ -298,6 +298,7 @@ def server_facts(pid: int, env: Mapping[str, str] | None, unreadable: dict[str, 
                  ) -> dict[str, Any]:
     """``placement``, ``libraries`` and ``nccl_conf`` of server ``pid``: /proc and /sys under ``root``; what the
     server itself would open (its libraries' wheels, NCCL's files) in its own view, with its rights (live only)."""
+    before = set(unreadable)
     r = Reader(root, unreadable)
     out: dict[str, Any] = {}
     view = procfiles.ProcView(pid) if r.live else None
@@ -320,4 +321,7 @@ def server_facts(pid: int, env: Mapping[str, str] | None, unreadable: dict[str, 
     finally:
         if view is not None:
             view.close()
+    failed = set(unreadable) - before
+    if failed and r.live and procfiles.gone(pid):  # it exited meanwhile: what failed says only that
+        unreadable.update(dict.fromkeys(failed, "ESRCH"))
     return {k: v for k, v in out.items() if v}
