@@ -1,17 +1,21 @@
 """The whole performance suite as one command printing one table (kept in docs/performance.md).
 
-    python -m benchmarks.run [--runs N] [--quick]
+    python -m benchmarks.run [--runs N] [--quick] [--collect-env]
 
 Every row times real commands as a user runs them (fresh interpreters, alternating with the reference so
-load drift hits both alike, medians), or, for scaling rows, the collector in process. design.md's targets
-are shown beside each ratio; nothing here passes or fails on time. The per-area scripts (bench_snap,
-bench_diff, bench_guard, bench_fleet, bench_dsa, bench_gpu) print more detail for one area.
+load drift hits both alike, medians), or, for scaling rows, the work in process, with the growth exponent
+(log of the time ratio over log of the size ratio: 1.0 is linear). The targets are shown beside each ratio;
+nothing here passes or fails on time. `snap --only gpu` against `nvidia-smi -q -x` runs only where nvidia-smi
+is installed. The per-area scripts (bench_snap, bench_diff, bench_guard, bench_fleet, bench_dsa, bench_gpu)
+print more detail for one area.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,12 +34,61 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}" if b else "-"
 
 
+def _exponent(t_small: float, t_big: float, n_small: int, n_big: int) -> str:
+    """Growth exponent k in t ~ n^k between two sizes (1.00: linear)."""
+    return f"n^{math.log(t_big / t_small) / math.log(n_big / n_small):.2f}" if t_small > 0 and t_big > 0 else "-"
+
+
+def _hs(*args: str) -> list[str]:
+    return [PY, "-m", "hoststate", *args]
+
+
+def _snap_to(path: str, *args: str) -> None:
+    subprocess.run(_hs("snap", "-q", "-o", path, "--force", *args), check=True, stdout=subprocess.DEVNULL)
+
+
+def _pyperf_results(tmp: str) -> list[str]:
+    """Two pyperf result files, the input of `pyperf compare_to`."""
+    out = []
+    for n, stmt in enumerate(("sum(range(100))", "sum(range(120))")):
+        path = os.path.join(tmp, f"r{n}.json")
+        subprocess.run([PY, "-m", "pyperf", "timeit", "--fast", "--quiet", "-o", path, stmt], check=True,
+                       stdout=subprocess.DEVNULL)
+        out.append(path)
+    return out
+
+
 def row_snap_vs_pyperf(runs: int) -> list[Row]:
     times = alternate({"snap": [PY, "-m", "hoststate", "snap"],
                        "pyperf": [PY, "-m", "pyperf", "collect_metadata"]}, runs)
     a, b = median_ms(times["snap"]), median_ms(times["pyperf"])
-    return [["snap, live host (no GPU, no DSA)", f"{a:.0f} ms", "pyperf collect_metadata", f"{b:.0f} ms",
-             _ratio(a, b), "<= 1.0"]]
+    return [["snap, live host", f"{a:.0f} ms", "pyperf collect_metadata", f"{b:.0f} ms", _ratio(a, b), "<= 1.0"]]
+
+
+def row_snap_gpu_vs_nvidia_smi(runs: int) -> list[Row]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return [["snap --only gpu", "-", "nvidia-smi -q -x", "no nvidia-smi here", "-", "<= 1.0"]]
+    times = alternate({"snap": _hs("snap", "--only", "gpu"), "smi": [smi, "-q", "-x"]}, runs)
+    a, b = median_ms(times["snap"]), median_ms(times["smi"])
+    return [["snap --only gpu", f"{a:.0f} ms", "nvidia-smi -q -x", f"{b:.0f} ms", _ratio(a, b), "<= 1.0"]]
+
+
+def row_read_commands(runs: int) -> list[Row]:
+    """diff of two snapshots of this host, show and check of one, each against `pyperf compare_to`."""
+    with tempfile.TemporaryDirectory(prefix="bench-run-read-") as tmp:
+        a, b = os.path.join(tmp, "a.toml"), os.path.join(tmp, "b.toml")
+        _snap_to(a)
+        _snap_to(b)
+        times = alternate({"diff": _hs("diff", a, b), "show": _hs("show", a), "check": _hs("check", a),
+                           "compare_to": [PY, "-m", "pyperf", "compare_to", *_pyperf_results(tmp)]}, runs)
+    ref = median_ms(times["compare_to"])
+    rows = []
+    for name, what, target in (("diff", "diff, two snapshots of this host", "<= 1.0"),
+                               ("show", "show, one snapshot", "<= 0.7"), ("check", "check, one snapshot", "<= 0.7")):
+        value = median_ms(times[name])
+        rows.append([what, f"{value:.0f} ms", "pyperf compare_to", f"{ref:.0f} ms", _ratio(value, ref), target])
+    return rows
 
 
 def row_snap_vs_collect_env(runs: int) -> list[Row]:
@@ -64,6 +117,17 @@ def row_diff_vs_compare_to(runs: int) -> list[Row]:
              "<= 1.0"]]
 
 
+def row_guard_vs_snap(runs: int) -> list[Row]:
+    """`guard --baseline B -- true` against `snap` on the live host (B: a snapshot of this host)."""
+    true = shutil.which("true") or "/bin/true"
+    with tempfile.TemporaryDirectory(prefix="bench-run-guard-") as tmp:
+        baseline = os.path.join(tmp, "b.toml")
+        _snap_to(baseline)
+        times = alternate({"guard": _hs("guard", "--baseline", baseline, "--", true), "snap": _hs("snap")}, runs)
+    a, b = median_ms(times["guard"]), median_ms(times["snap"])
+    return [["guard -- true, live host", f"{a:.0f} ms", "snap", f"{b:.0f} ms", _ratio(a, b), "<= 1.1"]]
+
+
 def row_guard(runs: int) -> list[Row]:
     from benchmarks.bench_guard import measure
 
@@ -88,8 +152,8 @@ def row_fleet(runs: int) -> list[Row]:
                     for n in (100, 1000)}
         times = alternate(commands, max(1, runs // 5))
         out = {n: median_ms(t) for n, t in times.items()}
-    return [["fleet, 1,000 snapshots", f"{out[1000] / 1000:.1f} s", "fleet, 100 snapshots",
-             f"{out[100] / 1000:.2f} s", _ratio(out[1000], out[100]), "linear (10), seconds"]]
+    return [["fleet, 1,000 snapshots", f"{out[1000] / 1000:.2f} s", "fleet, 100 snapshots",
+             f"{out[100] / 1000:.2f} s", _exponent(out[100], out[1000], 100, 1000), "linear: n^1 or less"]]
 
 
 def _in_process(fn: Callable[[], object], runs: int) -> float:
@@ -107,13 +171,31 @@ def row_gpu_scaling(runs: int) -> list[Row]:
     from hoststate.nvml_replay import load_data, synthetic_hgx
 
     cost = {}
-    for n in (1, 8, 64):
+    for n in (1, 8, 72):
         data = synthetic_hgx(n)
         cost[n] = _in_process(lambda data=data: collect(Context(nvml=load_data(data)), ("gpu",)), max(3, runs // 3))
     return [["gpu collector, 8 replayed GPUs", f"{cost[8]:.0f} ms", "1 GPU", f"{cost[1]:.1f} ms",
-             _ratio(cost[8], cost[1]), "grows with GPUs"],
-            ["gpu collector, 64 replayed GPUs", f"{cost[64]:.0f} ms", "8 GPUs", f"{cost[8]:.0f} ms",
-             _ratio(cost[64], cost[8]), "P2P matrix: n^2"]]
+             _exponent(cost[1], cost[8], 1, 8), "per-GPU reads: n^1"],
+            ["gpu collector, 72 replayed GPUs", f"{cost[72]:.0f} ms", "8 GPUs", f"{cost[8]:.0f} ms",
+             _exponent(cost[8], cost[72], 8, 72), "P2P matrix: up to n^2"]]
+
+
+def row_packages_scaling(runs: int) -> list[Row]:
+    """The packages scan over a site-packages of 500 and 5,000 distributions (every tenth one of the stack's)."""
+    from hoststate.collectors.packages import _local_listdir, _local_read, scan
+
+    cost = {}
+    with tempfile.TemporaryDirectory(prefix="bench-run-packages-") as tmp:
+        for n in (500, 5000):
+            site = os.path.join(tmp, str(n))
+            for i in range(n):
+                name = f"nvidia_lib{i}" if i % 10 == 0 else f"package_{i}"
+                os.makedirs(os.path.join(site, f"{name}-1.{i}.0.dist-info"))
+            found = scan([site], _local_listdir, _local_read)
+            assert len(found) == n // 10, len(found)
+            cost[n] = _in_process(lambda site=site: scan([site], _local_listdir, _local_read), runs)
+    return [["packages scan, 5,000 distributions", f"{cost[5000]:.1f} ms", "500 distributions",
+             f"{cost[500]:.1f} ms", _exponent(cost[500], cost[5000], 500, 5000), "linear: n^1"]]
 
 
 def row_dsa_scaling(runs: int) -> list[Row]:
@@ -129,9 +211,9 @@ def row_dsa_scaling(runs: int) -> list[Row]:
             dsa.collect(Context(root=tmp))
             cost[n] = _in_process(lambda tmp=tmp: dsa.collect(Context(root=tmp)), runs)
     return [["dsa collector, 16 devices", f"{cost[16]:.1f} ms", "4 devices", f"{cost[4]:.1f} ms",
-             _ratio(cost[16], cost[4]), "linear (4)"],
+             _exponent(cost[4], cost[16], 4, 16), "linear: n^1"],
             ["dsa collector, 4 devices", f"{cost[4]:.1f} ms", "1 device", f"{cost[1]:.1f} ms",
-             _ratio(cost[4], cost[1]), "linear (4)"]]
+             _exponent(cost[1], cost[4], 1, 4), "linear: n^1"]]
 
 
 def import_ms(args: list[str]) -> tuple[float, set[str]]:
@@ -165,8 +247,8 @@ def row_imports(_runs: int) -> list[Row]:
 
 
 SUITE: tuple[Callable[[int], list[Row]], ...] = (
-    row_snap_vs_pyperf, row_snap_vs_collect_env, row_diff_vs_compare_to, row_guard, row_fleet,
-    row_gpu_scaling, row_dsa_scaling, row_imports,
+    row_snap_vs_pyperf, row_snap_gpu_vs_nvidia_smi, row_read_commands, row_guard_vs_snap, row_diff_vs_compare_to,
+    row_fleet, row_gpu_scaling, row_packages_scaling, row_dsa_scaling, row_imports,
 )
 
 
@@ -174,13 +256,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15, help="alternating runs per comparison (default 15)")
     parser.add_argument("--quick", action="store_true", help="5 runs, for a smoke check")
+    parser.add_argument("--only", metavar="ROWS", help="comma-separated row names, e.g. snap_vs_pyperf,fleet")
+    parser.add_argument("--collect-env", action="store_true",
+                        help="also time `python -m torch.utils.collect_env` (seconds a run where torch is installed)")
     args = parser.parse_args(argv)
     runs = 5 if args.quick else args.runs
-    # Compile the package first, as `pip install` does: without .pyc files every run would pay for compiling.
+    parser_only = args.only.split(",") if args.only else None
+    suite = SUITE + ((row_snap_vs_collect_env,) if args.collect_env else ())
+    suite = tuple(b for b in suite if not parser_only or b.__name__.removeprefix("row_") in parser_only)
+    # As installed: bytecode (and the default policy's parsed copy, hoststate.parsed) is written on first use;
+    # the package is compiled first, as `pip install` does. Otherwise every run would pay for compiling.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     subprocess.run([PY, "-m", "compileall", "-q", os.path.join(REPO, "hoststate")], check=True,
                    stdout=subprocess.DEVNULL)
     rows: list[Row] = []
-    for bench in SUITE:
+    for bench in suite:
         print(f"running {bench.__name__} ...", file=sys.stderr)
         rows.extend(bench(runs))
     print(f"hoststate benchmarks, median of {runs} alternating runs; {machine()}")
