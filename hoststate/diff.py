@@ -327,11 +327,20 @@ def _regions(policy: Policy, base: Mapping[str, Any], cur: Mapping[str, Any],
             other = _unreadable_why(unknown[1 - side], parts)
             old = _shown(region.why()) if side == 0 else (_shown(other) if other else None)
             new = _shown(region.why()) if side == 1 else (_shown(other) if other else None)
+            if region.cls == "skipped" and other is not None and other.startswith("skipped: "):
+                out.append(Finding(path, "unreadable", old, new, "warning", rule, _SKIPPED_BOTH))
+                continue
             sides = "either snapshot" if other else ("the baseline" if side == 0 else "the current snapshot")
             out.append(Finding(path, "unreadable", old, new, severity, rule,
                                f"Not readable in {sides} and no value on the other side, so it cannot be told "
                                f"whether anything here changed; rated as the most severe rule inside: {reason}"))
     return out
+
+
+#: Both snapshots left the region out by scope (--only/--skip, or a source a captured tree cannot give): neither
+#: makes a claim there, so nothing is compared and nothing refuses; a read that failed on either side does.
+_SKIPPED_BOTH = ("Skipped in both snapshots (not selected, or not readable from a captured tree): neither makes a "
+                 "claim here, so nothing is compared; read it on both sides to compare it.")
 
 
 def _one_side(rule: Rule | None, severity: str) -> str:

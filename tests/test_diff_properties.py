@@ -39,8 +39,15 @@ MIRROR = {"added": "removed", "removed": "added", "changed": "changed", "unreada
 @SETTINGS
 @given(snapshots())
 def test_diff_with_itself_is_clean(a):
+    """Equal snapshots differ nowhere; what one could not read stays unknown even against itself (fail closed):
+    then every finding is such a region, and nothing else."""
     result = compare(a, copy.deepcopy(a), include_ignored=True)
-    assert result.findings == [] and result.verdict == "clean"
+    unknown = {name for name, entry in a.get("collectors", {}).items()
+               if entry.get("status") in ("error", "timeout", "denied", "skipped")}
+    assert {f.path for f in result.findings} <= unknown
+    assert all(f.change == "unreadable" for f in result.findings)
+    if not unknown:
+        assert result.findings == [] and result.verdict == "clean"
 
 
 @SETTINGS
