@@ -218,3 +218,21 @@ def test_a_tree_budget_change_is_invalidating(tmp_path: Path) -> None:
     after = {"vllm": placement.server_facts(PID, {}, {}, root=str(tree))}
     found = {f.path: f.severity for f in compare(before, after, default_policy()).findings}
     assert found["vllm.placement.cpu_budget"] == "invalidating", found
+
+
+def test_cuda13_wheels_share_one_directory(tmp_path: Path) -> None:
+    """CUDA 13 wheels put every library in nvidia/cu13/lib: the version comes from the wheel that ships each one
+    (the layout and versions of a live H200's PyTorch 2.11 environment, fixtures/real/h200-placement.json)."""
+    site = "opt/torch/.venv/lib/python3.12/site-packages"
+    for wheel in ("nvidia_cublas-13.1.0.3", "nvidia_cuda_runtime-13.0.96", "nvidia_nccl_cu13-2.28.9"):
+        (tmp_path / site / f"{wheel}.dist-info").mkdir(parents=True)
+    libs = ("cu13/lib/libcublas.so.13", "cu13/lib/libcublasLt.so.13", "cu13/lib/libcudart.so.13",
+            "nccl/lib/libnccl.so.2")
+    maps = "".join(f"7f00{i:08x}-7f01{i:08x} r--p 00000000 00:31 {i} /{site}/nvidia/{lib}\n"
+                   for i, lib in enumerate(libs))
+    (tmp_path / "proc/9").mkdir(parents=True)
+    (tmp_path / "proc/9/maps").write_text(maps)
+    u: dict[str, str] = {}
+    found = placement.libraries(io.Reader(str(tmp_path), u), 9, lambda p: io.Reader(str(tmp_path), u).listdir(p))
+    assert {k: v["version"] for k, v in found.items()} == {
+        "cublas": "13.1.0.3", "cublaslt": "13.1.0.3", "cudart": "13.0.96", "nccl": "2.28.9"}, u

@@ -59,8 +59,12 @@ LIBRARIES: dict[str, re.Pattern[str]] = {
     "cuda_driver": re.compile(r"libcuda(?:-[0-9a-f]{8})?\.so(?:\.[\d.]+)?"),
     "nvshmem": re.compile(r"libnvshmem_host(?:-[0-9a-f]{8})?\.so(?:\.[\d.]+)?"),
 }
-#: The pip wheel directory a library file sits in (``site-packages/nvidia/nccl/lib/libnccl.so.2``).
-_WHEEL_LIB = re.compile(r"(?P<site>.*/(?:site|dist)-packages)/nvidia/(?P<part>[\w-]+)/lib/[^/]+")
+#: The pip wheel directory a library file sits in: ``site-packages/nvidia/nccl/lib/libnccl.so.2`` (CUDA 12 wheels,
+#: one directory per wheel) or ``site-packages/nvidia/cu13/lib/libcublas.so.13`` (CUDA 13, one shared directory).
+_WHEEL_LIB = re.compile(r"(?P<site>.*/(?:site|dist)-packages)/nvidia/[\w-]+/lib/[^/]+")
+#: The wheel that ships each library (``nvidia_nccl_cu12-2.27.3.dist-info``, ``nvidia_cublas-13.1.0.3.dist-info``).
+WHEELS = {"nccl": "nvidia_nccl", "cudart": "nvidia_cuda_runtime", "cublas": "nvidia_cublas",
+          "cublaslt": "nvidia_cublas", "cudnn": "nvidia_cudnn", "nvshmem": "nvidia_nvshmem"}
 #: Keys of cpu.stat worth recording: throttling (counters since the cgroup was made).
 THROTTLE_KEYS = ("nr_periods", "nr_throttled", "throttled_usec")
 #: A server's maps runs to a few thousand lines (~1 MiB with every Python extension); beyond this it is not read.
@@ -150,12 +154,12 @@ def mapped_libraries(maps: str) -> dict[str, list[str]]:
     return out
 
 
-def version_of(path: str, listdir: Callable[[str], list[str] | None]) -> str | None:
+def version_of(key: str, path: str, listdir: Callable[[str], list[str] | None]) -> str | None:
     """A library's version: its pip wheel's (``nvidia_nccl_cu12-2.27.3.dist-info`` beside ``nvidia/``), else
     the file name's (``libnccl.so.2.21.5`` -> 2.21.5; a bare soname major such as ``.so.12`` says less)."""
     m = _WHEEL_LIB.fullmatch(path.removesuffix(" (deleted)"))
-    if m:
-        prefix = f"nvidia_{m['part'].replace('-', '_')}"
+    if m and key in WHEELS:
+        prefix = WHEELS[key]
         for entry in sorted(listdir(m["site"]) or []):
             wheel = re.fullmatch(rf"{re.escape(prefix)}(?:_cu\d+)?-([^-]+)\.dist-info", entry, re.IGNORECASE)
             if wheel:
@@ -257,7 +261,7 @@ def libraries(r: Reader, pid: int, listdir: Callable[[str], list[str] | None]) -
     out: dict[str, Any] = {}
     for key, paths in mapped_libraries(maps).items():
         entry: dict[str, Any] = {"path": paths[0] if len(paths) == 1 else paths}
-        version = version_of(paths[0], listdir)
+        version = version_of(key, paths[0], listdir)
         if version:
             entry["version"] = version
         out[key] = entry
