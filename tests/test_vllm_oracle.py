@@ -268,7 +268,7 @@ REFUSED_FOR_VLLMS_REASON = {
     "spec-flags-tokens-only": "without speculative model",
     "spec-flags-clash": "--spec-method and --speculative-config['method'] are mutually exclusive",
     "kv-lmcache-expandable-segments": "incompatible with pytorch_cuda_alloc_conf=expandable_segments:true",
-    "kv-nixl-expandable-segments": "nixlconnector is incompatible with pytorch_cuda_alloc_conf=expandable_segments:true",
+    "kv-nixl-expandable-segments": "nixlconnector is incompatible with pytorch_cuda_alloc_conf=expandable_segments",
 }
 
 
@@ -286,3 +286,21 @@ def test_model_and_host_refusals_are_recorded_and_refused_for_vllms_reason():
             seen.setdefault(case["id"], []).append(data["vllm_version"])
     assert set(seen) == set(REFUSED_FOR_VLLMS_REASON)
     assert all("0.33.0" in versions or "0.12.0" in versions for versions in seen.values()), seen
+
+
+def test_0_33_hidden_no_spellings_as_vllm_0_33_parses_them():
+    """0.33's parser accepts the ``--no-`` form of each enable/disable pair's declared spelling (hidden from help)
+    and refuses the inverse's; the recorded cases show both, and hoststate reads them alike."""
+    data = json.loads((ORACLE / "0.33.0.json").read_text())
+    cases = {c["id"]: c for c in data["cases"]}
+    started = {"no-enable-prefix-caching": ("enable_prefix_caching", False),
+               "no-enable-chunked-prefill": ("enable_chunked_prefill", False),
+               "no-disable-cascade-attn": ("disable_cascade_attn", False)}
+    for case_id, (dest, value) in started.items():
+        case = cases[case_id]
+        assert case["outcome"] == "ok" and case["non_default_args"][dest] is value, case_id
+        assert hoststate_view(data, case)[0].args[dest] is value
+    for case_id in ("no-enable-cascade-attn-refused", "no-disable-prefix-caching-refused"):
+        case = cases[case_id]
+        assert (case["stage"], case["outcome"]) == ("parse", "refused") and "unrecognized arguments" in case["error"]
+        assert any("unrecognized arguments" in r for r in hoststate_view(data, case)[0].refusals)
