@@ -349,7 +349,11 @@ def epilog(config: Config, env: Mapping[str, str]) -> int:
     if err is None:
         from hoststate.snapshot import load
 
-        faults = health_faults(load(after), read_kmsg(config.kmsg))
+        try:
+            faults = health_faults(load(after), read_kmsg(config.kmsg))
+        except Exception as exc:  # noqa: BLE001 - an epilog that fails drains the node: never for our own error
+            print(f"hoststate.slurm epilog: {exc}", file=sys.stderr)
+            faults = []
         if faults and node:
             reason = ("hoststate: health: " + "; ".join(faults))[:200]
             scontrol(config, "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
@@ -359,17 +363,37 @@ def epilog(config: Config, env: Mapping[str, str]) -> int:
 ROLES = {"prolog": prolog, "task-prolog": task_prolog, "epilog": epilog}
 
 
+def prolog_error(config: Config, env: Mapping[str, str], problem: str) -> int:
+    """hoststate itself failed in the prolog: the job is refused (verdict ``error``) and the node stays in service;
+    only when not even the stamp can be written does the prolog fail (and Slurm drain the node)."""
+    try:
+        job = job_id(env)
+        stamp = {"job": job, "node": env.get("SLURMD_NODENAME", ""), "verdict": "error", "reasons": [problem],
+                 "baselines": {}, "snapshot": ""}
+        write_atomic(stamp_dir(config), f"{job}.json", json.dumps(stamp, indent=1) + "\n")
+    except Exception as err:  # noqa: BLE001 - reported in one line below
+        print(f"hoststate.slurm prolog: {problem}; no stamp either: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    scontrol(config, "update", f"JobId={job}", f"AdminComment={Verdict('error', [problem]).comment()}")
+    print(f"hoststate.slurm prolog: {problem}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) not in (1, 3) or argv[0] not in ROLES or (len(argv) == 3 and argv[1] != "--config"):
         print(f"usage: python -m hoststate.slurm {{{','.join(ROLES)}}} [--config FILE]", file=sys.stderr)
         return 2
+    role = argv[0]
     try:
         config = load_config(argv[2] if len(argv) == 3 else None)
-        return ROLES[argv[0]](config, os.environ)
-    except (OSError, ValueError) as err:
-        print(f"hoststate.slurm {argv[0]}: {err}", file=sys.stderr)
-        return 0 if argv[0] == "epilog" else 1
+        return ROLES[role](config, os.environ)
+    except Exception as err:  # noqa: BLE001 - one line, never a traceback in slurmd's log
+        problem = f"{type(err).__name__}: {err}"
+        if role == "prolog":
+            return prolog_error(locals().get("config") or Config(), os.environ, problem)
+        print(f"hoststate.slurm {role}: {problem}", file=sys.stderr)
+        return 0 if role == "epilog" else 1
 
 
 if __name__ == "__main__":

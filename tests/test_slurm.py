@@ -172,3 +172,23 @@ def test_an_unknown_config_key_is_refused(tmp_path: Path) -> None:
     path.write_text('baseline = "x"\nbasline = "y"\n')
     with pytest.raises(ValueError, match="basline"):
         slurm.load_config(str(path))
+
+
+def test_a_prolog_that_fails_itself_refuses_the_job_not_the_node(tmp_path: Path, monkeypatch, capsys) -> None:
+    conf = tmp_path / "c.toml"
+    _config(conf, stamp_dir=str(tmp_path / "stamps"), kmsg="", scontrol="/nonexistent/scontrol")
+
+    def broken(config: slurm.Config, out: str) -> str | None:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(slurm, "snap", broken)
+    monkeypatch.setenv("SLURM_JOB_ID", "12")
+    assert slurm.main(["prolog", "--config", str(conf)]) == 0  # the node is not drained
+    stamp = json.loads((tmp_path / "stamps" / "12.json").read_text())
+    assert stamp["verdict"] == "error" and stamp["reasons"] == ["RuntimeError: disk full"]
+    out = stdio.StringIO()
+    assert slurm.task_prolog(slurm.load_config(str(conf)), {"SLURM_JOB_ID": "12"}, out) == 1
+    assert "print hoststate:   RuntimeError: disk full" in out.getvalue()
+    (tmp_path / "stamps").chmod(0o777)  # a stamp directory anyone may write is refused: then the prolog fails
+    assert slurm.main(["prolog", "--config", str(conf)]) == 1
+    assert "no stamp either" in capsys.readouterr().err
