@@ -26,6 +26,7 @@ from hoststate.collectors import packages as packages_collector
 from hoststate.collectors.vllm.discovery import Proc, discover, inspect, select, server_at
 from hoststate.collectors.vllm.placement import SOURCES as PLACEMENT_SOURCES
 from hoststate.collectors.vllm.placement import server_facts
+from hoststate.coverage import source
 from hoststate.io import Reader, decode, reason_of
 from hoststate.redact import redact_argv, redact_command_line, redact_text, redact_url, redact_value
 
@@ -35,8 +36,6 @@ if TYPE_CHECKING:  # the parsers are imported where a server is read: a host wit
     from hoststate.collectors.vllm.model import Read
 
 DEFAULT_PORT = 8000
-#: What this collector reads -> where it lands in the ``vllm`` table (hoststate.coverage).
-SOURCES = (*PLACEMENT_SOURCES,)
 
 __all__ = ["Proc", "build", "clean", "collect", "discover", "inspect", "query_url"]
 
@@ -52,6 +51,17 @@ def __getattr__(name: str) -> Any:
 
 # --------------------------------------------------------------------------------------------
 # Assembling one server
+
+
+#: What this collector reads (process files, a log, a URL, as failures are recorded) -> where it lands in the
+#: ``vllm`` table; first match names it. Anything else, such as /proc itself, hides the whole table.
+SOURCES = (
+    source(r"proc/\d+/environ", "env.**", "cudagraph.**"),
+    source(r"(?:proc/\d+ )?--config .*", "args.**", "cudagraph.**"),
+    source(r"proc/\d+ packages", "packages.**", "version*"),
+    source(r"--vllm-log .*", "observed.**", "cudagraph.observed.**", "version*"),
+    *PLACEMENT_SOURCES,
+)
 
 
 def read_input_file(path: str, max_bytes: int = procfiles.MAX_FILE_BYTES) -> tuple[bytes | None, str | None]:
@@ -454,10 +464,8 @@ def collect(ctx: Context) -> Section:
 
         deadline = time.monotonic() + ctx.timeout * 0.8  # leave time to assemble the section
         text, err, notes = read_log(ctx.vllm_log, deadline)
-        if text is None:
-            sec.unreadable[ctx.vllm_log] = err or "unreadable"
-            for path in ("observed", "cudagraph.observed"):  # what the log would have said is unknown, not gone
-                sec.unreadable[path] = f"--vllm-log {err or 'unreadable'}"
+        if text is None:  # what the log would have said is unknown, not gone (SOURCES)
+            sec.unreadable[f"--vllm-log {ctx.vllm_log}"] = err or "unreadable"
         else:
             log = parse_log(text, deadline)
             log.errors[:0] = notes
@@ -475,7 +483,7 @@ def collect(ctx: Context) -> Section:
                           proc=server.proc, log=log, url=url, unreadable=sec.unreadable)
     sec.data = clean(data)
     if url is not None and not url.get("reachable"):
-        sec.unreadable[redact_url(ctx.vllm_url or "")] = url.get("error", "unreachable")
+        sec.unreadable[f"--vllm-url {redact_url(ctx.vllm_url or '')}"] = url.get("error", "unreachable")
     if problem and sec.status == "ok":
         sec.status, sec.reason = "partial", "some vLLM arguments could not be read (see vllm.args_error)"
     return sec.settle()
