@@ -346,6 +346,7 @@ def test_an_unreadable_log_leaves_what_ran_unreadable_not_removed(tmp_path):
     base = _observed_snapshot(tmp_path, MOE_LOG.read_text(encoding="utf-8"), "base")
     sec = vllm_collector.collect(Context(root="/nonexistent", vllm_cmd="vllm serve Qwen/Qwen3-30B-A3B-FP8 -tp 8",
                                          vllm_version="0.12.0", vllm_log=str(tmp_path / "missing.log")))
+    sec = settle_coverage(sec, vllm_collector.SOURCES)  # as a snapshot records it
     cur = {"vllm": sec.data, "collectors": {"vllm": {"status": sec.status, "unreadable": sec.unreadable}}}
     found = {f.path: (f.change, f.severity) for f in diff.compare(base, cur).findings}
     assert found["vllm.observed.kv_cache_tokens"] == ("unreadable", "invalidating")
