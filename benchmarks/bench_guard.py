@@ -59,7 +59,9 @@ def main(runs: int = 15) -> list[list[str]]:
         baseline, current = os.path.join(tmp, "baseline.toml"), os.path.join(tmp, "current.toml")
         subprocess.run([*HOSTSTATE, "snap", "--root", base_tree, "-o", baseline], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        cases = [("seed-baseline (comparable)", base_tree, []),
+        # Under --root the gpu, packages and vllm collectors are skipped on both sides: unreadable, so accepted.
+        skipped = ["--accept", "gpu", "--accept", "packages", "--accept", "vllm"]
+        cases = [("seed-baseline (comparable)", base_tree, skipped),
                  ("seed-experiment (accepted)", exp_tree, ["--accept", "**"])]
         for name, tree, accept in cases:
             m = measure(baseline, tree, current, accept, runs)
