@@ -328,7 +328,7 @@ def _regions(policy: Policy, base: Mapping[str, Any], cur: Mapping[str, Any],
             old = _shown(region.why()) if side == 0 else (_shown(other) if other else None)
             new = _shown(region.why()) if side == 1 else (_shown(other) if other else None)
             if region.cls == "skipped" and other is not None and other.startswith("skipped: "):
-                out.append(Finding(path, "unreadable", old, new, "warning", rule, _SKIPPED_BOTH))
+                out.append(Finding(path, "unreadable", old, new, "info", rule, _SKIPPED_BOTH))
                 continue
             sides = "either snapshot" if other else ("the baseline" if side == 0 else "the current snapshot")
             out.append(Finding(path, "unreadable", old, new, severity, rule,
@@ -338,7 +338,8 @@ def _regions(policy: Policy, base: Mapping[str, Any], cur: Mapping[str, Any],
 
 
 #: Both snapshots left the region out by scope (--only/--skip, or a source a captured tree cannot give): neither
-#: makes a claim there, so nothing is compared and nothing refuses; a read that failed on either side does.
+#: makes a claim there, so nothing is compared and nothing refuses (info: context for the reader); a read that
+#: failed on either side does refuse.
 _SKIPPED_BOTH = ("Skipped in both snapshots (not selected, or not readable from a captured tree): neither makes a "
                  "claim here, so nothing is compared; read it on both sides to compare it.")
 

@@ -135,8 +135,10 @@ def fit(parts: Sequence[str | Elide | Name], width: int = WIDTH, indent: int = 4
     if len(line) <= width:
         return [line.replace(_GLUE, " ")]
     lead = len(line) - len(line.lstrip(" "))
+    # A word (a name glued with its spaces) is broken only when it cannot fit on a line of its own.
+    too_long = any(len(word) > width - max(indent, lead) for word in line[lead:].split(" "))
     wrapped = textwrap.wrap(line[lead:], width=width, initial_indent=" " * lead,
-                            subsequent_indent=" " * max(indent, lead), break_long_words=True,
+                            subsequent_indent=" " * max(indent, lead), break_long_words=too_long,
                             break_on_hyphens=False) or [""]
     return [w.replace(_GLUE, " ") for w in wrapped]
 
@@ -792,8 +794,9 @@ def render_guard(result: Any, *, baseline_snap: Any = None, color: bool = False,
     counts = ", ".join(f"{result.diff.counts.get(s, 0)} {s}" for s in ("invalidating", "warning", "info"))
     tone = "refused" if result.refused else "accepted" if result.accepted else "ok"
     digest = result.baseline_digest[:19] if result.baseline_digest else "no digest"  # sha256: and 12 hex digits
-    head = fit([f"{title}: baseline ", Name(safe(str(result.baseline))), f" ({digest}): ",
-                paint(result.verdict, tone, color), f" ({counts})"], WIDTH + (len(paint("", tone, color))))
+    head = fit([f"{title}: baseline ", Name(safe(str(result.baseline))), " ",
+                Name(f"({digest}): {paint(result.verdict, tone, color)} ({counts})")],  # the verdict is one piece
+               WIDTH + (len(paint("", tone, color))))
     lines = [*(vllm_source_note(baseline_snap, result.current) if baseline_snap is not None else []), *head]
     for s in summarize(result.findings):
         if verbose or s.severity in ("invalidating", "warning"):

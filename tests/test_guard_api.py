@@ -180,10 +180,12 @@ def test_result_to_dict_is_json() -> None:
 def test_snap_host_on_the_seed_trees() -> None:
     require((HOSTS / "seed-baseline").is_dir(), "seed fixture trees not built")
     base = snap_host(root=str(HOSTS / "seed-baseline"), only=["system", "dsa"])
-    # The collectors left out of both are skipped on both: a warning each, never a refusal.
+    # The collectors left out of both are skipped on both: context (info), never a refusal.
     same = check_baseline(base, root=str(HOSTS / "seed-baseline"), only=["system", "dsa"])
-    assert same.verdict == "comparable" and not same.accepted
-    assert {f.path for f in same.warnings} >= {"gpu", "vllm", "env", "packages", "accel_config"}
+    assert same.verdict == "comparable" and not same.accepted and not same.warnings
+    skipped = {f.path for f in same.diff.findings if f.change == "unreadable"}
+    assert skipped == {"gpu", "vllm", "env", "packages", "accel_config"}
+    assert {f.severity for f in same.diff.findings if f.path in skipped} == {"info"}
     result = evaluate(base, root=str(HOSTS / "seed-experiment"), only=["system", "dsa"])
     assert WQ in {f.path for f in result.refused}
     with pytest.raises(InputError, match="not a directory"):

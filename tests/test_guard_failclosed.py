@@ -122,14 +122,15 @@ def test_a_collector_skipped_now_refuses_unless_accepted(full_baseline: Path, tm
     assert {a["path"]: a["accepted_by"] for a in table["accepted"]}[unreadable_path] in (accept, "**")
 
 
-def test_the_same_selection_on_both_sides_is_a_warning_not_a_gap(tmp_path: Path) -> None:
+def test_the_same_selection_on_both_sides_is_context_not_a_gap(tmp_path: Path) -> None:
     """Leaving a collector out of both the baseline and the run by scope is no failed read: neither side makes a
-    claim there, so it is a warning and the command runs; a failed read on either side still refuses."""
+    claim there, so it is info and the command runs; a failed read on either side still refuses."""
     base = snap(tmp_path / "b.toml", SEED, "--skip", "dsa")
     marker = tmp_path / "ran"
-    proc = guard(base, marker, "--skip", "dsa")
-    assert_ran(proc, marker)
-    assert "Skipped in both snapshots" in proc.stderr or "dsa" in proc.stderr
+    assert_ran(guard(base, marker, "--skip", "dsa"), marker)
+    diff = run("diff", str(base), str(base), "--format", "json", "--all")
+    [dsa] = [f for f in json.loads(diff.stdout)["findings"] if f["path"] == "dsa"]
+    assert (dsa["change"], dsa["severity"]) == ("unreadable", "info") and "Skipped in both" in dsa["reason"]
 
 
 # -- each other cause: collector error, timeout, denied, an unparsable file -------------------------------------------
