@@ -195,18 +195,25 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--force", is_flag=True, help="Replace FILE if it exists (never done silently).")
 @click.option("--label", metavar="TEXT", help="A free-form label stored in [hoststate].label.")
 @click.option("-q", "--quiet", is_flag=True, help="No digest and per-collector lines on stderr.")
+@click.option("-v", "--verbose", is_flag=True, help="Also where the time went: start-up, collecting, writing.")
 @collector_options
-def snap(output: str | None, force: bool, label: str | None, quiet: bool, **opts: Any) -> None:
+def snap(output: str | None, force: bool, label: str | None, quiet: bool, verbose: bool, **opts: Any) -> None:
     """Snapshot this host into a TOML fingerprint (stdout, or -o FILE).
 
-    Prints the digest and one summary line per collector on stderr (not with --quiet). Exit 0 when written
-    (also when some collectors are absent or partial), 2 on a usage error or when the file could not be written.
+    Prints the digest and one summary line per collector, with the milliseconds it took, on stderr (not with
+    --quiet); -v adds the command's start-up, collecting and writing. Exit 0 when written (also when some
+    collectors are absent or partial), 2 on a usage error or when the file could not be written.
     """
+    import time
+
     from hoststate.snapshot import to_toml, write
 
+    started = _since_start()
+    begin = time.perf_counter()
     inputs = tuple(p for p in (opts.get("vllm_log"),) if p)  # inputs are never written
     prepare_output(output, force, protect=inputs)
     snapshot = take_snapshot(opts, label, quiet=quiet)
+    collected = time.perf_counter()
     text = to_toml(snapshot)
     if output and output != STDIO:
         write(output, text, force=force, protect=inputs)
@@ -214,6 +221,25 @@ def snap(output: str | None, force: bool, label: str | None, quiet: bool, **opts
             click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)
+    if verbose and not quiet:
+        costs = [("collect", collected - begin, "collectors at once, redaction, digest"),
+                 ("write", time.perf_counter() - collected, "TOML and output")]
+        if started is not None:
+            costs.insert(0, ("start-up", started, "interpreter and imports, before collecting"))
+        for name, seconds, what in costs:
+            click.echo(f"  {name:<22} {seconds * 1000:>7.1f} ms  ({what})", err=True)
+
+
+def _since_start() -> float | None:
+    """Seconds since this process started, from /proc/self/stat (clock ticks: 10 ms steps); None elsewhere."""
+    import time
+
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # starttime
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 @cli.command()
