@@ -1,9 +1,10 @@
 """A shipped data file parsed once per content, not once per process.
 
-The default policy is 90 kB of TOML, and tomllib (pure Python) takes longer to read it than the rest of a
-snapshot's digest. Its parsed form is kept as JSON (read in C) beside the package's bytecode, where Python keeps
-its own ``.pyc`` files (``__pycache__``, or under ``sys.pycache_prefix``), named by the sha256 of the text it came
-from: an edited file has another name, so a stale copy is never read. Whoever can write that directory can already
+The default policy is 90 kB of TOML: tomllib (pure Python) reads it in 11-12 ms on the project's 2-core VM, the
+same data as JSON (read in C) in 0.3 ms. Its parsed form is kept as JSON beside the package's bytecode, where
+Python keeps its own ``.pyc`` files (``__pycache__``, or under ``sys.pycache_prefix``), named by the sha256 of the
+text it came from: an edited file has another name, so a stale copy is never read; the copy holds that sha256
+too, so a copy renamed from another text's is not read either. Whoever can write that directory can already
 replace the package's bytecode; a copy is still read only when it is a regular file of this user (or root) that
 no one else may write. Nothing is written when bytecode is not (``PYTHONDONTWRITEBYTECODE``); any failure to read
 or write the copy just means parsing the text.
@@ -25,11 +26,15 @@ from typing import Any
 MAX_BYTES = 4 << 20
 
 
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def cache_path(source: str, text: str) -> str:
     """Where the parsed copy of ``text``, read from the file ``source``, is kept."""
     folder = os.path.dirname(importlib.util.cache_from_source(os.path.abspath(source)))
     name = os.path.basename(source).rsplit(".", 1)[0]
-    return os.path.join(folder, f"{name}.{hashlib.sha256(text.encode('utf-8')).hexdigest()[:32]}.json")
+    return os.path.join(folder, f"{name}.{_sha256(text)[:32]}.json")
 
 
 def _read(path: str) -> Any:
@@ -50,9 +55,9 @@ def _read(path: str) -> Any:
         os.close(fd)
 
 
-def _write(path: str, doc: dict[str, Any]) -> None:
+def _write(path: str, sha256: str, doc: dict[str, Any]) -> None:
     try:
-        blob = json.dumps(doc, ensure_ascii=False).encode("utf-8")
+        blob = json.dumps({"sha256": sha256, "doc": doc}, ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError):
         return  # a value JSON cannot hold (a date): this file is parsed each time
     tmp = f"{path}.{os.getpid()}.tmp"
@@ -69,11 +74,11 @@ def _write(path: str, doc: dict[str, Any]) -> None:
 
 def parse_once(source: str, text: str, parse: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
     """``parse(text)``, or its copy kept from an earlier process; the copy is written the first time."""
-    path = cache_path(source, text)
-    doc = _read(path)
-    if isinstance(doc, dict):
-        return doc
+    path, sha256 = cache_path(source, text), _sha256(text)
+    kept = _read(path)
+    if isinstance(kept, dict) and kept.get("sha256") == sha256 and isinstance(kept.get("doc"), dict):
+        return kept["doc"]
     doc = parse(text)
     if not sys.dont_write_bytecode:
-        _write(path, doc)
+        _write(path, sha256, doc)
     return doc

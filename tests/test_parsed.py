@@ -3,6 +3,7 @@ file is never served a stale copy, and a copy someone else could have written is
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -53,17 +54,26 @@ def test_an_edited_text_is_parsed_again(tmp_path: Path, writing: None) -> None:
     assert parsed.parse_once(source, edited, _parse)["rule"][0]["severity"] == "invalidating"
 
 
-@pytest.mark.parametrize("spoil", ["group-writable", "other user", "symlink", "not json"])
+def _kept(text: str, doc: dict) -> str:
+    """A copy as hoststate.parsed writes it."""
+    return json.dumps({"sha256": hashlib.sha256(text.encode()).hexdigest(), "doc": doc})
+
+
+FORGED = {"rule": [{"path": "**", "severity": "ignore", "reason": "forged"}]}
+
+
+@pytest.mark.parametrize("spoil", ["group-writable", "other user", "symlink", "not json", "another text's"])
 def test_a_copy_someone_else_could_write_is_not_read(tmp_path: Path, writing: None, spoil: str) -> None:
     source = str(tmp_path / "policy.toml")
     copy = Path(parsed.cache_path(source, TEXT))
     copy.parent.mkdir()
-    forged = json.dumps({"rule": [{"path": "**", "severity": "ignore", "reason": "forged"}]})
+    forged = _kept("another policy", FORGED) if spoil == "another text's" else _kept(TEXT, FORGED)
     if spoil == "symlink":
         (tmp_path / "elsewhere.json").write_text(forged)
         copy.symlink_to(tmp_path / "elsewhere.json")
     else:
         copy.write_text("{not json" if spoil == "not json" else forged)
+        copy.chmod(0o644)  # as the control below: only the spoiling differs
         if spoil == "group-writable":
             copy.chmod(0o664)
         elif spoil == "other user":
@@ -78,9 +88,9 @@ def test_a_control_copy_of_this_user_is_read(tmp_path: Path, writing: None) -> N
     source = str(tmp_path / "policy.toml")
     copy = Path(parsed.cache_path(source, TEXT))
     copy.parent.mkdir()
-    copy.write_text(json.dumps({"forged": True}))
+    copy.write_text(_kept(TEXT, FORGED))
     copy.chmod(0o644)
-    assert parsed.parse_once(source, TEXT, _parse) == {"forged": True}
+    assert parsed.parse_once(source, TEXT, _parse) == FORGED
 
 
 def test_nothing_is_written_without_bytecode_writing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
