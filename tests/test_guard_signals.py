@@ -177,7 +177,7 @@ def test_guard_debug_option_belongs_to_the_command_after_the_subcommand(baseline
                           capture_output=True, text=True, env=_env(), timeout=HANG, check=False)
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr and "ran" not in proc.stdout
-    assert proc.stderr.strip().splitlines()[-1].startswith("hoststate: refused:")
+    assert proc.stderr.strip().splitlines()[-1].startswith("hoststate: refused")
     # before the subcommand, --debug is hoststate's: a refusal is still a verdict (3, no traceback) ...
     proc = subprocess.run([sys.executable, "-m", "hoststate", "--debug", "guard", "--baseline", str(other), "--only",
                            "env", "--", "true"], capture_output=True, text=True, env=_env(), timeout=HANG, check=False)
