@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -750,3 +751,16 @@ def test_the_collector_takes_the_gpu_count_from_the_gpu_section(tmp_path):
     assert "declared" not in cudagraph
     alone = vllm_collector.collect(Context(root=str(tmp_path), vllm_cmd=cmd, vllm_version="0.33.0")).data["cudagraph"]
     assert alone["declared"] and any("GPU count unknown" in a for a in alone["declared_assumes"])
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.12.0", "0.33.0"])
+@pytest.mark.parametrize("option, value", [("--allowed-origins", '["*"]'), ("--allowed-methods", '["GET", "POST"]'),
+                                           ("--allowed-headers", '["*"]')])
+def test_options_vllm_reads_with_json_loads_take_any_json_value(version: str, option: str, value: str) -> None:
+    """vLLM parses the CORS options with json.loads (its default for --allowed-origins is the list ["*"]): a list
+    is accepted, not refused as "expected a JSON object"."""
+    from hoststate.collectors.vllm.options import JSONVAL, OPTIONS, convert
+
+    dest = option[2:].replace("-", "_")
+    assert OPTIONS[dest] == JSONVAL
+    assert convert(dest, JSONVAL, value) == json.loads(value)

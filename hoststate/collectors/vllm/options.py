@@ -11,6 +11,8 @@ import re
 from typing import Any
 
 BOOL, INT, FLOAT, STR, JSON, LIST, INTLIST, MAXLEN = "bool", "int", "float", "str", "json", "list", "intlist", "maxlen"
+#: A value vLLM parses with ``json.loads`` itself: any JSON value (``--allowed-origins '["*"]'``), not only an object.
+JSONVAL = "jsonval"
 
 OPTIONS: dict[str, str] = {
     # model and loading
@@ -52,7 +54,7 @@ OPTIONS: dict[str, str] = {
     "otlp_traces_endpoint": STR, "collect_detailed_traces": STR, "use_tqdm_on_load": BOOL,
     # server
     "host": STR, "port": INT, "uds": STR, "api_key": LIST, "root_path": STR, "ssl_keyfile": STR, "ssl_certfile": STR,
-    "ssl_ca_certs": STR, "allowed_origins": JSON, "allow_credentials": BOOL, "middleware": LIST,
+    "ssl_ca_certs": STR, "allowed_origins": JSONVAL, "allow_credentials": BOOL, "middleware": LIST,
     "uvicorn_log_level": STR, "disable_uvicorn_access_log": BOOL, "disable_fastapi_docs": BOOL,
     "api_server_count": INT, "disable_frontend_multiprocessing": BOOL, "enable_auto_tool_choice": BOOL,
     "tool_call_parser": STR, "reasoning_parser": STR, "chat_template": STR, "response_role": STR,
@@ -60,7 +62,7 @@ OPTIONS: dict[str, str] = {
     "enable_server_load_tracking": BOOL, "return_tokens_as_token_ids": BOOL, "max_log_len": INT,
     "config": STR,
     # accepted by 0.10.2's parser (later versions drop some: the version table's missing_options)
-    "allowed_headers": STR, "allowed_methods": STR, "allowed_local_media_path": STR,
+    "allowed_headers": JSONVAL, "allowed_methods": JSONVAL, "allowed_local_media_path": STR,
     "chat_template_content_format": STR, "code_revision": STR, "default_mm_loras": JSON,
     "disable_async_output_proc": BOOL, "disable_mm_preprocessor_cache": BOOL, "enable_lora_bias": BOOL,
     "enable_prompt_embeds": BOOL, "enable_ssl_refresh": BOOL, "enable_tokenizer_info_endpoint": BOOL,
@@ -86,7 +88,7 @@ OPTIONS: dict[str, str] = {
     "cpu_offload_params": LIST, "cudagraph_metrics": BOOL, "custom_histogram_buckets": STR,
     "data_parallel_multi_port_external_lb": BOOL, "data_parallel_supervisor_port": INT,
     "dbo_decode_token_threshold": INT, "dbo_prefill_token_threshold": INT, "dcp_comm_backend": STR,
-    "dcp_kv_cache_interleave_size": INT, "dcp_q_replicate": BOOL, "default_chat_template_kwargs": JSON,
+    "dcp_kv_cache_interleave_size": INT, "dcp_q_replicate": BOOL, "default_chat_template_kwargs": JSONVAL,
     "device_ids": STR, "diffusion_config": STR, "disable_access_log_for_endpoints": STR,
     "disable_nccl_for_dp_synchronization": BOOL, "distributed_timeout_seconds": STR,
     "dp_supervisor_probe_failure_threshold": INT, "dp_supervisor_probe_interval_s": FLOAT,
@@ -120,7 +122,7 @@ OPTIONS: dict[str, str] = {
     "numa_bind_nodes": LIST, "offload_backend": STR, "offload_group_size": INT, "offload_num_in_group": INT,
     "offload_params": LIST, "offload_prefetch_step": INT, "per_request_spec_decode_metrics": STR,
     "prefill_schedule_interval": INT, "prefix_cache_retention_interval": STR, "prefix_match_unit": STR,
-    "profiler_config": JSON, "quantization_config": STR, "reasoning_config": STR, "reasoning_effort_map": JSON,
+    "profiler_config": JSON, "quantization_config": STR, "reasoning_config": STR, "reasoning_effort_map": JSONVAL,
     "reasoning_parser_plugin": STR, "renderer_num_workers": INT, "replayssm_buffer_len": INT,
     "return_sampling_mask": BOOL, "safetensors_prefetch_block_size": INT, "safetensors_prefetch_num_threads": INT,
     "scheduler_reserve_full_isl": BOOL, "shutdown_timeout": INT, "sleep_mode_backend": STR,
@@ -212,6 +214,11 @@ def convert(dest: str, kind: str, text: str) -> Any:
             return float(text)
         except ValueError:
             raise ValueError(f"--{dest.replace('_', '-')}: invalid float value {text!r}") from None
+    if kind == JSONVAL:
+        try:
+            return json.loads(text)
+        except ValueError as err:
+            raise ValueError(f"--{dest.replace('_', '-')}: invalid JSON ({err.msg} at column {err.colno})") from None
     if kind == JSON:
         stripped = text.strip()
         try:
