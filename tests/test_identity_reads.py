@@ -319,8 +319,7 @@ def test_a_reader_its_user_stops_is_killed_and_its_identity_refused_without_wait
 
 
 def test_parse_net_tcp_keeps_listening_sockets_with_address_port_and_inode():
-    if sys.byteorder != "little":
-        pytest.skip("the sample tables are as a little-endian kernel prints them")
+    require(sys.byteorder == "little", "the sample tables are as a little-endian kernel prints them")
     tcp = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
            "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1 0 100 0\n"
            "   1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 112 1 0 20 4\n"

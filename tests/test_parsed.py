@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hoststate import parsed
-from tests.conftest import PYTHONPATH
+from tests.conftest import PYTHONPATH, require
 
 TEXT = '[[rule]]\npath = "gpu.*.clocks"\nseverity = "warning"\nreason = "r"\ntolerance = 0.5\n'
 
@@ -77,8 +77,7 @@ def test_a_copy_someone_else_could_write_is_not_read(tmp_path: Path, writing: No
         if spoil == "group-writable":
             copy.chmod(0o664)
         elif spoil == "other user":
-            if os.geteuid() != 0:
-                pytest.skip("chown to another user needs root")
+            require(os.geteuid() == 0, "chown to another user needs root")
             os.chown(copy, 65534, 65534)
     assert parsed.parse_once(source, TEXT, _parse) == _parse(TEXT)
 

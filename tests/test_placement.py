@@ -26,7 +26,7 @@ from hoststate.collectors import vllm as vllm_collector
 from hoststate.collectors.vllm import placement
 from hoststate.diff import compare
 from hoststate.policy import Policy, default_policy, parse_rules
-from tests.conftest import HOSTS
+from tests.conftest import HOSTS, require
 
 TREE = str(HOSTS / "vllm-container")
 PID = 4242
@@ -151,8 +151,7 @@ def test_a_live_process_its_mapped_library_and_its_nccl_files(tmp_path: Path) ->
     libm = ctypes.util.find_library("m")
     src = next((p for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
                             "/lib/aarch64-linux-gnu") if libm and os.path.exists(p := f"{d}/{libm}")), None)
-    if src is None:
-        pytest.skip("no libm to map")
+    require(src is not None, "a libm to map")
     lib = tmp_path / "libnccl.so.2.21.5"
     shutil.copy(src, lib)
     conf = tmp_path / "nccl.conf"
