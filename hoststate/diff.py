@@ -17,7 +17,7 @@ from typing import Any
 
 from hoststate import coverage
 from hoststate.paths import Path, format_path, get, leaves
-from hoststate.policy import RANK, SEVERITIES, Policy, Rule, default_policy, glob_key
+from hoststate.policy import RANK, SEVERITIES, Policy, Rule, default_policy, intersects
 from hoststate.snapshot import jsonable
 
 CHANGES = ("changed", "added", "removed", "unreadable", "coverage")
@@ -196,45 +196,23 @@ def _unreadable_why(regions: list[Unknown], path: Path) -> str | None:
     return None
 
 
-def _one_key(a: str, b: str) -> bool:
-    """Whether one key can match both pattern keys (neither is ``**``); two globs are taken to meet."""
-    if a == "*" or b == "*" or ("*" in a and "*" in b):
-        return True
-    if "*" in a:
-        return glob_key(tuple(a.split("*")), b)
-    if "*" in b:
-        return glob_key(tuple(b.split("*")), a)
-    return a == b
-
-
-def intersects(a: Path, b: Path) -> bool:
-    """Whether some path matches both patterns (hoststate.policy.Pattern syntax): the two run side by side over
-    one path, at most len(a) x len(b) states, so a rule and an unknown region are compared without any path."""
-    todo, seen = [(0, 0)], set()
-    while todo:
-        i, j = todo.pop()
-        if (i, j) in seen:
-            continue
-        seen.add((i, j))
-        if i == len(a) and j == len(b):
-            return True
-        if i < len(a) and a[i] == "**":
-            todo.append((i + 1, j))
-        if j < len(b) and b[j] == "**":
-            todo.append((i, j + 1))
-        if i < len(a) and j < len(b) and (a[i] == "**" or b[j] == "**" or _one_key(a[i], b[j])):
-            todo.append((i if a[i] == "**" else i + 1, j if b[j] == "**" else j + 1))
-    return False
-
-
 def _region_rating(policy: Policy, region: Unknown) -> tuple[str, str, str]:
     """The most severe rating any rule gives a path inside ``region`` (it cannot be told which paths are there)."""
     best: tuple[str, str, str] = ("warning", "", "Not classified by the policy.")
     for rule in policy.rules:
-        if rule.pattern is not None and intersects(rule.pattern.parts, (*region.parts, "**")) and (
+        if rule.pattern is not None and _meet(rule.pattern.parts, (*region.parts, "**")) and (
                 RANK[rule.severity] < RANK[best[0]] or not best[1]):
             best = (rule.severity, rule.path, rule.reason)
     return best
+
+
+def _meet(rule: Path, region: Path) -> bool:
+    """hoststate.policy.intersects, taking a region no pattern can spell (a hostile entry's key) to meet every
+    rule: fail closed."""
+    try:
+        return intersects(rule, region)
+    except ValueError:
+        return True
 
 
 def _status(snap: Mapping[str, Any], name: str) -> str | None:

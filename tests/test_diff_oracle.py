@@ -319,3 +319,15 @@ def test_cli_diff_of_unrelated_hosts_reports_every_differing_leaf(tmp_path: Any)
     for expected in (("system", "cpu", "model_name"), ("dsa", "devices", "dsa0", "state"),
                      ("vllm", "cudagraph", "declared"), ("collectors", "dsa", "status")):
         assert expected in paths
+
+
+@pytest.mark.parametrize("key", ['"a**b"', '"unbalanced', "", '""', "**", "a/b", '"\u202e"', "x." * 400])
+def test_hostile_unreadable_entries_never_raise_and_fail_closed(key: str) -> None:
+    """An ``unreadable`` entry whose key no pattern can spell (a hand-edited or hostile snapshot) hides its whole
+    collector table at worst: the diff reports the region, rated invalidating where any rule inside is, and never
+    raises."""
+    a = {"hoststate": {}, "collectors": {"env": {"status": "partial", "unreadable": {key: "denied: EACCES [x]"}}}}
+    b = {"hoststate": {}, "collectors": {"env": {"status": "partial", "unreadable": {key: "denied: EACCES [x]"}}}}
+    result = compare(a, b)
+    assert result.verdict == "invalidating"
+    assert all(f.change == "unreadable" for f in result.findings)
