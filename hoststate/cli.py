@@ -158,8 +158,9 @@ def summary_lines(snap: dict[str, Any], ctx: Any = None) -> list[str]:
     for name, entry in snap.get("collectors", {}).items():
         status = entry.get("status", "?")
         extra = ""
-        if entry.get("unreadable"):
-            extra += f"  {len(entry['unreadable'])} unreadable"
+        from hoststate.coverage import described
+
+        extra += described(entry.get("unreadable"))
         if entry.get("reason") and status != "skipped":
             extra += f"  ({entry['reason']})"
         if name == "vllm" and status in ("ok", "partial"):

@@ -125,6 +125,17 @@ def parse_entry(value: Any) -> tuple[str, str]:
     return ("absent" if text in _LEGACY_ABSENT else classify(text)), text
 
 
+def described(unreadable: Any) -> str:
+    """How a section's entries read in a one-line summary: ``  2 unreadable, 3 not present`` (observed absences,
+    such as NotSupported, are not failures), or ``""``."""
+    if not isinstance(unreadable, Mapping) or not unreadable:
+        return ""
+    absent = sum(1 for value in unreadable.values() if parse_entry(value)[0] not in UNKNOWN)
+    parts = [f"{len(unreadable) - absent} unreadable"] if len(unreadable) > absent else []
+    parts += [f"{absent} not present"] if absent else []
+    return "  " + ", ".join(parts)
+
+
 def failures(unreadable: Mapping[str, Any]) -> dict[str, str]:
     """What failed -> its reason (``sys/bus/dsa/devices`` -> ``EACCES``), from a section's entries."""
     out: dict[str, str] = {}

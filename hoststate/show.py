@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hoststate.coverage import described
 from hoststate.paths import get
 from hoststate.report import WIDTH, fit, safe, table
 
@@ -166,7 +167,7 @@ def render_summary(snap: dict[str, Any], source: str = "") -> str:
     ]
     for name, entry in _table(snap.get("collectors")).items():
         reason = f"  ({entry['reason']})" if entry.get("reason") else ""
-        unread = f"  {len(entry['unreadable'])} unreadable" if entry.get("unreadable") else ""
+        unread = described(entry.get("unreadable"))
         out.append(f"  {name:<13} {entry.get('status')}{unread}{reason}")
     for title, render in (("rebaseline (this baseline replaces another):", _rebaseline),
                           ("guard (this snapshot is a guarded run's):", _guard)):

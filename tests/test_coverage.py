@@ -179,3 +179,12 @@ def test_eacces_on_system_files_is_unreadable_not_removed() -> None:
         assert hit, (rel, sorted(found))
         assert all(f.change == "unreadable" and "(denied)" in str(f.new) for f in hit), (rel, hit)
         assert not any(f.change == "removed" for f in found.values()), rel
+
+
+def test_summaries_count_failures_apart_from_observed_absences() -> None:
+    """snap's and show's collector lines: NotSupported and declared absences are not "unreadable" (a real H200
+    records five of them and reads everything it can)."""
+    table = {"a": "absent: NotSupported [x]", "b": "denied: EACCES [y]", "c": "absent: ENXIO [z]", "d": "ENOENT"}
+    assert coverage.described(table) == "  1 unreadable, 3 not present"
+    assert coverage.described({"a": "absent: NotSupported [x]"}) == "  1 not present"
+    assert coverage.described({}) == "" and coverage.described(None) == ""
