@@ -188,3 +188,17 @@ def test_summaries_count_failures_apart_from_observed_absences() -> None:
     assert coverage.described(table) == "  1 unreadable, 3 not present"
     assert coverage.described({"a": "absent: NotSupported [x]"}) == "  1 not present"
     assert coverage.described({}) == "" and coverage.described(None) == ""
+
+
+def test_two_snapshots_of_the_real_h200_are_clean_and_declare_only_absences() -> None:
+    """Snapped twice on the real H200 (fixtures/real/h200-coverage-*.toml): NVML's NotSupported fields are recorded
+    as observed absences against their snapshot paths, the collector is ok, and the two snapshots compare clean."""
+    from hoststate.snapshot import load
+
+    a, b = (load(str(FIXTURES / "real" / f"h200-coverage-{s}.toml")) for s in "ab")
+    gpu = a["collectors"]["gpu"]
+    assert gpu["status"] == "ok" and gpu["unreadable"]
+    assert all(coverage.parse_entry(v)[0] == "absent" for v in gpu["unreadable"].values())
+    assert any(k.endswith("nvlink.**") for k in gpu["unreadable"])  # a passthrough H200 has no NVLink
+    result = compare(a, b)
+    assert result.verdict == "clean", [(f.path, f.change) for f in result.findings if f.severity != "info"]
