@@ -19,9 +19,9 @@ TEXT = '[[rule]]\npath = "gpu.*.clocks"\nseverity = "warning"\nreason = "r"\ntol
 
 
 def _parse(text: str) -> dict:
-    import tomllib
+    from hoststate.snapshot import toml_loads  # tomllib, or tomli on Python 3.10
 
-    return tomllib.loads(text)
+    return toml_loads(text)
 
 
 @pytest.fixture
