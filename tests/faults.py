@@ -65,3 +65,28 @@ def inject(faults: dict[str, int], *, on_read: bool = False) -> Iterator[None]:
     with mock.patch.object(os, "open", fake_open), mock.patch.object(os, "read", fake_read), \
             mock.patch.object(io, "open_in_root", fake_in_root):
         yield
+
+
+@contextlib.contextmanager
+def reader_faults(fault: tuple[str, int] | None = None, seen: set[str] | None = None,
+                  stall: float = 1.0) -> Iterator[None]:
+    """Every open through hoststate.io.Reader, by root-relative path: each path is added to ``seen``, and the
+    path ``fault[0]`` fails with errno ``fault[1]`` (a negative errno stalls ``stall`` seconds instead, past a
+    collector's deadline). The conformance tests use it to fault every file a collector reads, one at a time."""
+    real = io.Reader.open
+
+    def fake(self: io.Reader, rel: str, flags: int) -> int:
+        rel = rel.lstrip("/")
+        if seen is not None:
+            seen.add(rel)
+        if fault is not None and rel == fault[0]:
+            if fault[1] < 0:
+                import time
+
+                time.sleep(stall)
+            else:
+                raise OSError(fault[1], "injected", rel)
+        return real(self, rel, flags)
+
+    with mock.patch.object(io.Reader, "open", fake):
+        yield

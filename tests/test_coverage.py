@@ -14,13 +14,12 @@ import copy
 import errno
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hoststate import coverage, io
+from hoststate import coverage
 from hoststate.capture import collect
 from hoststate.collectors import Context, dsa, system
 from hoststate.collectors import accel_config as accel
@@ -28,6 +27,7 @@ from hoststate.diff import compare
 from hoststate.nvml_replay import load as load_replay
 from hoststate.policy import Policy, parse_rules
 from tests.conftest import FIXTURES, HOSTS
+from tests.faults import reader_faults
 
 EXACT = Policy(parse_rules({"rule": [{"path": "**", "severity": "invalidating", "reason": "any"},
                                      {"path": "hoststate.**", "severity": "ignore", "reason": "bookkeeping"}]},
@@ -38,26 +38,10 @@ ERRNOS = {errno.EACCES: "denied", errno.ENOENT: "missing", errno.EIO: "error"}
 
 
 def _snap(name: str, fault: tuple[str, int] | None = None, seen: set[str] | None = None, **ctx: Any) -> dict:
-    real = io.Reader.open
-
-    def fake(self: io.Reader, rel: str, flags: int) -> int:
-        rel = rel.lstrip("/")
-        if seen is not None:
-            seen.add(rel)
-        if fault is not None and rel == fault[0]:
-            if fault[1] < 0:
-                time.sleep(1.0)  # past the deadline: the collector is abandoned
-            else:
-                raise OSError(fault[1], "injected", rel)
-        return real(self, rel, flags)
-
-    io.Reader.open = fake  # type: ignore[method-assign]
-    try:
+    with reader_faults(fault, seen):  # a negative errno stalls past the deadline: the collector is abandoned
         snap = collect(Context(root=TREE, **ctx), (name,))
-        snap["collectors"] = {name: snap["collectors"][name]}  # this collector alone, on both sides
-        return snap
-    finally:
-        io.Reader.open = real  # type: ignore[method-assign]
+    snap["collectors"] = {name: snap["collectors"][name]}  # this collector alone, on both sides
+    return snap
 
 
 def _shapes(paths: set[str]) -> list[str]:

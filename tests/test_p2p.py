@@ -18,6 +18,7 @@ from hoststate.collectors import Section, settle_coverage, system
 from hoststate.diff import compare
 from hoststate.policy import Policy, default_policy, parse_rules
 from tests.conftest import HOSTS
+from tests.faults import reader_faults
 
 TREE = HOSTS / "hgx-p2p"
 EXACT = Policy(parse_rules({"rule": [{"path": "**", "severity": "invalidating", "reason": "any"}]}, "exact.toml"))
@@ -26,23 +27,10 @@ SW0 = "sys/devices/pci0000:95/0000:95:01.0/0000:96:00.0/0000:97:00.0"
 
 def _snap(root: Path | str = TREE, fault: tuple[str, int] | None = None, seen: set[str] | None = None,
           ) -> dict[str, Any]:
-    real = io.Reader.open
-
-    def fake(self: io.Reader, rel: str, flags: int) -> int:
-        rel = rel.lstrip("/")
-        if seen is not None:
-            seen.add(rel)
-        if fault is not None and rel == fault[0]:
-            raise OSError(fault[1], "injected", rel)
-        return real(self, rel, flags)
-
-    io.Reader.open = fake  # type: ignore[method-assign]
-    try:
+    with reader_faults(fault, seen):
         sec = Section()
         sec.data = {"p2p": system._p2p(io.Reader(str(root), sec.unreadable))}
         sec = settle_coverage(sec.settle(), system.SOURCES)
-    finally:
-        io.Reader.open = real  # type: ignore[method-assign]
     entry: dict[str, Any] = {"status": sec.status, **({"unreadable": sec.unreadable} if sec.unreadable else {})}
     return {"collectors": {"system": entry}, "system": sec.data}
 

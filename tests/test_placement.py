@@ -27,6 +27,7 @@ from hoststate.collectors.vllm import placement
 from hoststate.diff import compare
 from hoststate.policy import Policy, default_policy, parse_rules
 from tests.conftest import HOSTS, require
+from tests.faults import reader_faults
 
 TREE = str(HOSTS / "vllm-container")
 PID = 4242
@@ -36,23 +37,10 @@ EXACT = Policy(parse_rules({"rule": [{"path": "**", "severity": "invalidating", 
 
 
 def _section(fault: tuple[str, int] | None = None, seen: set[str] | None = None) -> dict[str, Any]:
-    real = io.Reader.open
-
-    def fake(self: io.Reader, rel: str, flags: int) -> int:
-        rel = rel.lstrip("/")
-        if seen is not None:
-            seen.add(rel)
-        if fault is not None and rel == fault[0]:
-            raise OSError(fault[1], "injected", rel)
-        return real(self, rel, flags)
-
-    io.Reader.open = fake  # type: ignore[method-assign]
-    try:
+    with reader_faults(fault, seen):
         sec = Section()
         sec.data = placement.server_facts(PID, {}, sec.unreadable, root=TREE)
         sec = settle_coverage(sec.settle(), vllm_collector.SOURCES)
-    finally:
-        io.Reader.open = real  # type: ignore[method-assign]
     entry: dict[str, Any] = {"status": sec.status}
     if sec.unreadable:
         entry["unreadable"] = sec.unreadable
