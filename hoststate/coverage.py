@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hoststate.paths import Path, format_path, split_path
+from hoststate.paths import Path, format_path, glob_key, split_path
 
 CLASSES = ("denied", "missing", "timeout", "error", "skipped", "absent")
 #: Classes under which the value is not known (everything but an observed absence).
@@ -190,7 +190,6 @@ def patterns(unreadable: Mapping[str, Any], unknown_only: bool = True) -> list[t
 def covers(parts: Path, path: Path) -> bool:
     """Whether the entry ``parts`` hides ``path``: ``path`` is at or below it, ``*`` stands for any one key,
     ``ab*`` for one key of that glob, ``**`` for anything below (empty keys included: no key escapes)."""
-    from hoststate.policy import glob_key
 
     for i, part in enumerate(parts):
         if part == "**":

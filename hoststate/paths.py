@@ -76,3 +76,18 @@ def get(data: Mapping[str, Any], parts: Path, default: Any = None) -> Any:
             return default
         node = node[key]
     return node
+
+
+def glob_key(pieces: tuple[str, ...], key: str) -> bool:
+    """Whether ``key`` matches the glob whose literal pieces (split at '*') are ``pieces``; greedy leftmost search,
+    linear in the key (a '*' glob needs no backtracking)."""
+    first, last = pieces[0], pieces[-1]
+    if len(key) < len(first) + len(last) or not key.startswith(first) or not key.endswith(last):
+        return False
+    pos, stop = len(first), len(key) - len(last)
+    for piece in pieces[1:-1]:
+        found = key.find(piece, pos, stop)
+        if found < 0:
+            return False
+        pos = found + len(piece)
+    return True

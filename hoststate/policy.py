@@ -17,7 +17,7 @@ from typing import Any
 
 from hoststate.errors import PolicyError
 from hoststate.io import POLICY_MAX_BYTES, read_input
-from hoststate.paths import Path, leaves, split_path
+from hoststate.paths import Path, glob_key, leaves, split_path
 
 SEVERITIES = ("invalidating", "warning", "info", "ignore")
 RANK = {s: i for i, s in enumerate(SEVERITIES)}
@@ -174,21 +174,6 @@ def _rank(kind: str, arg: Any) -> tuple[int, int]:
     if kind == "glob":
         return (_GLOB, sum(map(len, arg)))
     return (_STAR, 0) if kind == "*" else (_ANY, 0)
-
-
-def glob_key(pieces: tuple[str, ...], key: str) -> bool:
-    """Whether ``key`` matches the glob whose literal pieces (split at '*') are ``pieces``; greedy leftmost search,
-    linear in the key (a '*' glob needs no backtracking)."""
-    first, last = pieces[0], pieces[-1]
-    if len(key) < len(first) + len(last) or not key.startswith(first) or not key.endswith(last):
-        return False
-    pos, stop = len(first), len(key) - len(last)
-    for piece in pieces[1:-1]:
-        found = key.find(piece, pos, stop)
-        if found < 0:
-            return False
-        pos = found + len(piece)
-    return True
 
 
 def _items_compatible(a: tuple[str, Any], b: tuple[str, Any]) -> bool:

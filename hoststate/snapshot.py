@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from hoststate import SCHEMA
-from hoststate.collectors import NAMES, STATUSES
 from hoststate.errors import InputError
 from hoststate.io import SNAPSHOT_MAX_BYTES, read_input
 from hoststate.paths import format_path
@@ -22,6 +21,11 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 in CI
     import tomli as tomllib
+
+#: The collector sections a snapshot holds, in file order (hoststate.collectors registers one per name).
+NAMES: tuple[str, ...] = ("system", "dsa", "accel_config", "gpu", "vllm", "env", "packages")
+#: Every status a collector section may carry.
+STATUSES = ("ok", "absent", "partial", "error", "denied", "timeout", "skipped")
 
 TOP_ORDER = ("hoststate", "collectors", *NAMES)
 #: Tables about the snapshot rather than the host: never part of the digest.

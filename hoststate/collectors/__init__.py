@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUSES = ("ok", "absent", "partial", "error", "denied", "timeout", "skipped")
+from hoststate.snapshot import NAMES, STATUSES  # noqa: F401 - re-exported: the registry speaks the file contract
 
 
 @dataclass
@@ -81,7 +81,7 @@ COLLECTORS: tuple[CollectorInfo, ...] = (
     CollectorInfo("env", "hoststate.collectors.env", "performance-relevant environment of this process"),
     CollectorInfo("packages", "hoststate.collectors.packages", "installed versions of the inference stack"),
 )
-NAMES: tuple[str, ...] = tuple(c.name for c in COLLECTORS)
+assert tuple(c.name for c in COLLECTORS) == NAMES, "snapshot.NAMES is the file contract; keep it in step"
 
 
 def _load(info: CollectorInfo) -> Any:
