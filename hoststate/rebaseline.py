@@ -17,7 +17,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from hoststate.errors import GuardRefused
-from hoststate.guard import GUARD_TABLE, Acceptance, GuardResult, _finding_record, evaluate, read_baseline
+from hoststate.run.guard import GUARD_TABLE, Acceptance, GuardResult, evaluate, read_baseline
+from hoststate.run.record import _finding_record
 
 #: The provenance table's key under [hoststate].
 TABLE = "rebaseline"

@@ -25,7 +25,7 @@ from hoststate.watch import (
     judge,
     load_rules,
     load_trace,
-    parse_cpu_stat,
+
     parse_vllm_counters,
     sidecar_path,
 )
@@ -198,7 +198,9 @@ def test_cgroup_throttling_read_through_the_root(tmp_path: pathlib.Path) -> None
     assert summary["cgroup"]["nr_throttled"] == 7 and summary["cgroup"]["throttled_usec"] == 400000
     assert summary["metrics"]["cpu_throttled_share"] > 0.01
     assert judge(summary["metrics"])[0] == "degraded"
-    assert parse_cpu_stat("nr_bursts 0\nburst_usec x\n") == {"nr_bursts": 0}
+    from hoststate.collectors.vllm.placement import parse_kv
+
+    assert parse_kv("nr_bursts 0\nburst_usec x\n") == {"nr_bursts": 0}
 
 
 METRICS_BEFORE = """# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.
@@ -399,7 +401,7 @@ class _Stuck(TraceSource):
 
 
 def test_a_hung_read_never_hangs_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    import hoststate.watch as watch
+    import hoststate.run.sampler as watch
 
     monkeypatch.setattr(watch, "STOP_TIMEOUT", 0.5)
     source = _Stuck(json.loads((WATCH / "h200-dense-b.json").read_text()))
