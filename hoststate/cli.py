@@ -642,9 +642,6 @@ def main(argv: list[str] | None = None) -> None:
 
     With ``--debug`` (before the subcommand) an error also shows its traceback; the exit code stays the same.
     """
-    import hoststate
-
-    hoststate.IN_CLI = True
     args = sys.argv[1:] if argv is None else argv
     debug = debug_requested(args)
     try:

@@ -11,7 +11,6 @@ The file is written atomically and never over an existing file without ``force``
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -73,9 +72,3 @@ def rebaseline(baseline: str, current: str, *, accept: Iterable[str] = (), polic
     new = dict(host)
     new["hoststate"] = {**host["hoststate"], TABLE: provenance(result, current, sha, by=by or who(), at=when)}
     return new, result
-
-
-def sha256_of(path: str) -> str:
-    """``sha256:`` of a file's bytes (tests and show compare a provenance record with a file)."""
-    with open(path, "rb") as fh:
-        return "sha256:" + hashlib.sha256(fh.read()).hexdigest()

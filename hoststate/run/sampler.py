@@ -349,7 +349,6 @@ class Sampler:
         self.errors: list[str] = []
         self.cpu_s = 0.0
         self.t0 = self.t1 = 0.0
-        self.wall0 = self.wall1 = 0.0
         self.host: dict[str, Any] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -358,7 +357,6 @@ class Sampler:
 
     # -- lifecycle
     def start(self) -> Sampler:
-        self.wall0 = time.time()
         self.host["cgroup_start"], self.host["cgroup"] = self._cpu_stat()
         if self.vllm_url:
             self.host["vllm_start"], err = scrape_vllm(self.vllm_url)
@@ -394,7 +392,6 @@ class Sampler:
             self._take_counters(final=True)
             self.source.close()
         self.t1 = self.checkpoints[-1][0] if self.checkpoints and not hung else _now()
-        self.wall1 = time.time()
         self.host["cgroup_end"], _ = self._cpu_stat()
         if self.vllm_url:
             self.host["vllm_end"], err = scrape_vllm(self.vllm_url)
