@@ -74,7 +74,7 @@ def test_the_cli_and_the_library_write_the_same_run(tmp_path: pathlib.Path) -> N
                          timeout=120)
     assert lib.returncode == 0, lib.stderr
     said = json.loads(lib.stdout)
-    assert said["verdict"] == "degraded"  # the recorded trace has a foreign process on the GPU
+    assert said["verdict"] == "invalid"  # the recorded trace has a foreign process computing on the GPU
     # the library reports the same written files the CLI prints, in the same order
     cli_lines = [line.removeprefix("hoststate guard: ") for line in proc.stderr.splitlines()
                  if line.startswith("hoststate guard: ") and ("wrote" in line or "attached" in line)]

@@ -25,7 +25,6 @@ from hoststate.watch import (
     judge,
     load_rules,
     load_trace,
-
     parse_vllm_counters,
     sidecar_path,
 )
@@ -133,13 +132,24 @@ def test_power_cap_alone_is_not_judged_without_a_baseline_run() -> None:
     assert judge(replay("dense-a")["metrics"]) == ("clean", [])
 
 
-def test_degraded_another_process_on_the_gpu() -> None:
+def test_invalid_another_process_computing_on_the_gpu() -> None:
     """The recorded second process (pid 538) started on the GPU mid-run; the load (481) was there from the start."""
-    summary = replay("foreign", own=set())
+    summary = replay("foreign", own={481})
     assert summary["foreign_processes"] == [{"pid": 538, "gpus": [0]}]
     verdict, reasons = judge(summary["metrics"], replay("dense-a")["metrics"])
-    assert verdict == "degraded" and reasons[0]["metric"] == "foreign_processes"
-    assert replay("foreign", own={538})["metrics"]["foreign_processes"] == 0  # the run's own process
+    assert verdict == "invalid" and reasons[0]["metric"] == "foreign_processes"
+    assert replay("foreign", own={481, 538})["metrics"]["foreign_processes"] == 0  # the run's own processes
+
+
+def test_a_process_already_on_the_gpu_at_the_first_sample_is_foreign_from_the_start() -> None:
+    """Not the run's and there before it began (a leftover server, another user's job): it shared the GPU for the
+    whole run, so it counts, marked ``from_start``."""
+    data = json.loads((WATCH / "h200-foreign.json").read_text())
+    del data["own_pids"]  # as if the recording had not named its own load (481)
+    sampler = Sampler(TraceSource(data), interval=30.0, root=str(WATCH), own_pids=lambda: {538}).start()
+    summary = sampler.stop().summary()
+    assert summary["foreign_processes"] == [{"pid": 481, "gpus": [0], "from_start": True}]
+    assert judge(summary["metrics"])[0] == "invalid"
 
 
 def test_invalid_on_an_xid_and_thermal_slowdown_is_degraded() -> None:
@@ -238,7 +248,9 @@ def test_vllm_metrics_scraped_at_both_ends() -> None:
     assert summary["vllm"] == {"preemptions": 4, "aborted_requests": 3}
     verdict, reasons = judge(summary["metrics"])
     assert verdict == "degraded"
-    assert {r["metric"] for r in reasons} == {"vllm_preemptions", "vllm_aborted_requests"}
+    # no GPU was sampled (source None): said as a reason of its own, below the degraded ones
+    assert {r["metric"] for r in reasons} == {"vllm_preemptions", "vllm_aborted_requests", "gpus_unwatched"}
+    assert reasons[-1]["verdict"] == "unwatched"
     assert parse_vllm_counters(METRICS_BEFORE) == {"preemptions": 3.0, "aborted_requests": 0.0}
 
 
@@ -358,8 +370,8 @@ def test_library_call(tmp_path: pathlib.Path, host: pathlib.Path, monkeypatch: p
     run = run_watched(result, [sys.executable, "-c", "import os; print(os.environ['HOSTSTATE_METADATA'])"],
                       root=str(host), snap_options=opts, attach_to=str(tmp_path / "r.json"))
     assert run.returncode == 0
-    assert run.verdict == "degraded" and run.reasons[0]["metric"] == "foreign_processes"
-    assert run.exit_status("degraded") == FAIL_ON_EXIT and run.exit_status("invalid") == 0
+    assert run.verdict == "invalid" and run.reasons[0]["metric"] == "foreign_processes"
+    assert run.exit_status("degraded") == FAIL_ON_EXIT == run.exit_status("invalid")
     assert (tmp_path / "r.hoststate.json").exists()
 
 
@@ -508,3 +520,46 @@ def test_nvml_that_hung_for_the_snapshot_is_not_opened_again(tmp_path: pathlib.P
     run = run_watched(result, ["true"], root="/", snap_options={"skip": ["gpu", "vllm", "packages"]})
     assert run.summary["gpu_status"] == "skipped: NVML timed out in the snapshot before the run"
     assert run.returncode == 0
+
+
+def test_a_run_with_no_gpu_watched_is_unwatched_not_clean() -> None:
+    """0 samples of 0 GPUs: nothing went wrong that could be seen, which is not the same as clean."""
+    sampler = Sampler(None, root=str(WATCH)).start()
+    summary = sampler.stop().summary()
+    assert summary["metrics"]["gpus_unwatched"] == 1
+    verdict, reasons = judge(summary["metrics"])
+    assert verdict == "unwatched"
+    assert reasons == [{"verdict": "unwatched", "metric": "gpus_unwatched", "value": 1,
+                        "text": "no GPU was watched: the verdict covers the host side only: 1"}]
+    assert judge(replay("idle")["metrics"]) == ("clean", [])
+
+
+def test_clocks_below_base_with_no_reason_set_are_degraded() -> None:
+    """NVML's TOTAL_BASE_CLOCKS violation time grew while no clock-event reason (idle included) was ever sampled:
+    the clocks were held down by something NVML does not name."""
+    data = json.loads((WATCH / "h200-dense-b.json").read_text())
+    for _t, rows in data["samples"]:
+        for row in rows:
+            row[0] = 0  # no reason bit in any sample
+    summary = Sampler(TraceSource(data), interval=30.0, root=str(WATCH)).start().stop().summary()
+    assert summary["metrics"]["share.below_base_clock_unexplained"] > 0.5
+    verdict, reasons = judge(summary["metrics"])
+    assert verdict == "degraded" and "below the base clock" in reasons[0]["text"]
+    # the same counter under the power cap, whose reason bit is sampled, is the power cap's rule's to judge
+    assert replay("dense-b")["metrics"]["share.below_base_clock_unexplained"] == 0.0
+
+
+def test_a_handful_of_retried_nvlink_crc_errors_is_within_tolerance() -> None:
+    """DCGM's limit (dcgm_gpu_hardware_limits.h): CRC errors matter at 100+ per second; replay/recovery above 1."""
+    few = {"nvlink_crc_errors_per_s": 0.2, "nvlink_link_errors": 0, "gpus_unwatched": 0}
+    assert judge(few) == ("clean", [])
+    many = dict(few, nvlink_crc_errors_per_s=250.0)
+    assert judge(many)[0] == "degraded"
+    assert judge(dict(few, nvlink_link_errors=3))[0] == "degraded"
+
+
+def test_every_shipped_run_rule_names_its_source() -> None:
+    assert all(rule.source for rule in RULES), [r.metric for r in RULES if not r.source]
+    table = (REPO / "docs" / "watch.md").read_text()
+    for rule in RULES:
+        assert f"| `{rule.metric}` | {rule.verdict} |" in table and rule.source in table, rule.metric

@@ -1,4 +1,5 @@
-"""The run verdict: ``clean``, ``degraded`` or ``invalid`` under thresholds that are data (judge_rules.toml).
+"""The run verdict: ``clean``, ``unwatched``, ``degraded`` or ``invalid`` under thresholds that are data
+(judge_rules.toml); ``unwatched``: nothing went wrong that could be seen, but no GPU was sampled.
 
 A rule with ``baseline = true`` compares against the baseline run's own value, so a host that is power-capped
 all the time is clean when its baseline was too. A ``--watch-rules`` file of ``[[rule]]`` tables replaces rules
@@ -15,7 +16,8 @@ from typing import Any
 from hoststate.errors import InputError
 from hoststate.run.summary import _num
 
-VERDICTS = ("clean", "degraded", "invalid")
+#: From best to worst; a run takes the worst verdict of the rules that fire.
+VERDICTS = ("clean", "unwatched", "degraded", "invalid")
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,8 @@ class Rule:
     reason: str
     baseline: bool = False
     needs_baseline: bool = False
+    #: Where the limit comes from (NVIDIA's documentation or code, a measurement in this repository).
+    source: str = ""
 
 
 def _rules_of(data: Mapping[str, Any], name: str) -> list[Rule]:
@@ -38,7 +42,8 @@ def _rules_of(data: Mapping[str, Any], name: str) -> list[Rule]:
         try:
             rule = Rule(metric=str(entry["metric"]), verdict=str(entry["verdict"]), limit=float(entry["limit"]),
                         reason=str(entry.get("reason", entry["metric"])), baseline=bool(entry.get("baseline", False)),
-                        needs_baseline=bool(entry.get("needs_baseline", False)))
+                        needs_baseline=bool(entry.get("needs_baseline", False)),
+                        source=str(entry.get("source", "")))
         except (KeyError, TypeError, ValueError) as err:
             raise InputError(f"{name}: rule {i + 1}: needs metric, verdict and a numeric limit ({err})") from err
         if rule.verdict not in VERDICTS or not math.isfinite(rule.limit):

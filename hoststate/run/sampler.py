@@ -207,6 +207,8 @@ class TraceSource:
         self.source = source
         self.gpus = [dict(g) for g in trace.get("gpus", [])]
         self.unreadable: dict[str, str] = dict(trace.get("unreadable", {}))
+        #: The recorded run's own processes (its command and server), so a replay judges foreign ones alike.
+        self.own_pids = frozenset(int(p) for p in trace.get("own_pids", []) if isinstance(p, int))
         self._samples = list(trace.get("samples", []))
         self._counters = list(trace.get("counters", []))
         self._events = sorted(trace.get("events", []), key=lambda e: e[0])
@@ -354,6 +356,8 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._foreign: dict[int, list[int]] = {}
         self._first_pids: set[int] | None = None
+        self._own_seen: set[int] = set()
+        self._from_start: set[int] = set()
 
     # -- lifecycle
     def start(self) -> Sampler:
@@ -456,19 +460,23 @@ class Sampler:
             self.checkpoints.append([round(t, 4), rows])
 
     def _note_foreign(self, rows: Sequence[Sequence[Any]]) -> None:
-        """Pids on a GPU that are neither the watched command's processes nor known at the start."""
+        """Pids computing on a GPU that are not the watched command's processes (nor the server's). One already
+        there at the first sample is foreign all the same (``from_start``): it shares the GPU for the whole run."""
         if self.own_pids is None:
             return
         seen = {int(p) for row in rows if len(row) > 5 and row[5] for p in row[5]}
-        if self._first_pids is None:  # processes already on the GPUs when the run started are not the run's doing
+        first = self._first_pids is None
+        if first:
             self._first_pids = seen
-        new = seen - set(self._foreign) - self._first_pids
+        new = seen - set(self._foreign) - self._own_seen
         if not new:
             return
-        own = set(self.own_pids())
-        for pid in new:
-            if pid not in own:
-                self._foreign[pid] = [i for i, row in enumerate(rows) if len(row) > 5 and row[5] and pid in row[5]]
+        own = set(self.own_pids()) | set(getattr(self.source, "own_pids", ()))
+        self._own_seen |= new & own
+        for pid in new - own:
+            self._foreign[pid] = [i for i, row in enumerate(rows) if len(row) > 5 and row[5] and pid in row[5]]
+            if first:
+                self._from_start.add(pid)
 
     def _cpu_stat(self) -> tuple[dict[str, int] | None, str | None]:
         from hoststate.io import Reader
@@ -487,6 +495,7 @@ class Sampler:
         return {
             "format": TRACE_FORMAT,
             "description": description,
+            "own_pids": sorted(self._own_seen),
             "interval_s": self.interval,
             "gpus": self.source.gpus if self.source is not None else [],
             "samples": self.samples,

@@ -94,7 +94,9 @@ def summarize(s: Any) -> dict[str, Any]:
                    for e in s.event_list],
     }
     if s._foreign:
-        out["foreign_processes"] = [{"pid": pid, "gpus": idx} for pid, idx in sorted(s._foreign.items())]
+        start = getattr(s, "_from_start", set())
+        out["foreign_processes"] = [{"pid": pid, "gpus": idx, **({"from_start": True} if pid in start else {})}
+                                    for pid, idx in sorted(s._foreign.items())]
     cgroup = _delta(s.host.get("cgroup_start"), s.host.get("cgroup_end"))
     if cgroup:
         out["cgroup"] = {"path": s.host.get("cgroup") or "", **cgroup}
@@ -108,6 +110,30 @@ def summarize(s: Any) -> dict[str, Any]:
         out["errors"] = list(s.errors)
     out["metrics"] = metrics(out)
     return out
+
+
+def _rates(summary: Mapping[str, Any]) -> dict[str, float]:
+    """NVLink CRC errors per second (retried by the link itself) and replay/recovery errors, worst GPU."""
+    seconds = summary.get("seconds") or 0
+    crc = [g["counters"].get("nvlink_crc_flit_errors", 0) + g["counters"].get("nvlink_crc_data_errors", 0)
+           for g in summary.get("gpus", []) if "counters" in g]
+    link = [g["counters"].get("nvlink_replay_errors", 0) + g["counters"].get("nvlink_recovery_errors", 0)
+            for g in summary.get("gpus", []) if "counters" in g]
+    out: dict[str, float] = {"nvlink_link_errors": max(link, default=0)}
+    if seconds:
+        out["nvlink_crc_errors_per_s"] = round(max(crc, default=0) / seconds, 3)
+    return out
+
+
+def _below_base_unexplained(gpu: Mapping[str, Any], seconds: float) -> float | None:
+    """The share of the run a GPU's clocks were below the base clock (NVML's TOTAL_BASE_CLOCKS violation time)
+    while no clock-event reason was ever sampled, idle included; None when the counter was not read."""
+    below = gpu.get("counters", {}).get("violation_total_base_clocks_ns")
+    if below is None or not seconds:
+        return None
+    if any(v > 0 for v in gpu.get("sampled_share", {}).values()):
+        return 0.0  # a reason was set: its own rule judges it
+    return round(min(1.0, max(0.0, below / (seconds * 1e9))), 4)
 
 
 def metrics(summary: Mapping[str, Any]) -> dict[str, float | int]:
@@ -126,6 +152,13 @@ def metrics(summary: Mapping[str, Any]) -> dict[str, float | int]:
     nvlink = [sum(v for k, v in g.get("counters", {}).items() if k.startswith("nvlink_")) for g in gpus]
     if any("nvlink_crc_flit_errors" in g.get("counters", {}) for g in gpus):
         out["nvlink_errors"] = max(nvlink)
+        out.update(_rates(summary))
+    seconds = summary.get("seconds") or 0
+    if seconds and any("pcie_replays" in g.get("counters", {}) for g in gpus):
+        out["pcie_replays_per_min"] = round(max(g["counters"].get("pcie_replays", 0) for g in gpus) * 60 / seconds, 3)
+    below = [_below_base_unexplained(g, seconds) for g in gpus]
+    if any(b is not None for b in below):
+        out["share.below_base_clock_unexplained"] = max(b for b in below if b is not None)
     events = summary.get("events", [])
     out["xid_events"] = sum(1 for e in events if e["type"] == "xid" and e["data"] not in BENIGN_XIDS)
     out["error_events"] = sum(1 for e in events if e["type"] != "xid")
@@ -136,5 +169,7 @@ def metrics(summary: Mapping[str, Any]) -> dict[str, float | int]:
     for key, value in summary.get("vllm", {}).items():
         out[f"vllm_{key}"] = value
     out["sampler_errors"] = len(summary.get("errors", []))
+    # a verdict covers only what was watched: no GPU sampled is said, never shown as clean
+    out["gpus_unwatched"] = 0 if gpus and summary.get("samples") else 1
     out["gpus_lost"] = len({k.split("/", 1)[0] for k, v in summary.get("unreadable", {}).items() if v == "GpuIsLost"})
     return out
