@@ -20,8 +20,9 @@ WATCH = FIXTURES / "watch"
 SERVE = "vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 8 --max-model-len 16384 -O1"
 OPTS = {"only": ["system", "dsa", "vllm"], "vllm_cmd": SERVE, "vllm_version": "0.12.0"}
 #: What a machine makes different between two runs of the same thing: clock readings and timings, and the sha256
-#: of each run's own baseline file (which holds its taken_at).
-VOLATILE = {"taken_at", "seconds", "sampler_cpu_s", "took_ms", "t", "recorded_at", "baseline_sha256"}
+#: of each run's own baseline file and sidecar snapshot (which hold their taken_at and folder).
+VOLATILE = {"taken_at", "seconds", "sampler_cpu_s", "took_ms", "t", "recorded_at", "baseline_sha256",
+            "snapshot_sha256"}
 CLIENT = "import json, sys; json.dump({'output_throughput': 1000.0}, open(sys.argv[1], 'w'))"
 
 

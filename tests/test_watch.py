@@ -16,6 +16,7 @@ import time
 import pytest
 
 from hoststate.errors import InputError
+from hoststate.run.record import content_digest, identity
 from hoststate.watch import (
     FAIL_ON_EXIT,
     RULES,
@@ -338,12 +339,14 @@ def test_attach_keeps_a_sweep_files_indent_and_appended_results(tmp_path: pathli
     swept.write_text(json.dumps({"completed": 5, "run_number": 0}, indent=4))
     attach(str(swept), {"verdict": "clean"})
     assert swept.read_text().startswith('{\n    "completed": 5')
-    assert json.loads(swept.read_text())["hoststate"] == {"verdict": "clean"}
+    assert json.loads(swept.read_text())["hoststate"] == {
+        "verdict": "clean", "result_sha256": content_digest({"completed": 5, "run_number": 0})}
     appended = tmp_path / "appended.json"
     appended.write_text(json.dumps({"completed": 1}) + "\n" + json.dumps({"completed": 2}))
     attach(str(appended), {"verdict": "degraded"})
     first, second = (json.loads(line) for line in appended.read_text().splitlines())
-    assert "hoststate" not in first and second["hoststate"] == {"verdict": "degraded"}
+    assert "hoststate" not in first
+    assert second["hoststate"] == {"verdict": "degraded", "result_sha256": content_digest({"completed": 2})}
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
     with pytest.raises(InputError, match="no JSON object"):
@@ -563,3 +566,110 @@ def test_every_shipped_run_rule_names_its_source() -> None:
     table = (REPO / "docs" / "watch.md").read_text()
     for rule in RULES:
         assert f"| `{rule.metric}` | {rule.verdict} |" in table and rule.source in table, rule.metric
+
+
+# -- a stamp bound to what it stamps, on the command's own file only --------------------------------------------
+
+
+def test_the_stamp_carries_the_digest_of_the_numbers_it_stamps(tmp_path: pathlib.Path) -> None:
+    result = tmp_path / "r.json"
+    result.write_text(json.dumps({"output_throughput": 1005.0, "completed": 100}))
+    attach(str(result), {"verdict": "clean"})
+    stamped = json.loads(result.read_text())
+    assert stamped["hoststate"]["result_sha256"] == content_digest(stamped)
+    stamped["output_throughput"] = 1355.0  # numbers edited after the stamp no longer match it
+    assert stamped["hoststate"]["result_sha256"] != content_digest(stamped)
+
+
+def _as_nobody(path: pathlib.Path) -> None:
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    os.chown(path, nobody.pw_uid, nobody.pw_gid)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_attach_never_stamps_another_users_result(tmp_path: pathlib.Path) -> None:
+    """As root, a result owned by another user (their numbers, or a file they planted at the path) is refused."""
+    result = tmp_path / "r.json"
+    result.write_text(json.dumps({"completed": 1}))
+    _as_nobody(result)
+    with pytest.raises(InputError, match=r"owned by uid \d+, not by the user the command ran as \(uid 0\)"):
+        attach(str(result), {"verdict": "clean"})
+    assert "hoststate" not in json.loads(result.read_text())
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o646])
+def test_attach_refuses_a_result_other_users_can_write(tmp_path: pathlib.Path, mode: int) -> None:
+    result = tmp_path / "r.json"
+    result.write_text(json.dumps({"completed": 1}))
+    result.chmod(mode)
+    with pytest.raises(InputError, match="can be written by other users; not stamped"):
+        attach(str(result), {"verdict": "clean"})
+
+
+def test_attach_refuses_a_hard_link_and_a_file_replaced_after_the_command(tmp_path: pathlib.Path) -> None:
+    result = tmp_path / "r.json"
+    result.write_text(json.dumps({"completed": 1}))
+    os.link(result, tmp_path / "other-name.json")
+    with pytest.raises(InputError, match="has 2 hard links"):
+        attach(str(result), {"verdict": "clean"})
+    (tmp_path / "other-name.json").unlink()
+    seen = identity(str(result))
+    replacement = tmp_path / "new.json"
+    replacement.write_text(json.dumps({"completed": 999}))
+    replacement.replace(result)  # another file put at the path between the command's exit and the attach
+    with pytest.raises(InputError, match="was replaced after the command exited"):
+        attach(str(result), {"verdict": "clean"}, expect=seen)
+    with pytest.raises(InputError, match="was put there after the command exited"):
+        attach(str(result), {"verdict": "clean"}, expect=None)
+
+
+def test_a_deeply_nested_result_keeps_the_commands_status_and_the_sidecar(tmp_path: pathlib.Path,
+                                                                          host: pathlib.Path) -> None:
+    """A result nested 100,000 levels deep: a clear attach_error, the command's own status, the sidecar written."""
+    writer = "open('r.json', 'w').write('{\"x\": ' + '[' * 100_000 + ']' * 100_000 + '}')"
+    proc = guard_watch(tmp_path, host, "base.toml", "dense-b", "--attach", "r.json",
+                       cmd=(sys.executable, "-c", writer))
+    assert proc.returncode == 0, proc.stderr
+    assert "not attached: r.json: nested too deeply to be a benchmark result" in proc.stderr
+    sidecar = json.loads((tmp_path / "r.hoststate.json").read_text())
+    assert sidecar["attach_error"] == "r.json: nested too deeply to be a benchmark result"
+    assert sidecar["command_status"] == 0
+
+
+def test_a_trickling_metrics_server_never_holds_the_start_past_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that sends a byte a second: the scrape is cut off at one deadline for the whole answer, recorded as
+    a sampler error (the run is then not clean), and the sampler starts."""
+    import hoststate.run.sampler as sampler_mod
+
+    monkeypatch.setattr(sampler_mod, "SCRAPE_DEADLINE", 0.5)
+    stop = threading.Event()
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the handler's own name
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            while not stop.is_set():
+                try:
+                    self.wfile.write(b"#")
+                    self.wfile.flush()
+                except OSError:
+                    return
+                stop.wait(0.2)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sampler = Sampler(None, root=str(WATCH), vllm_url=f"http://127.0.0.1:{server.server_port}").start()
+        assert sampler.errors == ["vllm /metrics at start: no whole answer within 0.5 s"]
+        summary = sampler.stop().summary()
+    finally:
+        stop.set()
+        server.shutdown()
+    assert judge(summary["metrics"])[0] == "degraded"  # sampler_errors: the counters were not read

@@ -21,6 +21,7 @@ from hoststate.run.record import (
     attach,
     build_record,
     command_env,
+    identity,
     metadata_env,
     sidecar_path,
     watch_table,
@@ -174,6 +175,7 @@ def watch_command(guard_result: GuardResult, command: Sequence[str], opts: SnapO
         returncode = run_command(command, env=full_env)
     finally:
         sampler.stop()
+    written = identity(watch.attach) if watch.attach else None  # the file the command left, before anything else
     summary = sampler.summary()
     after = snap_host(opts)
     found = drift(guard_result.current, after, policy or load_policy(()))
@@ -186,7 +188,7 @@ def watch_command(guard_result: GuardResult, command: Sequence[str], opts: SnapO
     record = build_record(guard_result, summary, found, verdict, reasons, returncode, after, command)
     run = WatchedRun(returncode, verdict, reasons, summary, record, found)
     if watch.attach:
-        _attach_both(run, watch.attach, sidecar or "", guard_result.current, protect)
+        _attach_both(run, watch.attach, sidecar or "", guard_result.current, protect, expect=written)
     if watch.trace:  # last: a trace that cannot be written costs the trace, not the attached verdict
         from hoststate.output import write_output
         from hoststate.run.record import dump
@@ -215,18 +217,23 @@ def run_watched(guard_result: Any, command: Sequence[str], *, root: str = "/",
 
 
 def _attach_both(run: WatchedRun, result: str, sidecar: str, snapshot: Mapping[str, Any],
-                 protect: Sequence[str]) -> None:
-    """The result and its sidecar; one that cannot be written (a link, a FIFO, not JSON) costs that file only,
-    never the other, and is said in ``run.written`` (the command has already run: nothing is raised)."""
-    record = dict(run.record, sidecar=os.path.basename(sidecar))
+                 protect: Sequence[str], expect: tuple[int, int] | None | bool = False) -> None:
+    """The result and its sidecar, each stamp bound to what it stamps (``result_sha256``, ``snapshot_sha256``).
+    One that cannot be written (a link, a FIFO, not JSON, not the command's own file) costs that file only, never
+    the other, and is said in ``run.written`` (the command has already run: nothing is raised)."""
+    from hoststate.run.record import text_digest
+    from hoststate.snapshot import to_toml
+
+    text = to_toml(snapshot)
+    record = dict(run.record, sidecar=os.path.basename(sidecar), snapshot_sha256=text_digest(text))
     try:
-        run.written.append(attach(result, record, protect=protect))
+        run.written.append(attach(result, record, protect=protect, expect=expect))
     except HoststateError as err:
         record["attach_error"] = str(err)
         run.written.append(f"not attached: {err}")
     run.record = record
     try:
-        write_sidecar(sidecar, record, snapshot, protect=protect)
+        write_sidecar(sidecar, record, text, protect=protect)
         run.written.append(f"wrote {sidecar}")
     except HoststateError as err:
         run.written.append(f"sidecar not written: {err}")

@@ -6,8 +6,11 @@ Pure builders and atomic writers; the run flow (hoststate.run.flow) is their onl
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -155,17 +158,81 @@ def dump(obj: Any, indent: int | None) -> str:
     return json.dumps(obj, indent=indent, allow_nan=True) + ("\n" if indent else "")
 
 
-def attach(result: str, record: Mapping[str, Any], *, protect: Sequence[str] = ()) -> str:
-    """Merge ``record`` atomically into the JSON result file under ``hoststate``; the file's own keys are kept.
+#: The largest result file attached to (a --save-detailed result with per-request arrays is tens of MiB).
+RESULT_MAX_BYTES = 256 << 20
 
-    A ``vllm bench serve --save-result`` file is one object (``json.dump``, no indent; ``vllm bench sweep``
-    rewrites it with indent 4, kept as found); with ``--append-result`` it holds one object a line, and the
-    last one (this run's) gets the record. Returns what was done, or raises InputError when it is no JSON object.
-    """
-    from hoststate.io import read_input
-    from hoststate.output import write_output
 
-    text = read_input(result, max_bytes=256 << 20, what="result").decode("utf-8")
+def content_digest(obj: Mapping[str, Any]) -> str:
+    """``sha256:`` of a result object's own content, without its ``hoststate`` key: canonical JSON (sorted keys,
+    no spaces, UTF-8), so ``hoststate results`` can tell a stamp from numbers changed after it."""
+    own = {k: v for k, v in obj.items() if k != "hoststate"}
+    text = json.dumps(own, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def text_digest(text: str) -> str:
+    """``sha256:`` of a text's UTF-8 bytes (the sidecar's snapshot, as written)."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of ``path`` itself (not followed), or None: taken when the command exits, so the attach
+    can tell the file the command wrote from one put in its place afterwards."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _read_own_result(result: str, expect: tuple[int, int] | None | bool) -> str:
+    """The result's text, read from one opened descriptor after checking what was opened: a regular file with
+    one link, owned by the user this process runs as (the command's user: a result another user owns is never
+    stamped, least of all as root), writable by no other user, and the very file that was there when the command
+    exited (``expect``; False: not checked). InputError says which check failed."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    try:
+        fd = os.open(result, flags)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise InputError(f"{result}: is a symbolic link; not stamped") from err
+        raise InputError(f"{result}: cannot open the result: {err.strerror}") from err
+    try:
+        st = os.fstat(fd)
+        why = None
+        if not stat.S_ISREG(st.st_mode):
+            why = "is not a regular file"
+        elif st.st_nlink != 1:
+            why = f"has {st.st_nlink} hard links (another name may be another user's file)"
+        elif st.st_uid != os.geteuid():
+            why = f"is owned by uid {st.st_uid}, not by the user the command ran as (uid {os.geteuid()})"
+        elif st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getegid()):
+            why = "can be written by other users"
+        elif expect is not False and expect != (st.st_dev, st.st_ino):
+            why = "was put there after the command exited" if expect is None else \
+                "was replaced after the command exited"
+        if why:
+            raise InputError(f"{result}: {why}; not stamped")
+        if st.st_size > RESULT_MAX_BYTES:
+            raise InputError(f"{result}: larger than {RESULT_MAX_BYTES >> 20} MiB; not stamped")
+        chunks, size = [], 0
+        while size <= RESULT_MAX_BYTES:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as err:
+        raise InputError(f"{result}: cannot read the result: {err.strerror}") from err
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{result}: not UTF-8 JSON ({err.reason})") from err
+
+
+def _objects(result: str, text: str) -> list[Any]:
     decoder = json.JSONDecoder()
     objects: list[Any] = []
     pos = 0
@@ -175,24 +242,49 @@ def attach(result: str, record: Mapping[str, Any], *, protect: Sequence[str] = (
                 pos += 1
             obj, pos = decoder.raw_decode(text, pos)
             objects.append(obj)
+    except RecursionError as err:
+        raise InputError(f"{result}: nested too deeply to be a benchmark result") from err
     except ValueError as err:
         raise InputError(f"{result}: not a JSON result ({err})") from err
+    return objects
+
+
+def attach(result: str, record: Mapping[str, Any], *, protect: Sequence[str] = (),
+           expect: tuple[int, int] | None | bool = False) -> str:
+    """Merge ``record`` atomically into the JSON result file under ``hoststate``; the file's own keys are kept,
+    and the record gains ``result_sha256`` (:func:`content_digest` of the object it stamps).
+
+    A ``vllm bench serve --save-result`` file is one object (``json.dump``, no indent; ``vllm bench sweep``
+    rewrites it with indent 4, kept as found); with ``--append-result`` it holds one object a line, and the
+    last one (this run's) gets the record. ``expect``: the result's :func:`identity` when the command exited.
+    Returns what was done, or raises InputError when the file is not the command's own JSON object.
+    """
+    from hoststate.output import write_output
+
+    text = _read_own_result(result, expect)
+    objects = _objects(result, text)
     if not objects or not isinstance(objects[-1], dict):
         raise InputError(f"{result}: holds no JSON object to attach to")
-    objects[-1]["hoststate"] = dict(record)
+    stamp = dict(record, result_sha256=content_digest(objects[-1]))
+    objects[-1]["hoststate"] = stamp
     indent = 4 if text.lstrip().startswith("{\n") else None
-    # one object as vLLM wrote it; appended results stay one object a line
-    new = dump(objects[0], indent) if len(objects) == 1 else "\n".join(json.dumps(o) for o in objects)
+    try:
+        # one object as vLLM wrote it; appended results stay one object a line
+        new = dump(objects[0], indent) if len(objects) == 1 else "\n".join(json.dumps(o) for o in objects)
+    except RecursionError as err:
+        raise InputError(f"{result}: nested too deeply to be a benchmark result") from err
     write_output(result, new, force=True, protect=protect, what="an input")
+    if isinstance(record, dict):
+        record["result_sha256"] = stamp["result_sha256"]
     return f"attached to {result}" + (f" (object {len(objects)} of {len(objects)})" if len(objects) > 1 else "")
 
 
-def write_sidecar(path: str, record: Mapping[str, Any], snapshot: Mapping[str, Any], *,
+def write_sidecar(path: str, record: Mapping[str, Any], snapshot: Mapping[str, Any] | str, *,
                   protect: Sequence[str] = ()) -> None:
     """``RESULT.hoststate.json``: the record plus the snapshot taken before the run (TOML text), so that
     ``hoststate results`` can name what differs between the hosts of a sweep's cells."""
     from hoststate.output import write_output
     from hoststate.snapshot import to_toml
 
-    write_output(path, dump({**record, "snapshot": to_toml(snapshot)}, 1), force=True, protect=protect,
-                 what="an input")
+    text = snapshot if isinstance(snapshot, str) else to_toml(snapshot)
+    write_output(path, dump({**record, "snapshot": text}, 1), force=True, protect=protect, what="an input")

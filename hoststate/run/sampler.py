@@ -38,6 +38,8 @@ TRACE_FORMAT = "hoststate-watch-trace/1"
 #: Seconds :meth:`Sampler.stop` waits for the sampling thread (one sample and one checkpoint take milliseconds).
 STOP_TIMEOUT = 10.0
 
+#: Seconds one /metrics scrape may take in all (connect, every read): the command's start never waits longer for it.
+SCRAPE_DEADLINE = 2.0
 #: A recorded trace replayed instead of NVML (tests, benchmarks), as HOSTSTATE_NVML_REPLAY is for snapshots.
 REPLAY_ENV = "HOSTSTATE_WATCH_REPLAY"
 
@@ -363,7 +365,7 @@ class Sampler:
     def start(self) -> Sampler:
         self.host["cgroup_start"], self.host["cgroup"] = self._cpu_stat()
         if self.vllm_url:
-            self.host["vllm_start"], err = scrape_vllm(self.vllm_url)
+            self.host["vllm_start"], err = self._scrape()
             if err:
                 self.errors.append(f"vllm /metrics at start: {err}")
         if self.source is None:
@@ -398,10 +400,22 @@ class Sampler:
         self.t1 = self.checkpoints[-1][0] if self.checkpoints and not hung else _now()
         self.host["cgroup_end"], _ = self._cpu_stat()
         if self.vllm_url:
-            self.host["vllm_end"], err = scrape_vllm(self.vllm_url)
+            self.host["vllm_end"], err = self._scrape()
             if err:
                 self.errors.append(f"vllm /metrics at end: {err}")
         return self
+
+    def _scrape(self) -> tuple[dict[str, float] | None, str | None]:
+        """vLLM's counters under one deadline for the whole scrape (a server answering a byte a second is cut
+        off at :data:`SCRAPE_DEADLINE`; the read left running is a daemon thread and costs nothing more)."""
+        box: list[tuple[dict[str, float] | None, str | None]] = []
+        worker = threading.Thread(target=lambda: box.append(scrape_vllm(str(self.vllm_url))),
+                                  name="hoststate-scrape", daemon=True)
+        worker.start()
+        worker.join(SCRAPE_DEADLINE)
+        if not box:
+            return None, f"no whole answer within {SCRAPE_DEADLINE:g} s"
+        return box[0]
 
     def __enter__(self) -> Sampler:
         return self.start()
