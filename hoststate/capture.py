@@ -11,6 +11,7 @@ import datetime as dt
 import math
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from hoststate import SCHEMA, __version__
@@ -53,6 +54,56 @@ def context(*, root: str | os.PathLike[str] | None = "/", only: Sequence[str] | 
     ctx = Context(root=root, vllm_pid=vllm_pid, vllm_cmd=vllm_cmd, vllm_log=vllm_log, vllm_url=vllm_url,
                   vllm_version=vllm_version, timeout=timeout)
     return ctx, names
+
+
+@dataclass(frozen=True)
+class SnapOptions:
+    """How to snap a host, built once (by the CLI from its options, or by a caller) and handed on whole.
+
+    ``root``: read the host through this prefix; ``only``/``skip``: collector selection; ``timeout``: seconds a
+    collector may take; ``vllm_*``: where the vLLM server is described from; ``label``: ``[hoststate].label``.
+    """
+
+    root: str = "/"
+    only: tuple[str, ...] | None = None
+    skip: tuple[str, ...] | None = None
+    timeout: float = 20.0
+    vllm_pid: int | None = None
+    vllm_cmd: str | None = None
+    vllm_log: str | None = None
+    vllm_url: str | None = None
+    vllm_version: str | None = None
+    label: str | None = None
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any] | None = None, **more: Any) -> SnapOptions:
+        """From a mapping of option names (unknown names are an error: a typo must not snap silently)."""
+        given = {**(options or {}), **more}
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise InputError(f"unknown snap option(s): {', '.join(unknown)}")
+        given = {k: v for k, v in given.items() if v is not None or k in ("only", "skip")}
+        for key in ("only", "skip"):
+            if given.get(key) is not None:
+                given[key] = tuple(given[key])
+        return cls(**given)
+
+    def but(self, **changes: Any) -> SnapOptions:
+        return replace(self, **changes)
+
+
+def context_of(opts: SnapOptions) -> tuple[Context, tuple[str, ...]]:
+    """:func:`context` from a SnapOptions value."""
+    return context(root=opts.root, only=opts.only, skip=opts.skip, timeout=opts.timeout, vllm_pid=opts.vllm_pid,
+                   vllm_cmd=opts.vllm_cmd, vllm_log=opts.vllm_log, vllm_url=opts.vllm_url,
+                   vllm_version=opts.vllm_version)
+
+
+def snap(opts: SnapOptions) -> dict[str, Any]:
+    """Snapshot the host (or a captured tree under ``opts.root``) as ``hoststate snap`` would."""
+    ctx, names = context_of(opts)
+    return collect(ctx, names, label=opts.label)
 
 
 def _hostname(ctx: Context) -> str | None:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hoststate.coverage import UNKNOWN, parse_entry
+from hoststate.nvml import EVENT_REASONS
 from hoststate.paths import Path, format_path
 from hoststate.report import table
 
@@ -127,10 +128,8 @@ def check_dsa_halted(snap: Mapping[str, Any]) -> Iterator[Advisory]:
 
 # -- GPU ---------------------------------------------------------------------------------------------------------
 
-#: NVML clock-event reason bits (nvml.h nvmlClocksEventReason*); 0x1 is idle, the only harmless one here.
-EVENT_REASON_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
-                     0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
-                     0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
+#: NVML clock-event reason bits (hoststate.collectors.gpu, the one table); 0x1 is idle, the only harmless one here.
+EVENT_REASON_BITS = dict(EVENT_REASONS)
 _IDLE_NAMES = {"gpu_idle", "idle", "none"}
 
 

@@ -132,12 +132,10 @@ def check_root(root: str | None) -> str:
 
 def make_context(opts: dict[str, Any]) -> tuple[Any, tuple[str, ...]]:
     """A collector Context and the selected collector names from the shared options (hoststate.capture)."""
-    from hoststate.capture import context
+    from hoststate.capture import SnapOptions, context_of
 
-    root = check_root(opts.get("root"))
-    return context(root=root, only=opts.get("only"), skip=opts.get("skip"), timeout=opts.get("timeout"),
-                   vllm_pid=opts.get("vllm_pid"), vllm_cmd=opts.get("vllm_cmd"), vllm_log=opts.get("vllm_log"),
-                   vllm_url=opts.get("vllm_url"), vllm_version=opts.get("vllm_version"))
+    check_root(opts.get("root"))
+    return context_of(SnapOptions.of(opts))
 
 
 def take_snapshot(opts: dict[str, Any], label: str | None = None, *, quiet: bool = False) -> dict[str, Any]:
@@ -387,13 +385,13 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     baseline, policy or pattern), CMD not started. The baseline file is never written. Neither --baseline nor
     --save-current may be '-': stdin and stdout belong to CMD.
     """
-    from hoststate.guard import Acceptance, command_env, evaluate, run_command, with_guard_table
-    from hoststate.output import write_output
+    from hoststate.capture import SnapOptions
     from hoststate.report import render_guard
-    from hoststate.snapshot import to_toml
+    from hoststate.run.flow import guarded_run
+    from hoststate.run.guard import GuardResult
 
     check_root(opts.get("root"))
-    watch = _watch_options(opts, command)
+    watch, fail_on = _watch_options(opts, command)
     for option, value in (("--baseline", baseline), ("--save-current", save_current)):
         if value == STDIO:
             raise click.UsageError(f"{option} -: stdin and stdout belong to the guarded command; name a file")
@@ -401,51 +399,60 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     inputs = (baseline, *policy_files, *((opts["vllm_log"],) if opts.get("vllm_log") else ()))
     if save_current:
         prepare_output(save_current, force, "--save-current", protect=inputs, what="the baseline or another input")
-    acceptance = Acceptance(accept)
-    result = evaluate(baseline, policy_files=policy_files, accept=acceptance, allow_unreadable=allow_unreadable,
-                      label=label, **opts)
-    if verbose:
-        for line in summary_lines(result.current):
-            click.echo(line, err=True)
-    click.echo(render_guard(result, baseline_snap=result.baseline_snapshot, color=use_color(stream=sys.stderr),
-                            verbose=verbose, saved=save_current), err=True, nl=False)
-    for pattern in result.unused_accept:
-        _error(f"hoststate guard: note: --accept {pattern!r} matched no invalidating finding")
-    if save_current:
-        from hoststate.text import clean_all
+    if watch is not None and watch.trace:
+        prepare_output(watch.trace, force, "--watch-trace", protect=inputs)
 
-        # guard's command and the baseline's name are argv: undecodable bytes become \xNN (hoststate.text)
-        saved = to_toml(clean_all(with_guard_table(result, command=command)))
-        write_output(save_current, saved, force=force, protect=inputs, what="the baseline or another input")
-        click.echo(f"hoststate guard: wrote {save_current} (verdict {result.verdict})", err=True)
+    def announce(result: GuardResult) -> None:
+        if verbose:
+            for line in summary_lines(result.current):
+                click.echo(line, err=True)
+        click.echo(render_guard(result, baseline_snap=result.baseline_snapshot, color=use_color(stream=sys.stderr),
+                                verbose=verbose, saved=save_current), err=True, nl=False)
+        for pattern in result.unused_accept:
+            _error(f"hoststate guard: note: --accept {pattern!r} matched no invalidating finding")
+        if command and result.accepted and not result.refused:
+            from hoststate.redact import redact_argv
+            from hoststate.text import clean
+
+            click.echo(f"hoststate guard: running as non-comparable ({len(result.accepted)} accepted): "
+                       f"{' '.join(redact_argv([clean(c) for c in command]))}", err=True)
+
+    outcome = guarded_run(baseline, command, SnapOptions.of(opts, label=label), policy_files=policy_files,
+                          accept=accept, allow_unreadable=allow_unreadable, watch=watch, save_current=save_current,
+                          force=force, protect=inputs, announce=announce)
+    result = outcome.guard
+    if outcome.watched is not None:
+        run = outcome.watched
+        click.echo(f"hoststate guard: run {run.verdict} ({len(run.reasons)} reason(s); command exit {run.returncode}; "
+                   f"{run.summary['samples']} samples of {len(run.summary['gpus'])} GPU(s), "
+                   f"gpu {run.summary['gpu_status']})", err=True)
+        for reason in run.reasons:
+            _error(f"  {reason['verdict'].upper():<9} {reason['text']}")
+    for line in outcome.written:
+        click.echo(f"hoststate guard: {line}", err=True)
     if result.refused:
         raise GuardRefused(f"refused ({len(result.refused)} invalidating not accepted)"
                            + ("; the command was not started" if command else ""), result)
-    if not command:
-        ctx.exit(0)
-    if result.accepted:
-        from hoststate.redact import redact_argv
-        from hoststate.text import clean
-
-        click.echo(f"hoststate guard: running as non-comparable ({len(result.accepted)} accepted): "
-                   f"{' '.join(redact_argv([clean(c) for c in command]))}", err=True)
-    if watch["watch"]:
-        ctx.exit(_run_watched(result, command, watch, opts, policy_files, inputs, save_current, force))
-    ctx.exit(run_command(command, env=command_env(result, saved=save_current)))
+    ctx.exit(outcome.exit_status(fail_on))
 
 
 #: guard's --watch options, taken out of its collector options.
 WATCH_OPTIONS = ("watch", "watch_interval", "watch_checkpoint", "watch_rules", "watch_trace", "attach", "fail_on")
 
 
-def _watch_options(opts: dict[str, Any], command: tuple[str, ...]) -> dict[str, Any]:
-    """Pop guard's --watch options out of ``opts``; the others need --watch, and --watch needs a command."""
+def _watch_options(opts: dict[str, Any], command: tuple[str, ...]) -> tuple[Any, str | None]:
+    """Pop guard's --watch options out of ``opts``: a WatchOptions (None without --watch) and --fail-on; the
+    others need --watch, and --watch needs a command."""
+    from hoststate.run.flow import WatchOptions
+    from hoststate.run.judge import load_rules
+
     watch = {k: opts.pop(k) for k in WATCH_OPTIONS}
     if not watch["watch"]:
         given = [k for k in WATCH_OPTIONS[3:] if watch[k]]
         if given:
             raise click.UsageError(f"--{given[0].replace('_', '-')} needs --watch")
-    elif not command:
+        return None, None
+    if not command:
         raise click.UsageError("--watch needs a command to watch (-- CMD ARGS...)")
     for key in ("watch_interval", "watch_checkpoint"):
         try:
@@ -453,44 +460,9 @@ def _watch_options(opts: dict[str, Any], command: tuple[str, ...]) -> dict[str, 
         except click.BadParameter as err:
             raise click.UsageError(f"--{key.replace('_', '-')} {watch[key]!r}: must be a finite number of seconds "
                                    "greater than 0") from err
-    return watch
-
-
-def _run_watched(result: Any, command: tuple[str, ...], watch: dict[str, Any], opts: dict[str, Any],
-                 policy_files: tuple[str, ...], inputs: tuple[str, ...], save_current: str | None,
-                 force: bool = False) -> int:
-    """guard --watch after guard let CMD run: the watched run, its verdict on stderr, the files written."""
-    from hoststate.guard import read_baseline, with_guard_table
-    from hoststate.output import write_output
-    from hoststate.policy import load_policy
-    from hoststate.snapshot import to_toml
-    from hoststate.watch import load_rules, run_watched
-
-    rules = load_rules(watch["watch_rules"])
-    if watch["watch_trace"]:
-        prepare_output(watch["watch_trace"], force, "--watch-trace", protect=inputs)
-    base_snap = getattr(result, "baseline_snapshot", None) or read_baseline(result.baseline)[0]
-    run = run_watched(result, command, root=opts.get("root") or "/",
-                      snap_options={k: v for k, v in opts.items() if k != "root"},
-                      policy=load_policy(tuple(policy_files)), interval=watch["watch_interval"],
-                      checkpoint=watch["watch_checkpoint"], rules=rules, attach_to=watch["attach"],
-                      trace_to=watch["watch_trace"], trace_force=force, baseline_snapshot=base_snap,
-                      protect=inputs)
-    click.echo(f"hoststate guard: run {run.verdict} ({len(run.reasons)} reason(s); command exit {run.returncode}; "
-               f"{run.summary['samples']} samples of {len(run.summary['gpus'])} GPU(s), "
-               f"gpu {run.summary['gpu_status']})", err=True)
-    for reason in run.reasons:
-        _error(f"  {reason['verdict'].upper():<9} {reason['text']}")
-    for line in run.written:
-        click.echo(f"hoststate guard: {line}", err=True)
-    if save_current:
-        from hoststate.text import clean_all
-
-        snap = clean_all(with_guard_table(result, command=command))
-        snap["guard"]["watch"] = {"verdict": run.verdict, "reasons": [r["text"] for r in run.reasons],
-                                  "metrics": run.summary["metrics"], "seconds": run.summary["seconds"]}
-        write_output(save_current, to_toml(snap), force=True, protect=inputs, what="the baseline or another input")
-    return run.exit_status(watch["fail_on"])
+    return WatchOptions(interval=watch["watch_interval"], checkpoint=watch["watch_checkpoint"],
+                        rules=load_rules(watch["watch_rules"]), attach=watch["attach"],
+                        trace=watch["watch_trace"]), watch["fail_on"]
 
 
 @cli.command()
@@ -670,9 +642,6 @@ def main(argv: list[str] | None = None) -> None:
 
     With ``--debug`` (before the subcommand) an error also shows its traceback; the exit code stays the same.
     """
-    import hoststate
-
-    hoststate.IN_CLI = True
     args = sys.argv[1:] if argv is None else argv
     debug = debug_requested(args)
     try:

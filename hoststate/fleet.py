@@ -293,14 +293,6 @@ def _value(value: Any) -> str:
     return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 3] + "..."
 
 
-def _change(f: dict[str, Any]) -> str:
-    if f["change"] == "added":
-        return f"added {_value(f['new'])}"
-    if f["change"] == "removed":
-        return f"removed (was {_value(f['old'])})"
-    return f"{_value(f['old'])} -> {_value(f['new'])}"
-
-
 def _members_text(members: list[str]) -> str:
     """The first members by name, each whole (a name is never cut), then ``+N more``."""
     shown = ", ".join(members[:_SHOW_MEMBERS])

@@ -11,13 +11,13 @@ The file is written atomically and never over an existing file without ``force``
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from hoststate.errors import GuardRefused
-from hoststate.guard import GUARD_TABLE, Acceptance, GuardResult, _finding_record, evaluate, read_baseline
+from hoststate.run.guard import GUARD_TABLE, Acceptance, GuardResult, evaluate, read_baseline
+from hoststate.run.record import _finding_record
 
 #: The provenance table's key under [hoststate].
 TABLE = "rebaseline"
@@ -72,9 +72,3 @@ def rebaseline(baseline: str, current: str, *, accept: Iterable[str] = (), polic
     new = dict(host)
     new["hoststate"] = {**host["hoststate"], TABLE: provenance(result, current, sha, by=by or who(), at=when)}
     return new, result
-
-
-def sha256_of(path: str) -> str:
-    """``sha256:`` of a file's bytes (tests and show compare a provenance record with a file)."""
-    with open(path, "rb") as fh:
-        return "sha256:" + hashlib.sha256(fh.read()).hexdigest()

@@ -10,7 +10,12 @@ import tempfile
 import pytest
 from hypothesis import settings
 
+import hoststate
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
+#: The package under test: the checkout's, or (CI, .ci/run) the installed wheel's, run from a copy of the tests
+#: that holds no hoststate/ folder, so a module or data file missing from the wheel fails here.
+PACKAGE = pathlib.Path(hoststate.__file__).resolve().parent
 FIXTURES = REPO / "fixtures"
 HOSTS = FIXTURES / "hosts"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

@@ -4,14 +4,14 @@ the source (every import, at module level or inside a function) and in a fresh p
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import PYTHONPATH, REPO
+from tests.conftest import PACKAGE, PYTHONPATH
 
-PACKAGE = REPO / "hoststate"
 VERDICT = ("policy", "positions", "diff", "digest")
 CAPTURE = ("hoststate.capture", "hoststate.collectors")
 
@@ -66,7 +66,7 @@ def _module_graph() -> dict[str, set[str]]:
     """hoststate's import graph, module to module, with every import counted (function-level ones too)."""
     names = {}
     for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(REPO).with_suffix("").parts
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph: dict[str, set[str]] = {}
     for name, path in names.items():
@@ -103,3 +103,13 @@ def test_the_import_graph_has_no_cycle() -> None:
         if start not in state:
             visit(start, [start])
     assert not cycles, cycles
+
+
+def test_ci_tests_the_installed_package() -> None:
+    """.ci/run installs the wheel and runs the tests from a copy without hoststate/ (HOSTSTATE_TEST_INSTALLED=1):
+    there the package under test must be the installed one, with its data files."""
+    if os.environ.get("HOSTSTATE_TEST_INSTALLED") != "1":
+        pytest.skip("the checkout's own package is under test (HOSTSTATE_TEST_INSTALLED unset)")
+    assert "site-packages" in PACKAGE.parts, PACKAGE
+    for data in ("default_policy.toml", "run/judge_rules.toml"):
+        assert (PACKAGE / data).is_file(), data

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from hoststate.errors import InputError
+from hoststate.run.record import content_digest, identity
 from hoststate.watch import (
     FAIL_ON_EXIT,
     RULES,
@@ -25,7 +26,6 @@ from hoststate.watch import (
     judge,
     load_rules,
     load_trace,
-    parse_cpu_stat,
     parse_vllm_counters,
     sidecar_path,
 )
@@ -133,13 +133,24 @@ def test_power_cap_alone_is_not_judged_without_a_baseline_run() -> None:
     assert judge(replay("dense-a")["metrics"]) == ("clean", [])
 
 
-def test_degraded_another_process_on_the_gpu() -> None:
+def test_invalid_another_process_computing_on_the_gpu() -> None:
     """The recorded second process (pid 538) started on the GPU mid-run; the load (481) was there from the start."""
-    summary = replay("foreign", own=set())
+    summary = replay("foreign", own={481})
     assert summary["foreign_processes"] == [{"pid": 538, "gpus": [0]}]
     verdict, reasons = judge(summary["metrics"], replay("dense-a")["metrics"])
-    assert verdict == "degraded" and reasons[0]["metric"] == "foreign_processes"
-    assert replay("foreign", own={538})["metrics"]["foreign_processes"] == 0  # the run's own process
+    assert verdict == "invalid" and reasons[0]["metric"] == "foreign_processes"
+    assert replay("foreign", own={481, 538})["metrics"]["foreign_processes"] == 0  # the run's own processes
+
+
+def test_a_process_already_on_the_gpu_at_the_first_sample_is_foreign_from_the_start() -> None:
+    """Not the run's and there before it began (a leftover server, another user's job): it shared the GPU for the
+    whole run, so it counts, marked ``from_start``."""
+    data = json.loads((WATCH / "h200-foreign.json").read_text())
+    del data["own_pids"]  # as if the recording had not named its own load (481)
+    sampler = Sampler(TraceSource(data), interval=30.0, root=str(WATCH), own_pids=lambda: {538}).start()
+    summary = sampler.stop().summary()
+    assert summary["foreign_processes"] == [{"pid": 481, "gpus": [0], "from_start": True}]
+    assert judge(summary["metrics"])[0] == "invalid"
 
 
 def test_invalid_on_an_xid_and_thermal_slowdown_is_degraded() -> None:
@@ -198,7 +209,9 @@ def test_cgroup_throttling_read_through_the_root(tmp_path: pathlib.Path) -> None
     assert summary["cgroup"]["nr_throttled"] == 7 and summary["cgroup"]["throttled_usec"] == 400000
     assert summary["metrics"]["cpu_throttled_share"] > 0.01
     assert judge(summary["metrics"])[0] == "degraded"
-    assert parse_cpu_stat("nr_bursts 0\nburst_usec x\n") == {"nr_bursts": 0}
+    from hoststate.collectors.vllm.placement import parse_kv
+
+    assert parse_kv("nr_bursts 0\nburst_usec x\n") == {"nr_bursts": 0}
 
 
 METRICS_BEFORE = """# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.
@@ -236,7 +249,9 @@ def test_vllm_metrics_scraped_at_both_ends() -> None:
     assert summary["vllm"] == {"preemptions": 4, "aborted_requests": 3}
     verdict, reasons = judge(summary["metrics"])
     assert verdict == "degraded"
-    assert {r["metric"] for r in reasons} == {"vllm_preemptions", "vllm_aborted_requests"}
+    # no GPU was sampled (source None): said as a reason of its own, below the degraded ones
+    assert {r["metric"] for r in reasons} == {"vllm_preemptions", "vllm_aborted_requests", "gpus_unwatched"}
+    assert reasons[-1]["verdict"] == "unwatched"
     assert parse_vllm_counters(METRICS_BEFORE) == {"preemptions": 3.0, "aborted_requests": 0.0}
 
 
@@ -324,12 +339,14 @@ def test_attach_keeps_a_sweep_files_indent_and_appended_results(tmp_path: pathli
     swept.write_text(json.dumps({"completed": 5, "run_number": 0}, indent=4))
     attach(str(swept), {"verdict": "clean"})
     assert swept.read_text().startswith('{\n    "completed": 5')
-    assert json.loads(swept.read_text())["hoststate"] == {"verdict": "clean"}
+    assert json.loads(swept.read_text())["hoststate"] == {
+        "verdict": "clean", "result_sha256": content_digest({"completed": 5, "run_number": 0})}
     appended = tmp_path / "appended.json"
     appended.write_text(json.dumps({"completed": 1}) + "\n" + json.dumps({"completed": 2}))
     attach(str(appended), {"verdict": "degraded"})
     first, second = (json.loads(line) for line in appended.read_text().splitlines())
-    assert "hoststate" not in first and second["hoststate"] == {"verdict": "degraded"}
+    assert "hoststate" not in first
+    assert second["hoststate"] == {"verdict": "degraded", "result_sha256": content_digest({"completed": 2})}
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
     with pytest.raises(InputError, match="no JSON object"):
@@ -356,8 +373,8 @@ def test_library_call(tmp_path: pathlib.Path, host: pathlib.Path, monkeypatch: p
     run = run_watched(result, [sys.executable, "-c", "import os; print(os.environ['HOSTSTATE_METADATA'])"],
                       root=str(host), snap_options=opts, attach_to=str(tmp_path / "r.json"))
     assert run.returncode == 0
-    assert run.verdict == "degraded" and run.reasons[0]["metric"] == "foreign_processes"
-    assert run.exit_status("degraded") == FAIL_ON_EXIT and run.exit_status("invalid") == 0
+    assert run.verdict == "invalid" and run.reasons[0]["metric"] == "foreign_processes"
+    assert run.exit_status("degraded") == FAIL_ON_EXIT == run.exit_status("invalid")
     assert (tmp_path / "r.hoststate.json").exists()
 
 
@@ -399,7 +416,7 @@ class _Stuck(TraceSource):
 
 
 def test_a_hung_read_never_hangs_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    import hoststate.watch as watch
+    import hoststate.run.sampler as watch
 
     monkeypatch.setattr(watch, "STOP_TIMEOUT", 0.5)
     source = _Stuck(json.loads((WATCH / "h200-dense-b.json").read_text()))
@@ -506,3 +523,153 @@ def test_nvml_that_hung_for_the_snapshot_is_not_opened_again(tmp_path: pathlib.P
     run = run_watched(result, ["true"], root="/", snap_options={"skip": ["gpu", "vllm", "packages"]})
     assert run.summary["gpu_status"] == "skipped: NVML timed out in the snapshot before the run"
     assert run.returncode == 0
+
+
+def test_a_run_with_no_gpu_watched_is_unwatched_not_clean() -> None:
+    """0 samples of 0 GPUs: nothing went wrong that could be seen, which is not the same as clean."""
+    sampler = Sampler(None, root=str(WATCH)).start()
+    summary = sampler.stop().summary()
+    assert summary["metrics"]["gpus_unwatched"] == 1
+    verdict, reasons = judge(summary["metrics"])
+    assert verdict == "unwatched"
+    assert reasons == [{"verdict": "unwatched", "metric": "gpus_unwatched", "value": 1,
+                        "text": "no GPU was watched: the verdict covers the host side only: 1"}]
+    assert judge(replay("idle")["metrics"]) == ("clean", [])
+
+
+def test_clocks_below_base_with_no_reason_set_are_degraded() -> None:
+    """NVML's TOTAL_BASE_CLOCKS violation time grew while no clock-event reason (idle included) was ever sampled:
+    the clocks were held down by something NVML does not name."""
+    data = json.loads((WATCH / "h200-dense-b.json").read_text())
+    for _t, rows in data["samples"]:
+        for row in rows:
+            row[0] = 0  # no reason bit in any sample
+    summary = Sampler(TraceSource(data), interval=30.0, root=str(WATCH)).start().stop().summary()
+    assert summary["metrics"]["share.below_base_clock_unexplained"] > 0.5
+    verdict, reasons = judge(summary["metrics"])
+    assert verdict == "degraded" and "below the base clock" in reasons[0]["text"]
+    # the same counter under the power cap, whose reason bit is sampled, is the power cap's rule's to judge
+    assert replay("dense-b")["metrics"]["share.below_base_clock_unexplained"] == 0.0
+
+
+def test_a_handful_of_retried_nvlink_crc_errors_is_within_tolerance() -> None:
+    """DCGM's limit (dcgm_gpu_hardware_limits.h): CRC errors matter at 100+ per second; replay/recovery above 1."""
+    few = {"nvlink_crc_errors_per_s": 0.2, "nvlink_link_errors": 0, "gpus_unwatched": 0}
+    assert judge(few) == ("clean", [])
+    many = dict(few, nvlink_crc_errors_per_s=250.0)
+    assert judge(many)[0] == "degraded"
+    assert judge(dict(few, nvlink_link_errors=3))[0] == "degraded"
+
+
+def test_every_shipped_run_rule_names_its_source() -> None:
+    assert all(rule.source for rule in RULES), [r.metric for r in RULES if not r.source]
+    table = (REPO / "docs" / "watch.md").read_text()
+    for rule in RULES:
+        assert f"| `{rule.metric}` | {rule.verdict} |" in table and rule.source in table, rule.metric
+
+
+# -- a stamp bound to what it stamps, on the command's own file only --------------------------------------------
+
+
+def test_the_stamp_carries_the_digest_of_the_numbers_it_stamps(tmp_path: pathlib.Path) -> None:
+    result = tmp_path / "r.json"
+    result.write_text(json.dumps({"output_throughput": 1005.0, "completed": 100}))
+    attach(str(result), {"verdict": "clean"})
+    stamped = json.loads(result.read_text())
+    assert stamped["hoststate"]["result_sha256"] == content_digest(stamped)
+    stamped["output_throughput"] = 1355.0  # numbers edited after the stamp no longer match it
+    assert stamped["hoststate"]["result_sha256"] != content_digest(stamped)
+
+
+def _as_nobody(path: pathlib.Path) -> None:
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    os.chown(path, nobody.pw_uid, nobody.pw_gid)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_attach_never_stamps_another_users_result(tmp_path: pathlib.Path) -> None:
+    """As root, a result owned by another user (their numbers, or a file they planted at the path) is refused."""
+    result = tmp_path / "r.json"
+    result.write_text(json.dumps({"completed": 1}))
+    _as_nobody(result)
+    with pytest.raises(InputError, match=r"owned by uid \d+, not by the user the command ran as \(uid 0\)"):
+        attach(str(result), {"verdict": "clean"})
+    assert "hoststate" not in json.loads(result.read_text())
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o646])
+def test_attach_refuses_a_result_other_users_can_write(tmp_path: pathlib.Path, mode: int) -> None:
+    result = tmp_path / "r.json"
+    result.write_text(json.dumps({"completed": 1}))
+    result.chmod(mode)
+    with pytest.raises(InputError, match="can be written by other users; not stamped"):
+        attach(str(result), {"verdict": "clean"})
+
+
+def test_attach_refuses_a_hard_link_and_a_file_replaced_after_the_command(tmp_path: pathlib.Path) -> None:
+    result = tmp_path / "r.json"
+    result.write_text(json.dumps({"completed": 1}))
+    os.link(result, tmp_path / "other-name.json")
+    with pytest.raises(InputError, match="has 2 hard links"):
+        attach(str(result), {"verdict": "clean"})
+    (tmp_path / "other-name.json").unlink()
+    seen = identity(str(result))
+    replacement = tmp_path / "new.json"
+    replacement.write_text(json.dumps({"completed": 999}))
+    replacement.replace(result)  # another file put at the path between the command's exit and the attach
+    with pytest.raises(InputError, match="was replaced after the command exited"):
+        attach(str(result), {"verdict": "clean"}, expect=seen)
+    with pytest.raises(InputError, match="was put there after the command exited"):
+        attach(str(result), {"verdict": "clean"}, expect=None)
+
+
+def test_a_deeply_nested_result_keeps_the_commands_status_and_the_sidecar(tmp_path: pathlib.Path,
+                                                                          host: pathlib.Path) -> None:
+    """A result nested 100,000 levels deep: a clear attach_error, the command's own status, the sidecar written."""
+    writer = "open('r.json', 'w').write('{\"x\": ' + '[' * 100_000 + ']' * 100_000 + '}')"
+    proc = guard_watch(tmp_path, host, "base.toml", "dense-b", "--attach", "r.json",
+                       cmd=(sys.executable, "-c", writer))
+    assert proc.returncode == 0, proc.stderr
+    assert "not attached: r.json: nested too deeply to be a benchmark result" in proc.stderr
+    sidecar = json.loads((tmp_path / "r.hoststate.json").read_text())
+    assert sidecar["attach_error"] == "r.json: nested too deeply to be a benchmark result"
+    assert sidecar["command_status"] == 0
+
+
+def test_a_trickling_metrics_server_never_holds_the_start_past_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that sends a byte a second: the scrape is cut off at one deadline for the whole answer, recorded as
+    a sampler error (the run is then not clean), and the sampler starts."""
+    import hoststate.run.sampler as sampler_mod
+
+    monkeypatch.setattr(sampler_mod, "SCRAPE_DEADLINE", 0.5)
+    stop = threading.Event()
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the handler's own name
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            while not stop.is_set():
+                try:
+                    self.wfile.write(b"#")
+                    self.wfile.flush()
+                except OSError:
+                    return
+                stop.wait(0.2)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sampler = Sampler(None, root=str(WATCH), vllm_url=f"http://127.0.0.1:{server.server_port}").start()
+        assert sampler.errors == ["vllm /metrics at start: no whole answer within 0.5 s"]
+        summary = sampler.stop().summary()
+    finally:
+        stop.set()
+        server.shutdown()
+    assert judge(summary["metrics"])[0] == "degraded"  # sampler_errors: the counters were not read

@@ -102,6 +102,7 @@ def test_the_python_api_example_runs_as_written(tmp_path) -> None:
     proc = subprocess.run([sys.executable, "watch-api.py"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": PYTHONPATH})
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == ("degraded ['clocks held down by the power cap more than in the baseline: 99.6 %, "
-                           "baseline 0.0 %', 'another process used a watched GPU during the run: 1'] 0 4\n")
-    assert json.loads((tmp_path / "api-run.json").read_text())["hoststate"]["verdict"] == "degraded"
+    assert proc.stdout == ("invalid ['another process computed on a watched GPU during the run (it shares the SMs "
+                           "and memory bandwidth): 1', 'clocks held down by the power cap more than in the baseline: "
+                           "99.6 %, baseline 0.0 %'] 0 4\n")
+    assert json.loads((tmp_path / "api-run.json").read_text())["hoststate"]["verdict"] == "invalid"

@@ -21,6 +21,7 @@ from typing import Any
 from hoststate.collectors import Context, Section
 from hoststate.coverage import source
 from hoststate.io import Reader
+from hoststate.nvml import EVENT_REASONS
 
 REPLAY_ENV = "HOSTSTATE_NVML_REPLAY"
 
@@ -65,18 +66,6 @@ ARCHITECTURES = {
 }  # fmt: skip
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 VIRTUALIZATION_MODES = {0: "none", 1: "passthrough", 2: "vgpu", 3: "host_vgpu", 4: "host_vsga"}
-#: nvmlClocksEventReason* bits, named as nvidia-smi -q -x names them (clocks_event_reason_<name>).
-EVENT_REASONS = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clocks_setting"),
-)
 LINK_DEVICE_TYPES = {0: "gpu", 1: "ibmnpu", 2: "switch", 0xFF: "unknown"}
 #: NVML_NVLINK_CAP_* worth diffing (SLI bridge and "valid" say nothing about a benchmark).
 LINK_CAPS = (("p2p_supported", 0), ("sysmem_access", 1), ("p2p_atomics", 2), ("sysmem_atomics", 3))

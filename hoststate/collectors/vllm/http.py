@@ -88,6 +88,38 @@ def parse_metrics(text: str) -> dict[str, Any]:
     return out
 
 
+#: vLLM /metrics counters summed over label sets: name -> (metric, label filter).
+VLLM_COUNTERS = {
+    "preemptions": ("vllm:num_preemptions", None),
+    "aborted_requests": ("vllm:request_success", ("finished_reason", "abort")),
+    "failed_requests": ("vllm:request_success", ("finished_reason", "error")),
+}
+
+
+def parse_vllm_counters(text: str) -> dict[str, float]:
+    """:data:`VLLM_COUNTERS` from Prometheus text: each summed over its label sets (engines, models)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = None if line.startswith("#") else _METRIC.match(line)
+        if not m:
+            continue
+        name = m.group(1).removesuffix("_total")
+        labels = dict(_LABEL.findall(m.group(2) or ""))
+        for key, (metric, want) in VLLM_COUNTERS.items():
+            if name == metric and (want is None or labels.get(want[0]) == want[1]):
+                with contextlib.suppress(ValueError):
+                    out[key] = out.get(key, 0.0) + float(m.group(3))
+    return out
+
+
+def scrape_vllm(url: str) -> tuple[dict[str, float] | None, str | None]:
+    """(counters, error) from ``URL/metrics``; never raises."""
+    status, body, err = _get(url, "/metrics")
+    if err or status != 200:
+        return None, err or f"HTTP {status}"
+    return parse_vllm_counters(body or ""), None
+
+
 def _number(text: str) -> Any:
     for conv in (int, float):
         try:

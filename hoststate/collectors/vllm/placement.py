@@ -100,6 +100,27 @@ def cgroup_dirs(text: str) -> tuple[str | None, str | None]:
     return v2, v1
 
 
+def cgroup_of(reader: Reader, pid: int | str) -> str | None:
+    """The directory under /sys/fs/cgroup holding a process's ``cpu.stat`` (v2's path first, else v1's cpu
+    controller's), or None: the watch reads the server's throttling at a run's start and end."""
+    v2, v1 = cgroup_dirs(reader.read(f"proc/{pid}/cgroup", record=False, strip=False) or "")
+    for cgroup in (v2, v1):
+        if cgroup is not None and reader.exists(f"sys/fs/cgroup/{cgroup.strip('/')}/cpu.stat".replace("//", "/")):
+            return "/" + cgroup.strip("/")
+    return None
+
+
+def read_cpu_stat(reader: Reader, cgroup: str) -> dict[str, int] | None:
+    """A cgroup's ``cpu.stat``; v1's ``throttled_time`` (ns) as v2's ``throttled_usec``."""
+    text = reader.read(f"sys/fs/cgroup/{cgroup.strip('/')}/cpu.stat".replace("//", "/"), record=False, strip=False)
+    if not text:
+        return None
+    stat = parse_kv(text)
+    if "throttled_time" in stat and "throttled_usec" not in stat:
+        stat["throttled_usec"] = stat.pop("throttled_time") // 1000
+    return stat
+
+
 def parse_cpu_max(text: str) -> float | None:
     """cgroup v2 ``cpu.max`` (``$MAX $PERIOD``) as CPUs of quota; None for ``max`` (no limit)."""
     fields = text.split()

@@ -1,0 +1,22 @@
+"""NVML's own constants (nvml.h), named once for every reader: the gpu collector, ``check`` and the watch.
+
+Data only, importing nothing: reading a snapshot (``check FILE``) must not load a collector to name a bit.
+"""
+
+from __future__ import annotations
+
+#: nvmlClocksEventReason* bits, named as nvidia-smi -q -x names them (clocks_event_reason_<name>).
+EVENT_REASONS = (
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clocks_setting"),
+)
+#: The reasons a watched run samples: those that hold clocks down while it runs (the two settings are not events).
+SAMPLED_REASONS = tuple(r for r in EVENT_REASONS if r[1] not in ("applications_clocks_setting",
+                                                                  "display_clocks_setting"))

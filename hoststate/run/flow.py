@@ -1,0 +1,266 @@
+"""The guarded run, owned once: snap, verdict, launch, watch, snap after, judge, record.
+
+``hoststate guard`` (the CLI) and the library (:func:`guarded_run`, :func:`guard_and_watch`) both come through
+:func:`guarded_run`; the CLI only parses options and renders what it returns.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hoststate.capture import SnapOptions
+from hoststate.errors import GuardRefused, HoststateError
+from hoststate.policy import Policy, load_policy
+from hoststate.run.guard import GuardResult, evaluate, host_state, refusal_message, snap_host
+from hoststate.run.judge import RULES, VERDICTS, Rule, baseline_metrics, judge
+from hoststate.run.launch import run_command
+from hoststate.run.record import (
+    attach,
+    build_record,
+    command_env,
+    identity,
+    metadata_env,
+    sidecar_path,
+    watch_table,
+    with_guard_table,
+    write_sidecar,
+)
+from hoststate.run.sampler import DEFAULT_CHECKPOINT, DEFAULT_INTERVAL, REPLAY_ENV, Sampler, descendants, open_source
+
+#: Exit status of ``guard --watch --fail-on LEVEL`` when the command exited 0 and the run was judged LEVEL or worse.
+FAIL_ON_EXIT = 4
+
+
+@dataclass
+class WatchedRun:
+    """A finished watched run: the command's status, the run verdict with its reasons, and what it is based on."""
+
+    returncode: int
+    verdict: str
+    reasons: list[dict[str, Any]]
+    summary: dict[str, Any]
+    record: dict[str, Any]
+    drift: list[dict[str, Any]] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+
+    def exit_status(self, fail_on: str | None = None) -> int:
+        """The command's status; :data:`FAIL_ON_EXIT` instead of 0 when the verdict reaches ``fail_on``."""
+        if self.returncode == 0 and fail_on and VERDICTS.index(self.verdict) >= VERDICTS.index(fail_on):
+            return FAIL_ON_EXIT
+        return self.returncode
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    """How ``--watch`` samples and judges a run, and where it writes (``attach``: a JSON result; ``trace``)."""
+
+    interval: float = DEFAULT_INTERVAL
+    checkpoint: float = DEFAULT_CHECKPOINT
+    rules: tuple[Rule, ...] = RULES
+    attach: str | None = None
+    trace: str | None = None
+
+
+@dataclass
+class RunOutcome:
+    """What a guarded run did: the guard's verdict, the command's status (None: not started), the watched run."""
+
+    guard: GuardResult
+    returncode: int | None = None
+    watched: WatchedRun | None = None
+    #: What was written, one line each (``wrote FILE ...``, ``not attached: ...``), in order.
+    written: list[str] = field(default_factory=list)
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.guard.refused)
+
+    def exit_status(self, fail_on: str | None = None) -> int:
+        """The command's status (0 without a command); :data:`FAIL_ON_EXIT` as :meth:`WatchedRun.exit_status`."""
+        if self.watched is not None:
+            return self.watched.exit_status(fail_on)
+        return self.returncode or 0
+
+
+def drift(before: Mapping[str, Any], after: Mapping[str, Any], policy: Policy) -> list[dict[str, Any]]:
+    """The host findings between the snapshots before and after a run that matter (warning or worse)."""
+    from hoststate.diff import compare
+
+    result = compare(host_state(before), host_state(after), policy)
+    # a value unreadable alike before and after (a collector not selected) did not change during the run
+    return [f.to_dict() for f in result.findings
+            if f.severity in ("invalidating", "warning") and not (f.change in ("unreadable", "coverage")
+                                                                  and f.old == f.new)]
+
+
+def _save(path: str, snapshot: Mapping[str, Any], *, force: bool, protect: Sequence[str]) -> None:
+    from hoststate.output import write_output
+    from hoststate.snapshot import to_toml
+    from hoststate.text import clean_all
+
+    # guard's command and the baseline's name are argv: undecodable bytes become \xNN (hoststate.text)
+    write_output(path, to_toml(clean_all(dict(snapshot))), force=force, protect=protect,
+                 what="the baseline or another input")
+
+
+def guarded_run(baseline: Any, command: Sequence[str] = (), opts: SnapOptions | None = None, *,
+                policy_files: Sequence[str] = (), accept: Iterable[str] = (), allow_unreadable: bool = False,
+                watch: WatchOptions | None = None, save_current: str | None = None, force: bool = False,
+                protect: Sequence[str] = (), announce: Callable[[GuardResult], None] | None = None,
+                env: Mapping[str, str] | None = None) -> RunOutcome:
+    """The guarded run: snap and rate the host, write ``save_current``, then (not refused) run ``command``,
+    watched when ``watch`` is given, and write its record. Never raises a refusal: ``outcome.refused`` says it.
+
+    ``announce`` is called once the verdict is known and before anything is written or started (the CLI prints
+    its report there). ``save_current`` holds the snapshot with its ``[guard]`` table, written once: before the
+    command, or under ``watch`` after the run with ``[guard.watch]`` (the command is then not told its path).
+    ``protect``: paths no output may replace (the baseline, the policies, the log).
+    """
+    opts = opts or SnapOptions()
+    policy = load_policy(tuple(policy_files))
+    result = evaluate(baseline, opts, policy=policy, policy_files=policy_files, accept=accept,
+                      allow_unreadable=allow_unreadable)
+    if announce is not None:
+        announce(result)
+    outcome = RunOutcome(result)
+    watching = watch is not None and bool(command) and not result.refused
+    if save_current and not watching:
+        _save(save_current, with_guard_table(result, command=command), force=force, protect=protect)
+        outcome.written.append(f"wrote {save_current} (verdict {result.verdict})")
+    if result.refused or not command:
+        return outcome
+    if not watching:
+        outcome.returncode = run_command(command, env=command_env(result, saved=save_current, base=env))
+        return outcome
+    assert watch is not None
+    run = watch_command(result, command, opts, policy=policy, watch=watch, force=force, protect=protect, env=env)
+    outcome.watched, outcome.returncode = run, run.returncode
+    outcome.written.extend(run.written)
+    if save_current:
+        snap = with_guard_table(result, command=command)
+        snap["guard"]["watch"] = watch_table(run.verdict, run.reasons, run.summary)
+        _save(save_current, snap, force=force, protect=protect)
+        outcome.written.append(f"wrote {save_current} (verdict {result.verdict}, run {run.verdict})")
+    return outcome
+
+
+def watch_command(guard_result: GuardResult, command: Sequence[str], opts: SnapOptions | None = None, *,
+                  policy: Policy | None = None, watch: WatchOptions | None = None, force: bool = False,
+                  baseline_snapshot: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
+                  protect: Sequence[str] = ()) -> WatchedRun:
+    """Run ``command`` (guard already said it may run) under the watch, snap the host again, judge and record.
+
+    With ``watch.attach`` the record is merged into that JSON result and written beside it as
+    ``RESULT.hoststate.json`` (the sidecar alone when the command left no JSON object there: the record says why).
+    """
+    opts, watch = opts or SnapOptions(), watch or WatchOptions()
+    gpu_before = guard_result.current.get("collectors", {}).get("gpu", {}).get("status")
+    if gpu_before == "timeout" and not os.environ.get(REPLAY_ENV):
+        # NVML hung for the snapshot already: opening it again here could hang before the command starts
+        source, status = None, "skipped: NVML timed out in the snapshot before the run"
+    else:
+        source, status = open_source(live=os.path.abspath(opts.root) == "/")
+    me, server = os.getpid(), opts.vllm_pid
+    sampler = Sampler(source, interval=watch.interval, checkpoint=watch.checkpoint, root=opts.root,
+                      cgroup_pid=server, vllm_url=opts.vllm_url, gpu_status=status, record=bool(watch.trace),
+                      own_pids=lambda: descendants([me] + ([int(server)] if server else [])))
+    sidecar = sidecar_path(watch.attach) if watch.attach else None
+    full_env = {**command_env(guard_result, base=env), **metadata_env(guard_result, sidecar)}
+    full_env.pop("HOSTSTATE_CURRENT", None)  # under --watch the saved snapshot is written after the run
+    sampler.start()
+    try:
+        returncode = run_command(command, env=full_env)
+    finally:
+        sampler.stop()
+    written = identity(watch.attach) if watch.attach else None  # the file the command left, before anything else
+    summary = sampler.summary()
+    after = snap_host(opts)
+    found = drift(guard_result.current, after, policy or load_policy(()))
+    values = dict(summary["metrics"])
+    values["host_invalidating"] = sum(1 for f in found if f["severity"] == "invalidating")
+    values["host_warning"] = sum(1 for f in found if f["severity"] == "warning")
+    summary["metrics"] = values
+    base = baseline_snapshot if baseline_snapshot is not None else guard_result.baseline_snapshot
+    verdict, reasons = judge(values, baseline_metrics(base), watch.rules)
+    record = build_record(guard_result, summary, found, verdict, reasons, returncode, after, command)
+    run = WatchedRun(returncode, verdict, reasons, summary, record, found)
+    if watch.attach:
+        _attach_both(run, watch.attach, sidecar or "", guard_result.current, protect, expect=written)
+    if watch.trace:  # last: a trace that cannot be written costs the trace, not the attached verdict
+        from hoststate.output import write_output
+        from hoststate.run.record import dump
+
+        try:
+            write_output(watch.trace, dump(sampler.trace("recorded by hoststate guard --watch"), 1),
+                         force=force, protect=protect)
+            run.written.append(f"wrote {watch.trace}")
+        except HoststateError as err:
+            run.written.append(f"trace not written: {err}")
+    return run
+
+
+def run_watched(guard_result: Any, command: Sequence[str], *, root: str = "/",
+                snap_options: Mapping[str, Any] | None = None, policy: Any = None,
+                interval: float = DEFAULT_INTERVAL, checkpoint: float = DEFAULT_CHECKPOINT,
+                rules: Sequence[Rule] = RULES, attach_to: str | None = None, trace_to: str | None = None,
+                trace_force: bool = False, baseline_snapshot: Mapping[str, Any] | None = None,
+                env: Mapping[str, str] | None = None, protect: Sequence[str] = ()) -> WatchedRun:
+    """:func:`watch_command` with its options spelled out (the earlier signature, kept for callers)."""
+    opts = SnapOptions.of(snap_options or {}, root=root)
+    watch = WatchOptions(interval=interval, checkpoint=checkpoint, rules=tuple(rules), attach=attach_to,
+                         trace=trace_to)
+    return watch_command(guard_result, command, opts, policy=policy, watch=watch, force=trace_force,
+                         baseline_snapshot=baseline_snapshot, env=env, protect=protect)
+
+
+def _attach_both(run: WatchedRun, result: str, sidecar: str, snapshot: Mapping[str, Any],
+                 protect: Sequence[str], expect: tuple[int, int] | None | bool = False) -> None:
+    """The result and its sidecar, each stamp bound to what it stamps (``result_sha256``, ``snapshot_sha256``).
+    One that cannot be written (a link, a FIFO, not JSON, not the command's own file) costs that file only, never
+    the other, and is said in ``run.written`` (the command has already run: nothing is raised)."""
+    from hoststate.run.record import text_digest
+    from hoststate.snapshot import to_toml
+
+    text = to_toml(snapshot)
+    record = dict(run.record, sidecar=os.path.basename(sidecar), snapshot_sha256=text_digest(text))
+    try:
+        run.written.append(attach(result, record, protect=protect, expect=expect))
+    except HoststateError as err:
+        record["attach_error"] = str(err)
+        run.written.append(f"not attached: {err}")
+    run.record = record
+    try:
+        write_sidecar(sidecar, record, text, protect=protect)
+        run.written.append(f"wrote {sidecar}")
+    except HoststateError as err:
+        run.written.append(f"sidecar not written: {err}")
+
+
+def guard_and_watch(baseline: Any, command: Sequence[str], *, attach_to: str | None = None,
+                    interval: float = DEFAULT_INTERVAL, checkpoint: float = DEFAULT_CHECKPOINT,
+                    rules: Sequence[Rule] = RULES, policy_files: Sequence[str] = (), accept: Iterable[str] = (),
+                    allow_unreadable: bool = False, save_current: str | None = None, trace_to: str | None = None,
+                    force: bool = False, **snap_options: Any) -> WatchedRun:
+    """``hoststate guard --baseline B --watch [--attach RESULT] [--save-current F] [--watch-trace T] -- CMD`` as
+    one call, for harnesses: the same flow as the CLI (:func:`guarded_run`).
+
+    Raises :class:`hoststate.errors.GuardRefused` (the command is not started) as
+    :func:`hoststate.guard.check_baseline` does; otherwise returns the finished :class:`WatchedRun`.
+    ``snap_options``: ``root``, ``only``, ``skip``, ``timeout``, ``vllm_pid``, ``vllm_cmd``, ``vllm_log``,
+    ``vllm_url``, ``vllm_version``, ``label`` (:class:`hoststate.capture.SnapOptions`).
+    """
+    if not command:
+        raise HoststateError("guard_and_watch needs a command to watch")
+    protect = tuple(str(p) for p in (baseline, *policy_files) if isinstance(p, str | os.PathLike))
+    outcome = guarded_run(baseline, command, SnapOptions.of(snap_options), policy_files=policy_files,
+                          accept=accept, allow_unreadable=allow_unreadable, save_current=save_current, force=force,
+                          watch=WatchOptions(interval=interval, checkpoint=checkpoint, rules=tuple(rules),
+                                             attach=attach_to, trace=trace_to), protect=protect)
+    if outcome.refused:
+        raise GuardRefused(refusal_message(outcome.guard), outcome.guard)
+    assert outcome.watched is not None
+    outcome.watched.written = list(outcome.written)
+    return outcome.watched
