@@ -160,6 +160,8 @@ def test_cli_refuses_what_is_not_a_trace_or_a_watched_baseline(tmp_path: pathlib
     assert snap.returncode == 0, snap.stderr
     unwatched = hs("timeline", trace, "--baseline", "s.toml", "-o", "x.svg", cwd=tmp_path)
     assert unwatched.returncode == 2 and "not a watched baseline run" in unwatched.stderr
+    zero = hs("timeline", "/dev/zero", "-o", "x.svg", cwd=tmp_path)
+    assert zero.returncode == 2 and zero.stderr.count("\n") == 1 and "not a regular file" in zero.stderr
     assert not (tmp_path / "x.svg").exists()
 
 

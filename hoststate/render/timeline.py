@@ -19,7 +19,6 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from xml.sax.saxutils import escape as _xml_escape
 
 from hoststate import watch
 from hoststate.errors import InputError
@@ -43,6 +42,8 @@ MAX_TEXT = 90
 #: Process appearances labelled per GPU; later ones are counted in the panel's title.
 MAX_PROC_LABELS = 16
 
+#: What XML reads as markup, as character references (xml.sax.saxutils would cost an import of urllib).
+_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"})
 _NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
@@ -56,7 +57,7 @@ def cut(value: Any, limit: int = MAX_TEXT) -> str:
 def text(value: Any) -> str:
     """``value`` as XML character data: characters XML 1.0 cannot hold as U+FFFD, then escaped (quotes too, so the
     same string is safe in an attribute)."""
-    return _xml_escape(_NOT_XML.sub("\ufffd", str(value)), {'"': "&quot;", "'": "&#39;"})
+    return _NOT_XML.sub("\ufffd", str(value)).translate(_ESCAPES)
 
 
 def _num(value: Any) -> float | None:
