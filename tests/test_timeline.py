@@ -15,7 +15,7 @@ import zlib
 
 import pytest
 
-from hoststate.render.timeline import LEFT, PLOT, judge_trace, render, run_start
+from hoststate.render.timeline import COARSE_PREFIXES, LEFT, PLOT, judge_trace, render, render_svg, run_start
 from hoststate.snapshot import load
 from hoststate.watch import baseline_metrics, judge, load_trace
 from scripts.draw_timelines import DRAWINGS, OUT, draw, eight_gpus
@@ -98,6 +98,23 @@ def test_reasons_are_marked_where_they_fired() -> None:
     # each reason's number is drawn in a marker on every panel
     numbers = [t for t in texts(svg) if t.isdigit()]
     assert all(numbers.count(str(n)) == 8 for n in range(1, len(judged.reasons) + 1))
+
+
+def test_a_long_trace_is_marked_exactly_and_its_lines_thinned() -> None:
+    """Past COARSE_PREFIXES samples not every prefix is judged: the marks are still the first sample that fires,
+    and a line keeps at most two points a pixel column."""
+    trace = eight_gpus()
+    real, t0 = trace["samples"], trace["samples"][0][0]
+    n = 2 * PLOT + 200  # > COARSE_PREFIXES, and more points than two a pixel column
+    trace["samples"] = [[t0 + k, real[k % len(real)][1]] for k in range(n)]
+    trace["counters"] = [[t0 - 0.01, trace["counters"][0][1]], [t0 + n, trace["counters"][-1][1]]]
+    trace["events"] = [[t0 + 0.7 * n + 0.5, 5, 8, 79]]
+    judged = judge_trace(trace, own_pids=[481 + i for i in range(8)])
+    assert judged.fired["xid_events"] == pytest.approx(0.01 + int(0.7 * n) + 1)
+    assert judged.fired["foreign_processes"] == pytest.approx(0.01 + 15)
+    root = ET.fromstring(render_svg(trace, judged, "long"))
+    lines = [len(p.get("points").split()) for p in root.iter(f"{SVG}polyline")]
+    assert n > COARSE_PREFIXES and max(lines) <= 2 * PLOT < n and len(lines) >= 3 * 8 - 3
 
 
 def test_hostile_trace_text_is_escaped(tmp_path: pathlib.Path) -> None:

@@ -34,9 +34,9 @@ REASON_COLOURS = {
     "sw_thermal_slowdown": "#f97316", "hw_thermal_slowdown": "#991b1b", "hw_power_brake_slowdown": "#86198f",
 }  # fmt: skip
 VERDICT_COLOURS = {"clean": "#15803d", "degraded": "#b45309", "invalid": "#b91c1c"}
-#: Prefixes judged at most on the first pass over a long trace (then the stretch before each first hit, sample by
-#: sample): where a reason fired costs a few hundred replays, not one per sample.
-COARSE_PREFIXES = 200
+#: Prefixes judged at most on the first pass over a long trace (then the stretch before each first hit, halved until
+#: one sample is left): where a reason fired costs about a hundred replays, not one per sample.
+COARSE_PREFIXES = 100
 #: Longest text taken from the trace onto the drawing (a name or an event's data); the rest is cut with "…".
 MAX_TEXT = 90
 #: Process appearances labelled per GPU; later ones are counted in the panel's title.
@@ -109,20 +109,24 @@ def _fired_metrics(trace: Mapping[str, Any], k: int, own: set[int] | None, root:
 
 def _first_fired(trace: Mapping[str, Any], wanted: set[str], own: set[int] | None, root: str,
                  baseline: Mapping[str, Any] | None, rules: Sequence[watch.Rule]) -> dict[str, int]:
-    """metric -> the first sample at which the judge, given the trace up to it, names that metric."""
+    """metric -> the first sample at which the judge, given the trace up to it, names that metric.
+
+    Every sample of a short trace is judged; a long one at :data:`COARSE_PREFIXES` marks, each first hit then
+    narrowed down by halving the stretch since the previous mark."""
     n = len(trace["samples"])
     step = max(1, math.ceil(n / COARSE_PREFIXES))
-    marks = sorted(set(range(0, n, step)) | {n - 1})
     found: dict[str, int] = {}
     previous = -1
-    for k in marks:
-        hit = _fired_metrics(trace, k, own, root, baseline, rules) & (wanted - set(found))
-        if hit and step > 1:  # the first hit lies after the previous mark: look at each sample in between
-            for j in range(previous + 1, k):
-                for metric in _fired_metrics(trace, j, own, root, baseline, rules) & hit:
-                    found.setdefault(metric, j)
-        for metric in hit:
-            found.setdefault(metric, k)
+    for k in sorted(set(range(0, n, step)) | {n - 1}):
+        for metric in _fired_metrics(trace, k, own, root, baseline, rules) & (wanted - set(found)):
+            low, high = previous, k  # not fired at low (or before the run), fired at high
+            while high - low > 1:
+                mid = (low + high) // 2
+                if metric in _fired_metrics(trace, mid, own, root, baseline, rules):
+                    high = mid
+                else:
+                    low = mid
+            found[metric] = high
         previous = k
         if wanted <= set(found):
             break
@@ -273,6 +277,21 @@ def _polyline_runs(gpu_t: Sequence[float], values: Sequence[float | None]) -> li
     return [r for r in runs if r]
 
 
+def _thinned(run: list[tuple[float, float]], frame: Frame) -> list[tuple[float, float]]:
+    """A run of more points than two a pixel column, as each column's lowest and highest point in time order: the
+    same line on the page, a file that stops growing with the run's length."""
+    if len(run) <= 2 * PLOT:
+        return run
+    columns: dict[int, list[tuple[float, float]]] = {}
+    for point in run:
+        columns.setdefault(int(frame.x(point[0])), []).append(point)
+    out: list[tuple[float, float]] = []
+    for points in columns.values():
+        low, high = min(points, key=lambda p: p[1]), max(points, key=lambda p: p[1])
+        out.extend(sorted({low, high}))
+    return out
+
+
 def _draw_line(svg: Svg, frame: Frame, gpu: Gpu, values: Sequence[float | None], top: float,
                scale: tuple[float, float], colour: str) -> None:
     low, high = scale
@@ -281,7 +300,7 @@ def _draw_line(svg: Svg, frame: Frame, gpu: Gpu, values: Sequence[float | None],
         return top + LINE_H - LINE_H * (min(max(v, low), high) - low) / (high - low)
 
     runs = _polyline_runs(gpu.t, values)
-    for run in runs:
+    for run in (_thinned(r, frame) for r in runs):
         if len(run) == 1:
             svg.add("circle", cx=_c(frame.x(run[0][0])), cy=_c(y(run[0][1])), r="1.8", fill=colour)
         else:
