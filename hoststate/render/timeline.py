@@ -22,6 +22,7 @@ from typing import Any
 
 from hoststate import watch
 from hoststate.errors import InputError
+from hoststate.text import clean
 
 #: The drawing's width and its parts, in px: labels on the left, the time axis in between.
 WIDTH, LEFT, RIGHT = 1100, 170, 24
@@ -43,7 +44,9 @@ MAX_TEXT = 90
 MAX_PROC_LABELS = 16
 
 #: What XML reads as markup, as character references (xml.sax.saxutils would cost an import of urllib).
-_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"})
+#: A tab or line break is a space: SVG text is one line, and XML would turn them into spaces in an attribute anyway.
+_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;", "\t": " ", "\n": " ",
+                          "\r": " "})
 _NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
@@ -55,9 +58,10 @@ def cut(value: Any, limit: int = MAX_TEXT) -> str:
 
 
 def text(value: Any) -> str:
-    """``value`` as XML character data: characters XML 1.0 cannot hold as U+FFFD, then escaped (quotes too, so the
-    same string is safe in an attribute)."""
-    return _NOT_XML.sub("\ufffd", str(value)).translate(_ESCAPES)
+    """``value`` as XML character data: a lone surrogate (``"\\ud800"`` in the trace's JSON) written ``\\uNNNN`` as
+    hoststate.text does, characters XML 1.0 cannot hold as U+FFFD, then escaped (quotes too, so the same string
+    is safe in an attribute), tabs and line breaks as spaces."""
+    return _NOT_XML.sub("\ufffd", clean(str(value))).translate(_ESCAPES)
 
 
 def _num(value: Any) -> float | None:
