@@ -655,7 +655,7 @@ def results(ctx: click.Context, paths: tuple[str, ...], current: str | None, fmt
               help="[[rule]] tables replacing or adding watch rules by metric, as for guard --watch-rules.")
 def timeline(trace: str, output: str, fmt: str | None, force: bool, baseline: str | None,
              own_pids: tuple[int, ...], watch_rules: str | None) -> None:
-    """Draw a watched run from its --watch-trace FILE: per GPU the SM clock, power, temperature, clock-event
+    """Draw a watched run from TRACE, its --watch-trace file: per GPU the SM clock, power, temperature, clock-event
     reasons, processes and events, with the run's verdict and where each of its reasons fired.
 
     One self-contained SVG or HTML file (no script, nothing fetched). Exit 0 when written, 2 on bad input or
