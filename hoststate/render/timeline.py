@@ -385,15 +385,22 @@ def _draw_events(svg: Svg, frame: Frame, events: Sequence[Sequence[Any]], top: f
 
 
 def _draw_marks(svg: Svg, frame: Frame, judged: Judged, top: float, bottom: float) -> None:
+    """Each reason's dashed line where it fired, its number in a circle on top (moved right past the circles of
+    reasons that fired at about the same time)."""
+    taken: list[float] = []
     for n, reason in enumerate(judged.reasons, 1):
         at = judged.fired.get(reason["metric"])
         x = frame.x(frame.span if at is None else at)
+        cx = x
+        while any(abs(cx - other) < 15 for other in taken):
+            cx += 15
+        taken.append(cx)
         colour = VERDICT_COLOURS.get(reason["verdict"], "#111111")
         tip = f"{n}. {reason['text']} (" + ("the whole run" if at is None else f"fired at {at:.1f} s") + ")"
         svg.add("line", tip=tip, x1=_c(x), x2=_c(x), y1=_c(top), y2=_c(bottom), stroke=colour, stroke_width="1.5",
                 stroke_dasharray="5,3")
-        svg.add("circle", tip=tip, cx=_c(x), cy=_c(top), r="7", fill=colour)
-        svg.label(x, top + 3.5, n, text_anchor="middle", font_size="10", fill="#ffffff", font_weight="bold")
+        svg.add("circle", tip=tip, cx=_c(cx), cy=_c(top), r="7", fill=colour)
+        svg.label(cx, top + 3.5, n, text_anchor="middle", font_size="10", fill="#ffffff", font_weight="bold")
 
 
 def _draw_axis(svg: Svg, frame: Frame, top: float, bottom: float) -> None:
@@ -498,6 +505,13 @@ def _header(svg: Svg, title: str, trace: Mapping[str, Any], judged: Judged) -> f
         svg.label(24, y, f"{n}. {reason['verdict'].upper()}  {reason['text']} ({where})",
                   fill=VERDICT_COLOURS.get(reason["verdict"], "#111111"))
         y += 16
+    unreadable = trace.get("unreadable") if isinstance(trace.get("unreadable"), Mapping) else {}
+    if unreadable:
+        why = sorted({cut(v, 40) for v in unreadable.values()})
+        fields = sorted({cut(str(k).split("/", 1)[-1], 40) for k in unreadable})
+        svg.label(24, y, cut(f"not readable on this host ({', '.join(why)}): {', '.join(fields)}", 200),
+                  font_size="10", fill="#666666")
+        y += 14
     for note in judged.notes:
         svg.label(24, y, note, font_size="10", fill="#666666")
         y += 14
@@ -510,9 +524,12 @@ def _legend(svg: Svg, y: float, layout: Layout) -> float:
     items += [(REASON_COLOURS.get(name, "#888888"), name) for _, name in layout.bands]
     items += [("#9ca3af", "processes"), ("#dc2626", "foreign process / event")]
     for colour, name in items:
+        width = 24 + 6.2 * len(name)  # about DejaVu Sans at 10 px
+        if x + width > WIDTH - RIGHT:
+            x, y = 12.0, y + 14
         svg.add("rect", x=_c(x), y=_c(y - 9), width="12", height="10", fill=colour)
         svg.label(x + 16, y, name, font_size="10")
-        x += 24 + 6.2 * len(name)
+        x += width
     return y + 14
 
 
