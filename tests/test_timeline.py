@@ -297,3 +297,13 @@ def test_the_timeline_example_runs_as_written(tmp_path: pathlib.Path) -> None:
     assert proc.stderr == "hoststate timeline: wrote foreign.html (run degraded, 2 reason(s))\n"
     page = (tmp_path / "foreign.html").read_text()
     assert "another process used a watched GPU during the run: 1 (first at 15.0 s)" in page
+
+
+def test_the_renderer_is_installed_with_every_other_package() -> None:
+    """pyproject.toml lists its packages (it cannot discover them): hoststate.render, as every package directory
+    under hoststate/, is in the list, or `pip install .` would leave the command without its module."""
+    from hoststate.snapshot import toml_loads
+
+    listed = set(toml_loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "hoststate").rglob("__init__.py")}
+    assert "hoststate.render" in found and found == listed, found ^ listed
