@@ -32,7 +32,7 @@ DRAWINGS: dict[str, tuple[str, str | None, list[int] | None]] = {
     "h200-dense-a": (f"{WATCH}/h200-dense-a.json", BASE_RUN, [OWN_PID]),
     "h200-dense-b": (f"{WATCH}/h200-dense-b.json", None, [OWN_PID]),
     "h200-foreign": (f"{WATCH}/h200-foreign.json", BASE_RUN, [OWN_PID]),
-    "h200-guard-live": (f"{WATCH}/h200-guard-live.json", BASE_RUN, None),
+    "h200-guard-live": (f"{WATCH}/h200-guard-live.json", BASE_RUN, [571]),  # its loop, guard's own child
     "eight-gpus": ("", BASE_RUN, [OWN_PID + i for i in range(8)]),
 }
 OUT = REPO / "docs" / "img"
