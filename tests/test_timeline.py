@@ -175,6 +175,9 @@ def test_cli_writes_svg_html_or_stdout_and_never_replaces_without_force(tmp_path
     assert out.returncode == 0 and out.stdout.startswith('<?xml version="1.0"') and out.stdout.endswith("</svg>\n")
     ET.fromstring(out.stdout.split("\n", 1)[1])
     assert hs("timeline", trace, "-o", "-", "--format", "html", cwd=tmp_path).stdout.startswith("<!DOCTYPE html>")
+    shutil.copy(trace, tmp_path / "trace.json")
+    own = hs("timeline", "trace.json", "-o", "trace.json", "--force", cwd=tmp_path)
+    assert own.returncode == 2 and (tmp_path / "trace.json").read_bytes() == pathlib.Path(trace).read_bytes()
 
 
 def test_cli_refuses_what_is_not_a_trace_or_a_watched_baseline(tmp_path: pathlib.Path) -> None:
