@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -242,7 +242,8 @@ def _fmt(value: float) -> str:
 
 
 class Svg:
-    """SVG elements appended as strings; every attribute value and text passes through :func:`text`."""
+    """SVG elements appended as strings: every attribute value and tooltip passes through :func:`text`; ``body`` is
+    markup already built from :func:`text` (a label's text, tspans)."""
 
     def __init__(self) -> None:
         self.parts: list[str] = []
@@ -314,7 +315,7 @@ def _draw_line(svg: Svg, frame: Frame, gpu: Gpu, values: Sequence[float | None],
         svg.label(LEFT + 6, top + LINE_H / 2 + 4, "not read", fill="#888888")
 
 
-def _intervals(gpu: Gpu, frame: Frame, keep: Any) -> list[tuple[float, float]]:
+def _intervals(gpu: Gpu, frame: Frame, keep: Callable[[int], Any]) -> list[tuple[float, float]]:
     """Stretches [start, end) of the run where ``keep(i)`` holds for the samples, each sample lasting until the next
     (the last until the run's end), merged."""
     out: list[tuple[float, float]] = []
@@ -438,7 +439,8 @@ def _layout(gpus: Sequence[Gpu], summary: Mapping[str, Any]) -> Layout:
     return Layout(bands, scales, foreign)
 
 
-def _panel_title(gpu: Gpu, summary_gpu: Mapping[str, Any]) -> str:
+def _panel_facts(summary_gpu: Mapping[str, Any]) -> str:
+    """The GPU's line of the sampler's summary: clock range, power, hottest temperature, samples per pstate."""
     facts = []
     sm = summary_gpu.get("sm_mhz") or {}
     if sm:
@@ -449,8 +451,8 @@ def _panel_title(gpu: Gpu, summary_gpu: Mapping[str, Any]) -> str:
     if "temperature_max_c" in summary_gpu:
         facts.append(f"temperature max {summary_gpu['temperature_max_c']} °C")
     if summary_gpu.get("pstates"):
-        facts.append("pstates " + ", ".join(f"{k} {v}" for k, v in summary_gpu["pstates"].items()))
-    return "; ".join(facts)
+        facts.append(", ".join(f"{k}: {v} samples" for k, v in summary_gpu["pstates"].items()))
+    return cut("; ".join(facts), 160)
 
 
 def _draw_panel(svg: Svg, frame: Frame, gpu: Gpu, layout: Layout, top: float, judged: Judged,
@@ -460,7 +462,7 @@ def _draw_panel(svg: Svg, frame: Frame, gpu: Gpu, layout: Layout, top: float, ju
     svg.add("rect", x="4", y=_c(top), width=WIDTH - 8, height=_c(layout.panel_height - 6), fill="none",
             stroke="#d4d4d4", rx="4")
     svg.add("text", f'<tspan font-weight="bold">{text(gpu.label)}</tspan><tspan fill="#555555">   '
-            f"{text(_panel_title(gpu, summary_gpu))}</tspan>", x="12", y=_c(top + 15), font_size="11.5")
+            f"{text(_panel_facts(summary_gpu))}</tspan>", x="12", y=_c(top + 15), font_size="11.5")
     y = top + 24
     plot_top = y
     _draw_axis(svg, frame, plot_top, plot_top + layout.panel_height - 50)
