@@ -496,7 +496,8 @@ def _header(svg: Svg, title: str, trace: Mapping[str, Any], judged: Judged) -> f
     interval = _num(trace.get("interval_s"))
     svg.label(12, y, f"{len(summary.get('gpus', []))} GPU(s), {summary.get('seconds')} s, "
               f"{summary.get('samples')} samples" + (f" every {interval:g} s" if interval else "") + ", "
-              f"{summary.get('checkpoints')} counter reads", fill="#444444")
+              f"{len(trace.get('counters', []))} counter reads, {len(trace.get('events', []))} event(s)",
+              fill="#444444")
     y += 24
     colour = VERDICT_COLOURS.get(judged.verdict, "#111111")
     svg.label(12, y, f"run verdict: {judged.verdict}", font_size="17", font_weight="bold", fill=colour)
