@@ -609,6 +609,54 @@ def results(ctx: click.Context, paths: tuple[str, ...], current: str | None, fmt
     ctx.exit(report.exit_code)
 
 
+# -- timeline: a watched run drawn (hoststate.render.timeline) ----------------------------------------------------
+
+
+@cli.command()
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, allow_dash=True), metavar="FILE",
+              help="Write the drawing here (atomically): FILE.svg, or FILE.html for a page; '-' is stdout.")
+@click.option("--format", "fmt", type=click.Choice(["svg", "html"]),
+              help="svg or html; default: by FILE's suffix (svg for stdout).")
+@click.option("--force", is_flag=True, help="Replace FILE if it exists (never done silently).")
+@click.option("--baseline", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Judge against this watched baseline run (saved by guard --watch --save-current), as guard did.")
+@click.option("--own-pid", "own_pids", multiple=True, type=int, metavar="PID",
+              help="A process of the run's own (repeatable): any other that appears on a GPU is foreign.")
+@click.option("--watch-rules", type=click.Path(dir_okay=False), metavar="FILE",
+              help="[[rule]] tables replacing or adding watch rules by metric, as for guard --watch-rules.")
+def timeline(trace: str, output: str, fmt: str | None, force: bool, baseline: str | None,
+             own_pids: tuple[int, ...], watch_rules: str | None) -> None:
+    """Draw a watched run from TRACE, its --watch-trace file: per GPU the SM clock, power, temperature, clock-event
+    reasons, processes and events, with the run's verdict and where each of its reasons fired.
+
+    One self-contained SVG or HTML file (no script, nothing fetched). Exit 0 when written, 2 on bad input or
+    when FILE exists without --force.
+    """
+    from hoststate.render.timeline import kind_of
+    from hoststate.render.timeline import timeline as draw
+    from hoststate.watch import baseline_metrics, load_rules
+
+    inputs = tuple(p for p in (trace, baseline, watch_rules) if p)
+    prepare_output(output, force, protect=inputs)
+    base = None
+    if baseline:
+        base = baseline_metrics(load_snapshot(baseline))
+        if base is None:
+            raise InputError("not a watched baseline run (no [guard.watch] metrics: save one with guard --watch "
+                             "--save-current)", baseline)
+    drawing, judged = draw(trace, kind=kind_of(output, fmt), baseline=base, own_pids=own_pids or None,
+                           rules=load_rules(watch_rules))
+    if output == STDIO:
+        click.echo(drawing, nl=False)
+    else:
+        from hoststate.output import write_output
+
+        write_output(output, drawing, force=force, protect=inputs)
+        click.echo(f"hoststate timeline: wrote {output} (run {judged.verdict}, {len(judged.reasons)} reason(s))",
+                   err=True)
+
+
 def debug_requested(args: list[str]) -> bool:
     """True when ``--debug`` is among hoststate's own options, before the subcommand: a ``--debug`` after it
     belongs to the subcommand or to guard's command (``hoststate guard ... -- tool --debug``)."""

@@ -22,7 +22,7 @@ VLLM_PARSERS = tuple(f"hoststate.collectors.vllm.{m}" for m in ("argv", "cudagra
 #: The verdict side and the other commands' own modules.
 NOT_SNAP = ("hoststate.diff", "hoststate.report", "hoststate.guard", "hoststate.nvml_replay", "hoststate.check",
             "hoststate.show", "hoststate.fleet", "hoststate.export", "hoststate.watch", "hoststate.rebaseline",
-            "hoststate.results", "hoststate.policy_table")
+            "hoststate.results", "hoststate.policy_table", "hoststate.render.timeline")
 #: What reading snapshots never needs: the collectors, redaction and the host-reading libraries (`check` still
 #: loads hoststate.capture, light now, to validate its --timeout option).
 CAPTURE = ("hoststate.redact", "hoststate.procfiles", "hoststate.userread", "pynvml",

@@ -27,6 +27,7 @@ COMMANDS: dict[str, Callable[[str], list[str]]] = {
                           "--accept", "**", "--save-current", out],
     "export": lambda out: ["export", "prometheus", str(SNAP), "-o", out],
     "rebaseline": lambda out: ["rebaseline", str(SNAP), str(SNAP), "-o", out],
+    "timeline": lambda out: ["timeline", str(FIXTURES / "watch" / "h200-idle.json"), "-o", out],
 }
 
 

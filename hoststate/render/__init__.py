@@ -1,0 +1,1 @@
+"""Presentation: text primitives and one renderer per output kind."""
