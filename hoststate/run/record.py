@@ -162,10 +162,26 @@ def dump(obj: Any, indent: int | None) -> str:
 RESULT_MAX_BYTES = 256 << 20
 
 
-def content_digest(obj: Mapping[str, Any]) -> str:
-    """``sha256:`` of a result object's own content, without its ``hoststate`` key: canonical JSON (sorted keys,
-    no spaces, UTF-8), so ``hoststate results`` can tell a stamp from numbers changed after it."""
-    own = {k: v for k, v in obj.items() if k != "hoststate"}
+def _canonical(value: Any) -> Any:
+    """Numbers as floats (``10`` and ``10.0`` are one value: ``vllm bench sweep`` rewrites a result with its
+    overrides' own spelling of a number), containers element by element."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    return str(value)
+
+
+def content_digest(obj: Mapping[str, Any], keys: Sequence[str] | None = None) -> str:
+    """``sha256:`` of a result object's own content (``keys``: those only; by default every key but
+    ``hoststate``): canonical JSON (sorted keys, no spaces, UTF-8, numbers as floats), so ``hoststate results`` can
+    tell a stamp from numbers changed after it. A key missing from ``obj`` is digested as missing."""
+    wanted = sorted(keys) if keys is not None else sorted(k for k in obj if k != "hoststate")
+    own = {k: _canonical(obj[k]) if k in obj else "<missing>" for k in wanted}
     text = json.dumps(own, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -252,7 +268,7 @@ def _objects(result: str, text: str) -> list[Any]:
 def attach(result: str, record: Mapping[str, Any], *, protect: Sequence[str] = (),
            expect: tuple[int, int] | None | bool = False) -> str:
     """Merge ``record`` atomically into the JSON result file under ``hoststate``; the file's own keys are kept,
-    and the record gains ``result_sha256`` (:func:`content_digest` of the object it stamps).
+    and the record gains ``result_keys`` and ``result_sha256`` (:func:`content_digest` of those keys).
 
     A ``vllm bench serve --save-result`` file is one object (``json.dump``, no indent; ``vllm bench sweep``
     rewrites it with indent 4, kept as found); with ``--append-result`` it holds one object a line, and the
@@ -265,7 +281,10 @@ def attach(result: str, record: Mapping[str, Any], *, protect: Sequence[str] = (
     objects = _objects(result, text)
     if not objects or not isinstance(objects[-1], dict):
         raise InputError(f"{result}: holds no JSON object to attach to")
-    stamp = dict(record, result_sha256=content_digest(objects[-1]))
+    # the keys stamped: vllm bench sweep serve adds run_number and its overrides after the run; what it adds is not
+    # covered, what was there is
+    keys = sorted(k for k in objects[-1] if k != "hoststate")
+    stamp = dict(record, result_keys=keys, result_sha256=content_digest(objects[-1], keys))
     objects[-1]["hoststate"] = stamp
     indent = 4 if text.lstrip().startswith("{\n") else None
     try:
@@ -275,7 +294,7 @@ def attach(result: str, record: Mapping[str, Any], *, protect: Sequence[str] = (
         raise InputError(f"{result}: nested too deeply to be a benchmark result") from err
     write_output(result, new, force=True, protect=protect, what="an input")
     if isinstance(record, dict):
-        record["result_sha256"] = stamp["result_sha256"]
+        record.update(result_keys=keys, result_sha256=stamp["result_sha256"])
     return f"attached to {result}" + (f" (object {len(objects)} of {len(objects)})" if len(objects) > 1 else "")
 
 
@@ -288,3 +307,28 @@ def write_sidecar(path: str, record: Mapping[str, Any], snapshot: Mapping[str, A
 
     text = snapshot if isinstance(snapshot, str) else to_toml(snapshot)
     write_output(path, dump({**record, "snapshot": text}, 1), force=True, protect=protect, what="an input")
+
+
+#: The largest sidecar read back (its snapshot is at most the snapshot cap, its record a few hundred KiB).
+SIDECAR_MAX_BYTES = 16 << 20
+
+
+def read_sidecar(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ``RESULT.hoststate.json``: its record and the snapshot taken before the run, bounded and checked;
+    InputError when it is not one (too large, nested too deep, another format, no snapshot)."""
+    from hoststate.io import read_input
+    from hoststate.snapshot import loads
+
+    data = read_input(path, max_bytes=SIDECAR_MAX_BYTES, what="sidecar")
+    try:
+        record = json.loads(data.decode("utf-8"))
+    except RecursionError as err:
+        raise InputError(f"{path}: nested too deeply to be a sidecar") from err
+    except ValueError as err:
+        raise InputError(f"{path}: not a JSON sidecar ({err})") from err
+    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
+        raise InputError(f"{path}: not a {RECORD_FORMAT} sidecar")
+    text = record.pop("snapshot", None)
+    if not isinstance(text, str):
+        raise InputError(f"{path}: holds no snapshot")
+    return record, loads(text.encode("utf-8"), path)
