@@ -1,0 +1,79 @@
+"""Sweeps for the results tests: host states made from the seed's two snapshots by changing one subsystem at a
+time, and cells written as ``guard --watch --attach`` writes them (the record of hoststate.watch.build_record,
+merged by hoststate.watch.attach, its sidecar by hoststate.watch.write_sidecar), bound to the result's content
+by hoststate.results.stamp as the attach side does it."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pathlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from hoststate.digest import digest
+from hoststate.guard import evaluate
+from hoststate.results import stamp
+from hoststate.snapshot import load, to_toml
+from hoststate.watch import attach, build_record, sidecar_path, write_sidecar
+from tests.conftest import FIXTURES
+
+SEED = {name: load(str(FIXTURES / "snapshots" / f"seed-{name}.toml")) for name in ("baseline", "experiment")}
+
+
+def _dsa(snap: dict) -> None:
+    snap["dsa"] = copy.deepcopy(SEED["experiment"]["dsa"])
+
+
+def _vllm(snap: dict) -> None:
+    snap["vllm"] = copy.deepcopy(SEED["experiment"]["vllm"])
+
+
+def _kernel(snap: dict) -> None:
+    snap["system"]["kernel"]["release"] = "6.11.0-29-generic"
+
+
+def _torch(snap: dict) -> None:
+    snap["packages"]["torch"] = "2.9.1"
+
+
+def _thp(snap: dict) -> None:
+    snap["system"]["thp"]["enabled"] = "always"
+
+
+#: One host change each, by the subsystem whose findings name it (the explanation's change subsystem).
+CHANGES = {"dsa": _dsa, "vllm": _vllm, "system": _kernel, "packages": _torch}
+EXTRA = {"thp": _thp}
+
+
+def host(*changes: str, label: str = "") -> dict[str, Any]:
+    """The seed's baseline host with ``changes`` (keys of CHANGES or EXTRA) made, its digest recomputed."""
+    snap = copy.deepcopy(SEED["baseline"])
+    for name in changes:
+        {**CHANGES, **EXTRA}[name](snap)
+    snap["hoststate"]["digest"] = digest(snap)
+    if label:
+        snap["hoststate"]["label"] = label
+    return snap
+
+
+def write_cell(root: pathlib.Path, rel: str, snap: Mapping[str, Any], values: Mapping[str, Any], *,
+               baseline: Mapping[str, Any] | None = None, verdict: str = "clean",
+               reasons: Iterable[Mapping[str, Any]] = (), indent: int | None = 4, bind: bool = True) -> pathlib.Path:
+    """A result ``root/rel`` holding ``values`` (as vLLM writes it: one json.dump object, ``vllm bench sweep``
+    rewrites it with indent 4), guarded against ``baseline`` (default: the seed's baseline host; any
+    invalidating drift accepted, as ``--accept`` would), with its record attached and its sidecar beside it."""
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"date": "20261203-120000", "backend": "vllm", "completed": 100, **values},
+                               indent=indent))
+    guarded = evaluate(dict(baseline or host()), current=snap, accept=["**"])
+    record = build_record(guarded, {"gpu_status": "ok", "samples": 3}, [], verdict, list(reasons), 0, snap,
+                          ["vllm", "bench", "serve"])
+    record["sidecar"] = os.path.basename(sidecar_path(str(path)))
+    if bind:
+        record = stamp(record, json.loads(path.read_text()), to_toml(snap))
+    attach(str(path), record)
+    write_sidecar(sidecar_path(str(path)), record, snap)
+    return path
