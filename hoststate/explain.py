@@ -17,7 +17,17 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# -- a metric of a result ----------------------------------------------------------------------------------------
+# -- groups and a metric of a result ---------------------------------------------------------------------------
+
+
+def group_label(index: int) -> str:
+    """A, B, ... Z, AA, AB: the names groups go by in the text and in the explanation."""
+    label = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        label = chr(ord("A") + rest) + label
+    return label
 
 
 def metric_value(result: Mapping[str, Any], name: str) -> float | None:
@@ -159,7 +169,6 @@ def explain(report: Any, metrics: Sequence[str]) -> dict[str, Any]:
     groups and, per unit of changes that always moved together, its effect where the sweep can measure it.
     InputError when no verified cell has a metric (a misspelt name must not read as "no change")."""
     from hoststate.errors import InputError
-    from hoststate.results import group_label
 
     ref_key = (report.reference.digest, True)
     groups: list[dict[str, Any]] = []

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hoststate.errors import InputError
+from hoststate.explain import group_label
 
 #: Largest result or sidecar file read.
 MAX_BYTES = 256 << 20
@@ -193,8 +194,8 @@ def _check_record(record: Any) -> dict[str, Any]:
             raise Refusal(f"record has no {key}")
     for key in ("result_sha256", "snapshot_sha256"):
         if not isinstance(record.get(key), str) or not _SHA.match(record[key]):
-            raise Refusal(f"record is not bound to its content (no {key}): attached by a hoststate that did not "
-                          "stamp records; run the cell again")
+            raise Refusal(f"record not bound to its content (no {key}; attached by an older hoststate): run the "
+                          "cell again")
     return record
 
 
@@ -481,7 +482,7 @@ def check_results(paths: Iterable[str], *, current: Mapping[str, Any] | None = N
               for c in cells if c.verdict in ("degraded", "invalid", "unwatched")]
     report = ResultsReport(reference, groups, sorted(refused, key=lambda r: r["cell"]), ignored,
                            sorted(judged, key=lambda j: j["cell"]))
-    if metrics:
+    if metrics and cells:  # without a verified cell the refusals say it all
         from hoststate.explain import explain
 
         report.explanation = explain(report, metrics)
@@ -489,16 +490,6 @@ def check_results(paths: Iterable[str], *, current: Mapping[str, Any] | None = N
 
 
 # -- output -------------------------------------------------------------------------------------------------------
-
-
-def group_label(index: int) -> str:
-    """A, B, ... Z, AA, AB: the names groups go by in the text and in the explanation."""
-    label = ""
-    index += 1
-    while index:
-        index, rest = divmod(index - 1, 26)
-        label = chr(ord("A") + rest) + label
-    return label
 
 
 def _rel(path: str, base: str) -> str:

@@ -221,7 +221,7 @@ CORRUPTIONS = {
     "verdict edited": ("run=1.json", lambda p: _edit_json(p, lambda d: d["hoststate"].update(verdict="invalid")),
                        "record differs from its sidecar's copy (verdict)"),
     "unbound record": ("run=1.json", lambda p: _edit_json(p, lambda d: d["hoststate"].pop("result_sha256")),
-                       "record is not bound to its content (no result_sha256)"),
+                       "record not bound to its content (no result_sha256; attached by an older hoststate)"),
     "sidecar missing": ("run=1.hoststate.json", os.unlink, "its sidecar run=1.hoststate.json is missing"),
     "sidecar snapshot edited": (
         "run=1.hoststate.json",
