@@ -42,9 +42,15 @@ def _thp(snap: dict) -> None:
     snap["system"]["thp"]["enabled"] = "always"
 
 
+def _dsa_denied(snap: dict) -> None:
+    """The DSA collector denied (sysfs unreadable to the user who snapped): no [dsa] table, its reason recorded."""
+    snap.pop("dsa", None)
+    snap["collectors"]["dsa"] = {"status": "denied", "took_ms": 0.1, "reason": "permission denied"}
+
+
 #: One host change each, by the subsystem whose findings name it (the explanation's change subsystem).
 CHANGES = {"dsa": _dsa, "vllm": _vllm, "system": _kernel, "packages": _torch}
-EXTRA = {"thp": _thp}
+EXTRA = {"thp": _thp, "dsa-denied": _dsa_denied}
 
 
 def host(*changes: str, label: str = "") -> dict[str, Any]:

@@ -381,6 +381,17 @@ def test_only_changes_that_differ_are_named(tmp_path: pathlib.Path, changes: tup
     assert unit["together"] == (len(changes) > 1)
 
 
+def test_a_subsystem_unreadable_alike_in_both_groups_is_never_named(tmp_path: pathlib.Path) -> None:
+    """DSA denied in every cell (the diff rates an unreadable table invalidating, failing closed): it did not differ
+    between the groups, so only the vLLM change is named."""
+    for name, changes, tput in (("base", ("dsa-denied",), 1000.0), ("vllm", ("dsa-denied", "vllm"), 1300.0)):
+        write_cell(tmp_path, f"sweep/{name}/run=0.json", host(*changes), {"output_throughput": tput},
+                   baseline=host("dsa-denied"))
+    report = check_results([str(tmp_path / "sweep")], metrics=["output_throughput"])
+    assert [c["subsystem"] for c in report.explanation["changes"]] == ["vllm"]
+    assert "DSA" not in render_text(report) and "dsa" not in render_text(report)
+
+
 def test_a_misspelt_metric_is_bad_input(sweep: pathlib.Path) -> None:
     proc = hs("results", str(sweep), "--metric", "output_thruput", cwd=sweep.parent)
     assert proc.returncode == 2
