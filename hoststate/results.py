@@ -611,9 +611,10 @@ def render_markdown(report: ResultsReport, base: str = "") -> str:
     out = [f"### hoststate results: {icon} {md_text(verdict)}", "",
            "| group | host state | cells | first cell |", "|---|---|---|---|"]
     for i, g in enumerate(report.groups):
-        tag = md_text(_reference_line(report)) if g.key == (report.reference.digest, True) else "other"
-        out.append(f"| {group_label(i)} ({tag}) | {md_code(g.digest[:19])}{'' if g.watched else ' unwatched'} "
+        tag = md_text(_reference_line(report)) if g.key == (report.reference.digest, True) else "other host"
+        out.append(f"| {group_label(i)}: {tag} | {md_code(g.digest[:19])}{'' if g.watched else ' unwatched'} "
                    f"| {len(g.cells)} | {md_code(_rel(g.paths[0], base))} |")
+    out.append("")
     for i, g in enumerate(report.groups):
         out += [f"- **{group_label(i)}**: {md_text(s.text)}" for s in summarize(g.findings)]
     if report.explanation is not None:

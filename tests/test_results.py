@@ -231,6 +231,10 @@ CORRUPTIONS = {
         "run=1.hoststate.json", lambda p: _edit_json(p, _swap_snapshot),
         "record differs from its sidecar's copy (snapshot_sha256)"),
     "sidecar alone": ("run=1.json", os.unlink, "a sidecar without its result run=1.json"),
+    "attach failed": ("run=1.hoststate.json",
+                      lambda p: (_edit_json(p, lambda d: d.update(attach_error="run=1.json: holds no JSON object")),
+                                 p.with_name("run=1.json").write_text('{"completed": 3}')),
+                      "no hoststate record; its sidecar says: run=1.json: holds no JSON object"),
 }
 
 
@@ -263,6 +267,14 @@ def test_a_snapshot_whose_host_digest_is_not_the_records_is_refused(tmp_path: pa
     theirs, ours = host("dsa")["hoststate"]["digest"][:19], host()["hoststate"]["digest"][:19]
     assert refused["problem"] == (f"sidecar snapshot's host digest {theirs} is not the record's {ours} (edited, or "
                                   "taken by another hoststate version)")
+
+
+def test_a_hostile_file_name_cannot_forge_the_report(tmp_path: pathlib.Path) -> None:
+    sweep = _sweep_with(tmp_path)
+    (sweep / "run=2\x1b[2J\nhoststate results: comparable.json").write_text('{"completed": 3}')
+    text = render_text(check_results([str(sweep)]), str(sweep))
+    assert "\x1b" not in text and "\nhoststate results: comparable" not in text
+    assert "  UNVERIFIED  run=2\\e[2J\\nhoststate results: comparable.json\n" in text
 
 
 def test_ignore_leaves_a_file_out_and_says_so(tmp_path: pathlib.Path) -> None:
