@@ -432,20 +432,17 @@ def separating_findings(reference: Mapping[str, Any], other: Mapping[str, Any]) 
 
 
 def _accepted(group: Group) -> list[Any]:
-    """The invalidating findings guard accepted for the group's first cell: its drift from the baseline."""
+    """The invalidating findings guard accepted for the group's first cell: its drift from the baseline (what
+    names the group when no cell ran on the baseline). Entries that are not findings are left out."""
     from hoststate.diff import Finding
     from hoststate.report import importance
 
     out = []
-    for item in group.cells[0].record.get("guard", {}).get("accepted", []) or []:
-        try:
-            out.append(Finding(**{k: item.get(k) for k in ("path", "change", "old", "new", "severity", "rule",
-                                                           "reason")}))
-        except (AttributeError, TypeError):
-            continue
-    return sorted((f for f in out if isinstance(f.path, str) and f.severity in ("invalidating", None)),
-                  key=lambda f: importance(Finding(f.path, f.change, f.old, f.new, "invalidating", f.rule or "",
-                                                   f.reason or "")))
+    for item in _get(group.cells[0].record, "guard", "accepted") or []:
+        if isinstance(item, dict) and isinstance(item.get("path"), str):
+            out.append(Finding(item["path"], str(item.get("change", "changed")), item.get("old"), item.get("new"),
+                               "invalidating", str(item.get("rule", "")), str(item.get("reason", ""))))
+    return sorted(out, key=importance)
 
 
 def _compare_groups(groups: Sequence[Group], ref: Reference) -> None:
