@@ -381,6 +381,22 @@ def test_changes_that_always_came_together_are_said_inseparable(tmp_path: pathli
     assert "vllm" not in {c["subsystem"] for c in exp["changes"]}  # never named: it did not differ
 
 
+def test_a_change_in_every_cell_is_not_measured_without_the_reference(tmp_path: pathlib.Path) -> None:
+    """No cell ran on the baseline: DSA changed in every cell (named, against the baseline, but not measured),
+    the graph mode between two of the sweep's host states (measured)."""
+    report, text = _explained(tmp_path, {("dsa",): _tput(1000, 1004), ("dsa", "vllm"): _tput(1350, 1354)})
+    exp = report.explanation
+    assert exp["reference_group"] is None
+    assert all(g["metrics"]["output_throughput"]["shift_pct"] is None for g in exp["groups"])
+    units = {exp["changes"][int(u["changes"][0][1:]) - 1]["subsystem"]: u for u in exp["units"]}
+    assert units["dsa"]["in_every_group"] and not units["dsa"]["effects"]
+    assert units["dsa"]["would_separate"] == ("every cell of the sweep has it: only a cell on the reference host "
+                                              "state would measure it")
+    assert [(e["from"], e["to"], e["metrics"]["output_throughput"]["shift_pct"]) for e in units["vllm"]["effects"]] \
+        == [("B", "A", 34.9)]  # A: dsa+vllm (first by name), B: dsa
+    assert "output_throughput 1002 -> 1352 (+34.9 %)  (B -> A)" in text
+
+
 @pytest.mark.parametrize("changes", [c for n in (1, 2, 3) for c in itertools.combinations(sorted(CHANGES), n)])
 def test_only_changes_that_differ_are_named(tmp_path: pathlib.Path, changes: tuple[str, ...]) -> None:
     """Every combination of up to three host changes against the baseline: the explanation names exactly the
