@@ -232,8 +232,12 @@ def verify(path: str, result: dict[str, Any], sidecar_file: str) -> Cell:
         raise Refusal(str(err)) from err
     recomputed = digest(snap)
     if recomputed != record["host"]["digest"]:
+        from hoststate import __version__
+
+        taken = str(snap.get("hoststate", {}).get("version", ""))
+        why = f"taken by hoststate {taken}, this is {__version__}" if taken != __version__ else "edited"
         raise Refusal(f"sidecar snapshot's host digest {recomputed[:19]} is not the record's "
-                      f"{record['host']['digest'][:19]} (edited, or taken by another hoststate version)")
+                      f"{record['host']['digest'][:19]} ({why})")
     return Cell(path, record, snap, {k: v for k, v in result.items() if k != "hoststate"})
 
 
