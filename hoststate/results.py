@@ -290,14 +290,18 @@ def find_files(paths: Iterable[str], ignore: Sequence[str], refused: list[dict[s
     return found
 
 
-def read_cells(files: Sequence[str], refused: list[dict[str, str]]) -> list[Cell]:
-    """The verified cells of ``files``; every other file (a sidecar without its result included) is a refusal."""
+def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: list[str] | None = None) -> list[Cell]:
+    """The verified cells of ``files``; every other file (a sidecar without its result included) is a refusal.
+    The sidecar of an ``ignored`` result is ignored with it."""
     names = set(files)
+    left_out = set(ignored or ())
     cells: list[Cell] = []
     for path in files:
         if path.endswith(SIDECAR_SUFFIX):
             result = path[: -len(SIDECAR_SUFFIX)] + ".json"
-            if result not in names:
+            if result in left_out and ignored is not None:
+                ignored.append(path)
+            elif result not in names:
                 refused.append({"cell": path, "problem": f"a sidecar without its result {os.path.basename(result)}"})
             continue
         try:
@@ -473,7 +477,7 @@ def check_results(paths: Iterable[str], *, current: Mapping[str, Any] | None = N
     files = find_files(list(paths), ignore, refused, ignored)
     if not files and not refused:
         raise InputError("no result file found" + (f" ({len(ignored)} ignored)" if ignored else ""))
-    cells = read_cells(files, refused)
+    cells = read_cells(files, refused, ignored)
     reference = choose_reference(cells, current, current_name)
     groups = _group(cells)
     groups.sort(key=lambda g: (g.key != (reference.digest, True), -len(g.cells), g.paths[0]))
@@ -481,7 +485,7 @@ def check_results(paths: Iterable[str], *, current: Mapping[str, Any] | None = N
     judged = [{"cell": c.path, "verdict": c.verdict, "reasons": [str(r.get("text", "")) for r in
                                                                  c.record.get("reasons", []) if isinstance(r, dict)]}
               for c in cells if c.verdict in ("degraded", "invalid", "unwatched")]
-    report = ResultsReport(reference, groups, sorted(refused, key=lambda r: r["cell"]), ignored,
+    report = ResultsReport(reference, groups, sorted(refused, key=lambda r: r["cell"]), sorted(ignored),
                            sorted(judged, key=lambda j: j["cell"]))
     if metrics and cells:  # without a verified cell the refusals say it all
         from hoststate.explain import explain

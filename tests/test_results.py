@@ -283,6 +283,9 @@ def test_ignore_leaves_a_file_out_and_says_so(tmp_path: pathlib.Path) -> None:
     proc = hs("results", str(sweep), "--ignore", "summary.json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout
     assert "  ignored (--ignore): summary.json\n" in proc.stdout
+    proc = hs("results", str(sweep), "--ignore", "summary.json", "--ignore", "run=1.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout  # the sidecar of an ignored result goes with it
+    assert "  ignored (--ignore): run=1.hoststate.json, run=1.json, summary.json\n" in proc.stdout
 
 
 def test_a_cell_unreadable_to_the_caller_refuses(tmp_path: pathlib.Path) -> None:
