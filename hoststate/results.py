@@ -154,7 +154,11 @@ class Cell:
 
     @property
     def watched(self) -> bool:
-        return self.verdict != "unwatched"
+        """The GPUs were sampled: a run stamped ``clean`` by a watch that saw no GPU ("0 samples of 0 GPU(s), gpu
+        absent") is as unwatched as one that says so."""
+        watch = self.record.get("watch")
+        return (self.verdict != "unwatched" and isinstance(watch, dict) and watch.get("gpu_status") == "ok"
+                and bool(watch.get("gpus")))
 
 
 def _get(data: Any, *keys: str) -> Any:

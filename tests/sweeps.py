@@ -16,7 +16,7 @@ from hoststate.digest import digest
 from hoststate.guard import evaluate
 from hoststate.results import stamp
 from hoststate.snapshot import load, to_toml
-from hoststate.watch import attach, build_record, sidecar_path, write_sidecar
+from hoststate.watch import Sampler, attach, build_record, load_trace, sidecar_path, write_sidecar
 from tests.conftest import FIXTURES
 
 SEED = {name: load(str(FIXTURES / "snapshots" / f"seed-{name}.toml")) for name in ("baseline", "experiment")}
@@ -53,6 +53,19 @@ CHANGES = {"dsa": _dsa, "vllm": _vllm, "system": _kernel, "packages": _torch}
 EXTRA = {"thp": _thp, "dsa-denied": _dsa_denied}
 
 
+def _summary(trace: str | None) -> dict[str, Any]:
+    """What the watch's sampler saw: a recorded H200 trace replayed, or no GPU at all (``trace`` None)."""
+    source = load_trace(str(FIXTURES / "watch" / trace)) if trace else None
+    sampler = Sampler(source, interval=30.0, root=str(FIXTURES / "watch"),
+                      gpu_status="ok" if trace else "absent: no NVIDIA driver loaded").start()
+    return sampler.stop().summary()
+
+
+#: The watch of a run on the H200 (its dense matmul trace), and of one where no GPU could be sampled.
+WATCHED = _summary("h200-dense-b.json")
+NO_GPU = _summary(None)
+
+
 def host(*changes: str, label: str = "") -> dict[str, Any]:
     """The seed's baseline host with ``changes`` (keys of CHANGES or EXTRA) made, its digest recomputed."""
     snap = copy.deepcopy(SEED["baseline"])
@@ -66,7 +79,8 @@ def host(*changes: str, label: str = "") -> dict[str, Any]:
 
 def write_cell(root: pathlib.Path, rel: str, snap: Mapping[str, Any], values: Mapping[str, Any], *,
                baseline: Mapping[str, Any] | None = None, verdict: str = "clean",
-               reasons: Iterable[Mapping[str, Any]] = (), indent: int | None = 4, bind: bool = True) -> pathlib.Path:
+               reasons: Iterable[Mapping[str, Any]] = (), indent: int | None = 4, bind: bool = True,
+               watched: Mapping[str, Any] | None = None) -> pathlib.Path:
     """A result ``root/rel`` holding ``values`` (as vLLM writes it: one json.dump object, ``vllm bench sweep``
     rewrites it with indent 4), guarded against ``baseline`` (default: the seed's baseline host; any
     invalidating drift accepted, as ``--accept`` would), with its record attached and its sidecar beside it."""
@@ -75,7 +89,7 @@ def write_cell(root: pathlib.Path, rel: str, snap: Mapping[str, Any], values: Ma
     path.write_text(json.dumps({"date": "20261203-120000", "backend": "vllm", "completed": 100, **values},
                                indent=indent))
     guarded = evaluate(dict(baseline or host()), current=snap, accept=["**"])
-    record = build_record(guarded, {"gpu_status": "ok", "samples": 3}, [], verdict, list(reasons), 0, snap,
+    record = build_record(guarded, watched if watched is not None else WATCHED, [], verdict, list(reasons), 0, snap,
                           ["vllm", "bench", "serve"])
     record["sidecar"] = os.path.basename(sidecar_path(str(path)))
     if bind:

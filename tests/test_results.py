@@ -30,7 +30,7 @@ from hoststate.results import (
 )
 from hoststate.snapshot import to_toml
 from tests.conftest import FIXTURES, PYTHONPATH, REPO, require
-from tests.sweeps import CHANGES, SEED, host, write_cell
+from tests.sweeps import CHANGES, NO_GPU, SEED, host, write_cell
 
 EXPERIMENT = "results/20261203_120000/SERVE--default-BENCH--rate-inf"
 O1 = "results/20261203_120000/SERVE--O1-BENCH--rate-inf"
@@ -132,10 +132,13 @@ def test_an_invalid_run_is_refused(tmp_path: pathlib.Path) -> None:
 
 
 def test_unwatched_cells_are_kept_apart(tmp_path: pathlib.Path) -> None:
+    """A run judged unwatched, and one stamped clean by a watch that sampled no GPU ("0 samples of 0 GPU(s)")."""
     write_cell(tmp_path, "sweep/run=0.json", host(), {})
-    write_cell(tmp_path, "sweep/run=1.json", host(), {}, verdict="unwatched")
+    write_cell(tmp_path, "sweep/run=1.json", host(), {}, verdict="unwatched", watched=NO_GPU)
+    write_cell(tmp_path, "sweep/run=2.json", host(), {}, watched=NO_GPU)
     report = check_results([str(tmp_path / "sweep")])
-    assert [(g.watched, len(g.cells)) for g in report.groups] == [(True, 1), (False, 1)]
+    assert NO_GPU["gpus"] == [] and NO_GPU["gpu_status"].startswith("absent")
+    assert [(g.watched, len(g.cells)) for g in report.groups] == [(True, 1), (False, 2)]
     assert report.reasons == ["cells not watched"]
     assert "      not watched: the GPU sampler did not run" in render_text(report)
 
