@@ -595,26 +595,36 @@ def export(kind: str, file: str | None, baseline: str | None, output: str | None
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(), metavar="DIRS-or-FILES...")
 @click.option("--current", type=click.Path(dir_okay=False), metavar="SNAPSHOT",
-              help="Check the results against this host's snapshot (before resuming a sweep) instead of their "
-              "majority.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+              help="Check the results against this host's snapshot (before resuming a sweep) instead of the "
+              "baseline the cells were guarded against.")
+@click.option("--metric", "metrics", multiple=True, metavar="NAME",
+              help="A result key (output_throughput, ...): its median per host state, its shift against the "
+              "reference, and which host change moved it. Repeatable.")
+@click.option("--ignore", multiple=True, metavar="GLOB",
+              help="Leave out files whose name or path below DIR matches GLOB (listed as ignored). Repeatable.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
+              show_default=True)
 @click.pass_context
-def results(ctx: click.Context, paths: tuple[str, ...], current: str | None, fmt: str) -> None:
-    """Refuse to compare or resume a sweep whose results came from different host states.
+def results(ctx: click.Context, paths: tuple[str, ...], current: str | None, metrics: tuple[str, ...],
+            ignore: tuple[str, ...], fmt: str) -> None:
+    """Refuse to compare or resume a sweep unless every cell carries a verified record from one host state.
 
-    Reads the JSON results under PATHS with the record `guard --watch --attach` merged into them (and their
-    RESULT.hoststate.json), groups the cells by host digest and names, for each cell off the reference host, the
-    invalidating findings. Exit 0 when every cell ran on one host state and none was judged invalid, 1 when
-    refused (another host state, a cell without a record, an invalid run), 2 when no result file was found.
+    Reads the JSON results under PATHS with the record `guard --watch --attach` merged into them and their
+    RESULT.hoststate.json, verifies each record against its result and sidecar, groups the cells by host state
+    and compares them with the baseline they were guarded against (or --current). Exit 0 when every cell is
+    verified and ran on that host state and none was judged invalid, 1 when refused (a file without a verified
+    record, another host state, an invalid run), 2 when no result file was found.
     """
-    from hoststate.results import check_results, render_text
+    from hoststate.results import check_results, render_markdown, render_text
 
     snap = load_snapshot(current) if current else None
-    report = check_results(paths, current=snap, current_name=current or "")
+    report = check_results(paths, current=snap, current_name=current or "", ignore=ignore, metrics=metrics)
+    base = paths[0] if len(paths) == 1 and os.path.isdir(paths[0]) else ""
     if fmt == "json":
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        click.echo(json.dumps(report.to_dict(base), indent=2))
+    elif fmt == "markdown":
+        click.echo(render_markdown(report, base), nl=False)
     else:
-        base = paths[0] if len(paths) == 1 and os.path.isdir(paths[0]) else ""
         click.echo(render_text(report, base), nl=False)
     ctx.exit(report.exit_code)
 

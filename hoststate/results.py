@@ -1,242 +1,640 @@
-"""Check a sweep's results before comparing or resuming it: did every cell run on the same host state?
+"""Check a sweep's results before comparing or resuming it: does every cell carry a verified record, and did every
+cell run on the host state it was guarded against?
 
 ``vllm bench sweep serve`` reuses any ``run=N.json`` it finds ("Found existing results") and keeps no host facts
-in it, which is how a sweep ends up mixing hosts. ``hoststate guard --watch --attach RESULT`` records the host
-digest, the run verdict and (in ``RESULT.hoststate.json``) the snapshot taken before the run; this module reads
-them back for a whole directory, groups the cells by host digest, and names, for each cell off the reference
-host, the invalidating findings that separate it. The library half of ``hoststate results`` (no click here).
+in it, which is how a sweep ends up mixing hosts. ``hoststate guard --watch --attach RESULT`` merges a record
+(``hoststate-run/1``) into the result and writes the snapshot taken before the run beside it
+(``RESULT.hoststate.json``). This module reads them back: every file is a cell that either carries a record bound
+to its content and its sidecar (the digests below) or refuses the sweep; the reference is the baseline the cells
+were guarded against (or the host about to resume the sweep), never the majority. The library half of
+``hoststate results`` (no click here); hoststate.explain says what moved between the host states.
+
+The digest helpers are the attach side's too: the record carries ``result_sha256`` (:func:`content_digest` of the
+result without its ``hoststate`` key, at attach time) and ``snapshot_sha256`` (:func:`text_digest` of the sidecar's
+snapshot text), and :func:`stamp` adds both. They bind a record to what it stamps (a record copied onto another
+result, a result edited after the run, a sidecar swapped); they are not a signature: whoever can write both files
+can recompute them.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hoststate.errors import InputError
+from hoststate.explain import group_label
 
 #: Largest result or sidecar file read.
 MAX_BYTES = 256 << 20
+#: Deepest JSON nesting read: a vLLM result is 3 levels deep; thousands would exhaust the parser's stack.
+MAX_DEPTH = 100
 SIDECAR_SUFFIX = ".hoststate.json"
+RECORD_FORMAT = "hoststate-run/1"
+_SHA = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+# -- canonical form and digests (imported by the attach side) ---------------------------------------------------
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The one byte form digests are taken over: sorted keys, no spaces, ASCII escapes, NaN/Infinity as Python's
+    json writes them (vLLM's results may hold them). Parsing a file and writing it back gives the same bytes."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True).encode("ascii")
+
+
+def content_digest(result: Mapping[str, Any]) -> str:
+    """sha256 of a result's own content: every key but ``hoststate`` (the record), in :func:`canonical_json`."""
+    return "sha256:" + hashlib.sha256(canonical_json({k: v for k, v in result.items() if k != "hoststate"})).hexdigest()
+
+
+def text_digest(text: str) -> str:
+    """sha256 of a text's UTF-8 bytes: the sidecar's snapshot text hashes as the file ``snap -o`` writes."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def file_digest(path: str, *, max_bytes: int = MAX_BYTES) -> str:
+    """sha256 of a regular file's bytes (as guard's ``baseline_sha256``); InputError when it cannot be read."""
+    from hoststate.io import read_input
+
+    return "sha256:" + hashlib.sha256(read_input(path, max_bytes=max_bytes, what="file")).hexdigest()
+
+
+def stamp(record: Mapping[str, Any], result: Mapping[str, Any], snapshot_text: str) -> dict[str, Any]:
+    """``record`` bound to the result object it is merged into and to the sidecar's snapshot text."""
+    return {**record, "result_sha256": content_digest(result), "snapshot_sha256": text_digest(snapshot_text)}
+
+
+# -- bounded JSON -------------------------------------------------------------------------------------------------
+
+#: A JSON string (escapes included) or one bracket: brackets inside strings are never counted.
+_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
+    """The deepest nesting of ``text`` (scanned, not parsed), at most ``limit + 1``: the parser recurses once per
+    level, so a file thousands deep is refused here, before it can exhaust the stack."""
+    depth = deepest = 0
+    for match in _TOKENS.finditer(text):
+        char = match.group()
+        if char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def load_objects(text: str, source: str, *, max_depth: int = MAX_DEPTH) -> list[Any]:
+    """Every JSON value of ``text``: one (``--save-result``) or one a line (``--append-result``). InputError, one
+    line, when it is not JSON or nests deeper than ``max_depth``."""
+    deepest = json_depth(text, max_depth)
+    if deepest > max_depth:
+        raise InputError(f"JSON nested deeper than {max_depth} levels", source)
+    decoder = json.JSONDecoder()
+    objects: list[Any] = []
+    pos, end = 0, len(text.rstrip())
+    try:
+        while pos < end:
+            while text[pos].isspace():
+                pos += 1
+            obj, pos = decoder.raw_decode(text, pos)
+            objects.append(obj)
+    except (ValueError, RecursionError) as err:
+        raise InputError(f"not JSON ({str(err).splitlines()[0][:120]})", source) from err
+    if not objects:
+        raise InputError("empty file", source)
+    return objects
+
+
+def read_json(path: str) -> Any:
+    """The last JSON value of a file (an ``--append-result`` file's latest run), read bounded."""
+    from hoststate.io import read_input
+
+    data = read_input(path, max_bytes=MAX_BYTES, what="result")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"not UTF-8 text (byte {err.start})", path) from err
+    return load_objects(text, path)[-1]
+
+
+# -- cells --------------------------------------------------------------------------------------------------------
 
 
 @dataclass
 class Cell:
-    """One result of the sweep: its file, the attached record, and the snapshot before the run when kept."""
+    """One result of the sweep: its file and, once verified, its record and the snapshot taken before its run."""
 
     path: str
-    record: dict[str, Any] | None
+    record: dict[str, Any] = field(default_factory=dict)
     snapshot: dict[str, Any] | None = None
+    result: dict[str, Any] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
-        return str(((self.record or {}).get("host") or {}).get("digest", ""))
+        return str(_get(self.record, "host", "digest"))
+
+    @property
+    def baseline(self) -> tuple[str, str]:
+        """(digest, name) of the baseline guard compared the host with before the run."""
+        return str(_get(self.record, "guard", "baseline_digest")), str(_get(self.record, "guard", "baseline"))
 
     @property
     def verdict(self) -> str:
-        return str((self.record or {}).get("verdict", ""))
+        return str(self.record.get("verdict", ""))
+
+    @property
+    def watched(self) -> bool:
+        """The GPUs were sampled: a run stamped ``clean`` by a watch that saw no GPU ("0 samples of 0 GPU(s), gpu
+        absent") is as unwatched as one that says so."""
+        watch = self.record.get("watch")
+        return (self.verdict != "unwatched" and isinstance(watch, dict) and watch.get("gpu_status") == "ok"
+                and bool(watch.get("gpus")))
+
+
+def _get(data: Any, *keys: str) -> Any:
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return "" if data is None else data
+
+
+class Refusal(Exception):
+    """Why one cell carries no verified record (a sentence naming what is wrong, never the path: shown beside it)."""
+
+
+def _first_line(err: Exception, path: str) -> str:
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return text[len(path) + 2:] if text.startswith(path + ": ") else text
+
+
+def _read_object(path: str, what: str = "") -> dict[str, Any]:
+    """The last JSON object of ``path``; Refusal (prefixed by ``what``) when it cannot be read or is none."""
+    try:
+        obj = read_json(path)
+    except InputError as err:
+        raise Refusal(what + _first_line(err, path)) from err
+    if not isinstance(obj, dict):
+        raise Refusal(f"{what}not a JSON object ({type(obj).__name__})")
+    return obj
+
+
+def _check_record(record: Any) -> dict[str, Any]:
+    if not isinstance(record, dict):
+        raise Refusal("no hoststate record (run the cell under hoststate guard --watch --attach)")
+    if record.get("format") != RECORD_FORMAT:
+        raise Refusal(f"record format {str(record.get('format'))[:40]!r} is not {RECORD_FORMAT}")
+    for key, value in (("host.digest", _get(record, "host", "digest")),
+                       ("guard.baseline_digest", _get(record, "guard", "baseline_digest"))):
+        if not isinstance(value, str) or not _SHA.match(value):
+            raise Refusal(f"record has no {key}")
+    for key in ("result_sha256", "snapshot_sha256"):
+        if not isinstance(record.get(key), str) or not _SHA.match(record[key]):
+            raise Refusal(f"record not bound to its content (no {key}; attached by an older hoststate): run the "
+                          "cell again")
+    return record
+
+
+def _differing(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    return sorted(k for k in set(a) | set(b) if canonical_json(a.get(k)) != canonical_json(b.get(k)))
+
+
+def verify(path: str, result: dict[str, Any], sidecar_file: str) -> Cell:
+    """The cell of ``result`` (read from ``path``) once its record is checked against the result's content and
+    against its sidecar ``sidecar_file`` (record copy, snapshot text, host digest recomputed); Refusal otherwise."""
+    from hoststate.digest import digest
+    from hoststate.snapshot import loads
+
+    record = _check_record(result.get("hoststate"))
+    if content_digest(result) != record["result_sha256"]:
+        raise Refusal("result changed after its record was attached (its content's sha256 is not the record's)")
+    if record.get("sidecar") != os.path.basename(sidecar_file):
+        raise Refusal(f"record names sidecar {str(record.get('sidecar'))[:80]!r}, not "
+                      f"{os.path.basename(sidecar_file)!r}")
+    if not os.path.lexists(sidecar_file):
+        raise Refusal(f"its sidecar {os.path.basename(sidecar_file)} is missing")
+    side = _read_object(sidecar_file, "its sidecar: ")
+    text = side.get("snapshot")
+    if not isinstance(text, str):
+        raise Refusal("its sidecar holds no snapshot")
+    differ = _differing(record, {k: v for k, v in side.items() if k != "snapshot"})
+    if differ:
+        raise Refusal(f"record differs from its sidecar's copy ({', '.join(differ[:4])})")
+    if text_digest(text) != record["snapshot_sha256"]:
+        raise Refusal("sidecar snapshot changed after the run (its sha256 is not the record's)")
+    try:
+        snap = loads(text, "sidecar snapshot")
+    except InputError as err:
+        raise Refusal(str(err)) from err
+    recomputed = digest(snap)
+    if recomputed != record["host"]["digest"]:
+        from hoststate import __version__
+
+        taken = str(snap.get("hoststate", {}).get("version", ""))
+        why = f"taken by hoststate {taken}, this is {__version__}" if taken != __version__ else "edited"
+        raise Refusal(f"sidecar snapshot's host digest {recomputed[:19]} is not the record's "
+                      f"{record['host']['digest'][:19]} ({why})")
+    return Cell(path, record, snap, {k: v for k, v in result.items() if k != "hoststate"})
+
+
+def read_cell(path: str) -> Cell:
+    """One result file as a verified cell; Refusal says why it is not one."""
+    result = _read_object(path)
+    fmt = result.get("format")
+    if isinstance(fmt, str) and fmt.startswith("hoststate-"):
+        raise Refusal(f"a hoststate file ({fmt[:40]}), not a result")
+    side = sidecar_of(path)
+    if not isinstance(result.get("hoststate"), dict) and os.path.isfile(side):
+        try:
+            why = _read_object(side).get("attach_error")
+        except Refusal:
+            why = None
+        if isinstance(why, str):
+            raise Refusal(f"no hoststate record; its sidecar says: {why[:160]}")
+    return verify(path, result, side)
+
+
+def sidecar_of(result: str) -> str:
+    """``DIR/NAME.hoststate.json`` beside ``DIR/NAME.json``, as the watch names it."""
+    return (result[: -len(".json")] if result.endswith(".json") else result) + SIDECAR_SUFFIX
+
+
+def _ignored(path: str, top: str, globs: Sequence[str]) -> bool:
+    rel = os.path.relpath(path, top) if top else path
+    return any(fnmatch.fnmatchcase(rel, g) or fnmatch.fnmatchcase(os.path.basename(path), g) for g in globs)
+
+
+def find_files(paths: Iterable[str], ignore: Sequence[str], refused: list[dict[str, str]],
+               ignored: list[str]) -> list[str]:
+    """Every ``*.json`` under ``paths`` (a named file whatever its name), sorted; a directory that cannot be
+    listed and a missing path are refusals, files matching an ``ignore`` glob are set aside in ``ignored``."""
+    found: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            def unlistable(err: OSError) -> None:
+                refused.append({"cell": str(err.filename), "problem": f"cannot list: {err.strerror or err}"})
+
+            for top, dirs, names in os.walk(path, onerror=unlistable):
+                dirs.sort()
+                for name in sorted(n for n in names if n.endswith(".json")):
+                    full = os.path.join(top, name)
+                    (ignored if _ignored(full, path, ignore) else found).append(full)
+        elif os.path.lexists(path):
+            (ignored if _ignored(path, "", ignore) else found).append(path)
+        else:
+            refused.append({"cell": path, "problem": "no such file or directory"})
+    return found
+
+
+def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: list[str] | None = None) -> list[Cell]:
+    """The verified cells of ``files``; every other file (a sidecar without its result included) is a refusal.
+    The sidecar of an ``ignored`` result is ignored with it."""
+    names = set(files)
+    left_out = set(ignored or ())
+    cells: list[Cell] = []
+    for path in files:
+        if path.endswith(SIDECAR_SUFFIX):
+            result = path[: -len(SIDECAR_SUFFIX)] + ".json"
+            if result in left_out and ignored is not None:
+                ignored.append(path)
+            elif result not in names:
+                refused.append({"cell": path, "problem": f"a sidecar without its result {os.path.basename(result)}"})
+            continue
+        try:
+            cells.append(read_cell(path))
+        except Refusal as why:
+            refused.append({"cell": path, "problem": str(why)})
+    return cells
+
+
+# -- the sweep ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Group:
+    """Cells of one host state (host digest before the run, and whether the GPUs were watched)."""
+
+    digest: str
+    watched: bool
+    cells: list[Cell]
+    findings: list[Any] = field(default_factory=list)  # diff Findings against the reference (invalidating)
+    compared: str = ""  # how the findings were found: "snapshots", "accepted", or why none could be
+
+    @property
+    def key(self) -> tuple[str, bool]:
+        return self.digest, self.watched
+
+    @property
+    def paths(self) -> list[str]:
+        return [c.path for c in self.cells]
+
+
+@dataclass
+class Reference:
+    """What the cells are compared with: the baseline they were guarded against, or ``--current``."""
+
+    digest: str
+    source: str  # "baseline", "current", "ambiguous" (cells guarded against several baselines), "none"
+    names: list[str]
+    snapshot: dict[str, Any] | None = None
+    baselines: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
 class ResultsReport:
-    """Cells grouped by host digest; ``mismatched`` cells with the findings that part them from the reference."""
+    """Verified cells grouped by host state against a reference; everything that refuses the sweep, named."""
 
-    reference: str
-    reference_from: str
-    groups: list[tuple[str, list[str]]]
-    mismatched: list[dict[str, Any]]
-    unattached: list[str]
+    reference: Reference
+    groups: list[Group]
+    refused_cells: list[dict[str, str]]
+    ignored: list[str]
     judged: list[dict[str, Any]]
-    skipped: list[dict[str, str]] = field(default_factory=list)
+    explanation: dict[str, Any] | None = None
+
+    def group_of(self, key: tuple[str, bool]) -> Group | None:
+        return next((g for g in self.groups if g.key == key), None)
+
+    @property
+    def mismatched(self) -> list[Group]:
+        """Groups off the reference: another host state, or the same one unwatched."""
+        return [g for g in self.groups if g.key != (self.reference.digest, True)]
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why the sweep is refused, most important first; empty when comparable."""
+        out = []
+        if self.reference.source == "ambiguous":
+            out.append(f"cells guarded against {len(self.reference.baselines)} baselines")
+        if any(g.digest != self.reference.digest for g in self.mismatched):
+            out.append("results from hosts that do not match")
+        if any(not g.watched for g in self.groups):
+            out.append("cells not watched")
+        if self.refused_cells:
+            out.append(f"{len(self.refused_cells)} cell(s) without a verified record")
+        if any(j["verdict"] == "invalid" for j in self.judged):
+            out.append("runs judged invalid")
+        return out
 
     @property
     def refused(self) -> bool:
-        """Not comparable: cells from other hosts, cells without a record, or cells judged invalid."""
-        return bool(self.mismatched or self.unattached or any(j["verdict"] == "invalid" for j in self.judged))
+        return bool(self.reasons)
 
     @property
     def exit_code(self) -> int:
         return 1 if self.refused else 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": "refused" if self.refused else "comparable",
-            "reference": {"digest": self.reference, "from": self.reference_from},
-            "groups": [{"digest": d, "cells": cells} for d, cells in self.groups],
-            "mismatched": self.mismatched,
-            "unattached": self.unattached,
-            "judged": self.judged,
-            "skipped": self.skipped,
-        }
+    def to_dict(self, base: str = "") -> dict[str, Any]:
+        """docs/schemas/results.schema.json; cells named relative to ``base``."""
+        return _to_dict(self, base)
 
 
-def _read_json(path: str) -> Any:
-    from hoststate.io import read_input
-
-    text = read_input(path, max_bytes=MAX_BYTES, what="result").decode("utf-8", "replace")
-    decoder = json.JSONDecoder()
-    obj, end = decoder.raw_decode(text.lstrip())
-    rest = text.lstrip()[end:].strip()
-    while rest:  # --append-result: one object a line; the last one is the latest run
-        obj, end = decoder.raw_decode(rest)
-        rest = rest[end:].strip()
-    return obj
+def _group(cells: Sequence[Cell]) -> list[Group]:
+    groups: dict[tuple[str, bool], Group] = {}
+    for c in sorted(cells, key=lambda c: c.path):
+        groups.setdefault((c.digest, c.watched), Group(c.digest, c.watched, [])).cells.append(c)
+    return list(groups.values())
 
 
-def _files(paths: Iterable[str], skipped: list[dict[str, str]]) -> list[str]:
-    found: list[str] = []
+def choose_reference(cells: Sequence[Cell], current: Mapping[str, Any] | None, current_name: str) -> Reference:
+    """``current`` (its digest recomputed) when given; else the one baseline every cell was guarded against.
+    Cells guarded against several baselines have no reference: nothing is chosen for the user."""
+    from hoststate.digest import digest
 
-    def unlistable(err: OSError) -> None:
-        skipped.append({"file": str(err.filename), "error": err.strerror or str(err)})
-
-    for path in paths:
-        if os.path.isdir(path):
-            for top, dirs, names in os.walk(path, onerror=unlistable):
-                dirs.sort()
-                found.extend(os.path.join(top, n) for n in sorted(names) if n.endswith(".json"))
-        elif os.path.exists(path):
-            found.append(path)
-        else:
-            skipped.append({"file": path, "error": "no such file or directory"})
-    return found
-
-
-def _snapshot_of(sidecar: Mapping[str, Any], path: str) -> dict[str, Any] | None:
-    from hoststate.snapshot import loads
-
-    text = sidecar.get("snapshot")
-    return loads(text, f"{path} snapshot") if isinstance(text, str) else None
-
-
-def read_cells(paths: Iterable[str], skipped: list[dict[str, str]]) -> list[Cell]:
-    """Every result file under ``paths``: a JSON object (its ``hoststate`` key, or none), paired with its
-    ``.hoststate.json`` sidecar; a sidecar without its result is a cell of its own. Lists (summary.json) and
-    unreadable files are skipped with a reason."""
-    files = _files(paths, skipped)
-    sidecars = {f for f in files if f.endswith(SIDECAR_SUFFIX)}
-    cells: list[Cell] = []
-    paired: set[str] = set()
-    for path in files:
-        if path in sidecars:
-            continue
-        try:
-            obj = _read_json(path)
-        except (InputError, ValueError) as err:
-            skipped.append({"file": path, "error": str(err).splitlines()[0][:200]})
-            continue
-        if not isinstance(obj, dict) or str(obj.get("format", "")).startswith("hoststate-"):
-            why = "a hoststate file, not a result" if isinstance(obj, dict) else "not a JSON object (a summary?)"
-            skipped.append({"file": path, "error": why})
-            continue
-        cell = Cell(path, obj.get("hoststate") if isinstance(obj.get("hoststate"), dict) else None)
-        side = path[: -len(".json")] + SIDECAR_SUFFIX
-        if side in sidecars:
-            paired.add(side)
-            _add_sidecar(cell, side, skipped)
-        cells.append(cell)
-    for side in sorted(sidecars - paired):
-        cell = Cell(side, None)
-        _add_sidecar(cell, side, skipped)
-        cells.append(cell)
-    return cells
-
-
-def _add_sidecar(cell: Cell, side: str, skipped: list[dict[str, str]]) -> None:
-    try:
-        data = _read_json(side)
-        if not isinstance(data, dict):
-            raise InputError(f"{side}: not a JSON object")
-        cell.snapshot = _snapshot_of(data, side)
-    except (InputError, ValueError) as err:
-        skipped.append({"file": side, "error": str(err).splitlines()[0][:200]})
-        return
-    if cell.record is None:
-        cell.record = {k: v for k, v in data.items() if k != "snapshot"}
-
-
-def check_results(paths: Iterable[str], *, current: Mapping[str, Any] | None = None,
-                  current_name: str = "") -> ResultsReport:
-    """Group the cells by host digest against a reference: ``current`` (a snapshot of the host about to resume
-    the sweep) when given, else the largest group. InputError when no result file was found."""
-    skipped: list[dict[str, str]] = []
-    cells = read_cells(paths, skipped)
-    if not cells:
-        raise InputError("no result file found" + (f" ({skipped[0]['file']}: {skipped[0]['error']})" if skipped
-                                                   else ""))
-    attached = [c for c in cells if c.record is not None and c.digest]
-    unattached = sorted(c.path for c in cells if c not in attached)
-    groups: dict[str, list[Cell]] = {}
-    for c in attached:
-        groups.setdefault(c.digest, []).append(c)
     if current is not None:
-        reference = str(current.get("hoststate", {}).get("digest", ""))
-        ref_from, ref_snap = current_name or "current host", dict(current)
-    elif groups:
-        # the largest group; a tie goes to the group holding the first cell by name (the sweep's first run)
-        reference = min(groups, key=lambda d: (-len(groups[d]), min(c.path for c in groups[d])))
-        ref_from = "majority"
-        ref_snap = next((c.snapshot for c in groups[reference] if c.snapshot), None)
-    else:
-        reference, ref_from, ref_snap = "", "none", None
-    order = sorted(groups, key=lambda d: (d != reference, -len(groups[d])))
-    mismatched = _mismatched(groups, order, reference, ref_snap)
-    judged = [{"cell": c.path, "verdict": c.verdict, "reasons": [r.get("text", "") for r in
-                                                                 (c.record or {}).get("reasons", [])]}
-              for c in attached if c.verdict in ("degraded", "invalid")]
-    return ResultsReport(reference, ref_from, [(d, sorted(c.path for c in groups[d])) for d in order], mismatched,
-                         unattached, sorted(judged, key=lambda j: j["cell"]), skipped)
+        return Reference(digest(current), "current", [current_name or "current host"], dict(current))
+    baselines: dict[str, dict[str, Any]] = {}
+    for c in cells:
+        d, name = c.baseline
+        entry = baselines.setdefault(d, {"digest": d, "names": [], "cells": 0})
+        entry["cells"] += 1
+        if name not in entry["names"]:
+            entry["names"].append(name)
+    if not baselines:
+        return Reference("", "none", [])
+    if len(baselines) > 1:
+        ordered = sorted(baselines.values(), key=lambda b: (-b["cells"], b["digest"]))
+        return Reference("", "ambiguous", [], None, ordered)
+    [only] = baselines.values()
+    snap = next((c.snapshot for c in sorted(cells, key=lambda c: c.path) if c.digest == only["digest"]), None)
+    return Reference(only["digest"], "baseline", only["names"], snap, [only])
 
 
-def _mismatched(groups: dict[str, list[Cell]], order: list[str], reference: str,
-                ref_snap: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def _host_state(snap: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in snap.items() if k != "guard"}
+
+
+def separating_findings(reference: Mapping[str, Any], other: Mapping[str, Any]) -> list[Any]:
+    """The invalidating findings between two snapshots under the default policy (what makes their digests
+    differ), most important first; a value unreadable alike on both sides did not differ and is left out."""
     from hoststate.diff import compare
-    from hoststate.guard import _host_state
-    from hoststate.report import headline
+    from hoststate.report import importance
 
-    out: list[dict[str, Any]] = []
-    for digest in order:
-        if digest == reference:
+    result = compare(_host_state(reference), _host_state(other))
+    kept = [f for f in result.findings if f.severity == "invalidating"
+            and not (f.change in ("unreadable", "coverage") and f.old == f.new)]
+    return sorted(kept, key=importance)
+
+
+def _accepted(group: Group) -> list[Any]:
+    """The invalidating findings guard accepted for the group's first cell: its drift from the baseline (what
+    names the group when no cell ran on the baseline). Entries that are not findings are left out."""
+    from hoststate.diff import Finding
+    from hoststate.report import importance
+
+    out = []
+    for item in _get(group.cells[0].record, "guard", "accepted") or []:
+        if isinstance(item, dict) and isinstance(item.get("path"), str):
+            out.append(Finding(item["path"], str(item.get("change", "changed")), item.get("old"), item.get("new"),
+                               "invalidating", str(item.get("rule", "")), str(item.get("reason", ""))))
+    return sorted(out, key=importance)
+
+
+def _compare_groups(groups: Sequence[Group], ref: Reference) -> None:
+    for g in groups:
+        if g.digest == ref.digest:
+            g.compared = "same host state"
             continue
-        group = sorted(groups[digest], key=lambda c: c.path)
-        snap = next((c.snapshot for c in group if c.snapshot), None)
-        findings: list[dict[str, Any]] = []
-        summary = "host digest differs (no snapshot kept to name the findings)"
-        if snap is not None and ref_snap is not None:
-            result = compare(_host_state(ref_snap), _host_state(snap))
-            invalidating = [f for f in result.findings if f.severity == "invalidating"]
-            findings = [f.to_dict() for f in invalidating]
-            summary = headline(invalidating) if invalidating else "host digest differs; no invalidating finding"
-        for c in group:
-            out.append({"cell": c.path, "digest": digest, "finding": summary, "findings": findings})
-    return sorted(out, key=lambda o: o["cell"])
+        snap = next((c.snapshot for c in g.cells if c.snapshot), None)
+        if ref.snapshot is not None and snap is not None:
+            g.findings, g.compared = separating_findings(ref.snapshot, snap), "snapshots"
+        elif ref.source == "baseline":
+            g.findings, g.compared = _accepted(g), "accepted"
+        else:
+            g.compared = "no reference to compare with"
+
+
+def check_results(paths: Iterable[str], *, current: Mapping[str, Any] | None = None, current_name: str = "",
+                  ignore: Sequence[str] = (), metrics: Sequence[str] = ()) -> ResultsReport:
+    """Verify every cell under ``paths``, group the verified ones by host state and compare each group with the
+    reference (``current``, else the cells' baseline); with ``metrics``, explain what moved (hoststate.explain).
+    InputError when no file was found, or when no verified cell has one of ``metrics``."""
+    refused: list[dict[str, str]] = []
+    ignored: list[str] = []
+    files = find_files(list(paths), ignore, refused, ignored)
+    if not files and not refused:
+        raise InputError("no result file found" + (f" ({len(ignored)} ignored)" if ignored else ""))
+    cells = read_cells(files, refused, ignored)
+    reference = choose_reference(cells, current, current_name)
+    groups = _group(cells)
+    groups.sort(key=lambda g: (g.key != (reference.digest, True), -len(g.cells), g.paths[0]))
+    _compare_groups(groups, reference)
+    judged = [{"cell": c.path, "verdict": c.verdict, "reasons": [str(r.get("text", "")) for r in
+                                                                 c.record.get("reasons", []) if isinstance(r, dict)]}
+              for c in cells if c.verdict in ("degraded", "invalid", "unwatched")]
+    report = ResultsReport(reference, groups, sorted(refused, key=lambda r: r["cell"]), sorted(ignored),
+                           sorted(judged, key=lambda j: j["cell"]))
+    if metrics and cells:  # without a verified cell the refusals say it all
+        from hoststate.explain import explain
+
+        report.explanation = explain(report, metrics)
+    return report
+
+
+# -- output -------------------------------------------------------------------------------------------------------
+
+
+def _rel(path: str, base: str) -> str:
+    return os.path.relpath(path, base) if base else path
+
+
+def _reference_dict(ref: Reference) -> dict[str, Any]:
+    return {"digest": ref.digest, "from": ref.source, "names": ref.names, "baselines": ref.baselines}
+
+
+def _to_dict(report: ResultsReport, base: str) -> dict[str, Any]:
+    from hoststate.report import summarize
+
+    groups = []
+    for i, g in enumerate(report.groups):
+        groups.append({
+            "label": group_label(i), "digest": g.digest, "watched": g.watched,
+            "reference": g.key == (report.reference.digest, True),
+            "cells": [_rel(p, base) for p in g.paths], "compared": g.compared,
+            "summary": [s.to_dict() for s in summarize(g.findings)],
+            "findings": [f.to_dict() for f in g.findings],
+        })
+    out = {
+        "format": "hoststate-results/1",
+        "verdict": "refused" if report.refused else "comparable",
+        "reasons": report.reasons,
+        "reference": _reference_dict(report.reference),
+        "groups": groups,
+        "refused": [{"cell": _rel(r["cell"], base), "problem": r["problem"]} for r in report.refused_cells],
+        "ignored": [_rel(p, base) for p in report.ignored],
+        "judged": [{**j, "cell": _rel(j["cell"], base)} for j in report.judged],
+    }
+    if report.explanation is not None:
+        out["explanation"] = report.explanation
+    return out
+
+
+def _reference_line(report: ResultsReport) -> str:
+    ref = report.reference
+    if ref.source == "current":
+        return f"reference (--current {ref.names[0]})"
+    if ref.source == "baseline":
+        return f"reference (baseline {', '.join(ref.names)})"
+    return "reference"
+
+
+def _head(report: ResultsReport, base: str) -> list[str]:
+    from hoststate.report import Name, clip, fit, safe
+
+    n = sum(len(g.cells) for g in report.groups) + len(report.refused_cells)
+    verdict = ("refused: " + "; ".join(report.reasons)) if report.refused else "comparable"
+    lines = [f"hoststate results: {n} cell(s), {len(report.groups)} host state(s): {verdict}"]
+    ref = report.reference
+    if ref.source == "ambiguous":
+        lines.append("  no reference: the cells were guarded against different baselines (give --current SNAPSHOT):")
+        lines += [clip(safe(f"    baseline {b['digest'][:19]} ({', '.join(b['names'])}): {b['cells']} cell(s)"), 120)
+                  for b in ref.baselines]
+    elif ref.digest and report.group_of((ref.digest, True)) is None:
+        lines.append(clip(safe(f"  {_reference_line(report)}: {ref.digest[:19]}, no cell ran on it"), 120))
+    for i, g in enumerate(report.groups):
+        is_ref = g.key == (ref.digest, True)
+        tag = _reference_line(report) if is_ref else "other host" if g.digest != ref.digest else "same host"
+        unwatched = "" if g.watched else ", unwatched"
+        lines += fit([safe(f"  {group_label(i)} {tag}: {g.digest[:19]}{unwatched}, {len(g.cells)} cell(s), first "),
+                      Name(safe(_rel(g.paths[0], base)))], 120, 6)
+        lines += [clip(f"      {safe(why)}", 120) for why in _why(g, ref)]
+    return lines
+
+
+def _why(group: Group, ref: Reference) -> list[str]:
+    """What parts a group from the reference: one line per subsystem (every one named), or why none is named."""
+    from hoststate.report import summarize
+
+    if group.key == (ref.digest, True):
+        return []
+    if group.digest == ref.digest:
+        return ["not watched: the GPU sampler did not run"]
+    if group.findings:
+        return [s.text for s in summarize(group.findings)]
+    return [f"host digest differs ({group.compared})"]
+
+
+def _mismatch_lines(report: ResultsReport, base: str) -> list[str]:
+    from hoststate.report import safe
+
+    # the cell on its own line (never elided: it is what the reader looks for), its group's findings above
+    return [f"  MISMATCH    {safe(_rel(c.path, base))}  (host state {group_label(report.groups.index(g))})"
+            for g in report.mismatched for c in g.cells]
 
 
 def render_text(report: ResultsReport, base: str = "") -> str:
-    """One line per group and per refused or judged cell, cells named relative to ``base``."""
+    """Groups, then each refused, mismatched or judged cell on its own line, cells named relative to ``base``;
+    with an explanation, what moved between the host states after them."""
     from hoststate.report import clip, safe
 
-    def name(path: str) -> str:
-        return safe(os.path.relpath(path, base) if base else path)
-
-    n = sum(len(cells) for _, cells in report.groups) + len(report.unattached)
-    verdict = "refused: results from hosts that do not match" if report.mismatched else (
-        "refused" if report.refused else "comparable")
-    lines = [f"hoststate results: {n} cell(s), {len(report.groups)} host state(s): {verdict}"]
-    for digest, cells in report.groups:
-        tag = f"reference ({report.reference_from})" if digest == report.reference else "other host"
-        lines.append(clip(f"  {tag}: {digest[:19]}, {len(cells)} cell(s), first {name(cells[0])}", 120))
-    if report.reference and report.reference not in dict(report.groups):
-        lines.append(f"  reference ({report.reference_from}): {report.reference[:19]}, no cell ran on it")
-    # the cell on its own line (never elided: it is what the reader looks for), what is wrong with it below
-    for m in report.mismatched:
-        lines += [f"  MISMATCH    {name(m['cell'])}", clip(f"      {safe(m['finding'])}", 120)]
-    for cell in report.unattached:
-        lines += [f"  UNATTACHED  {name(cell)}", "      no hoststate record (run it under guard --watch --attach)"]
+    lines = _head(report, base) + _mismatch_lines(report, base)
+    for r in report.refused_cells:
+        lines += [f"  UNVERIFIED  {safe(_rel(r['cell'], base))}", clip(f"      {safe(r['problem'])}", 120)]
     for j in report.judged:
-        lines += [f"  {j['verdict'].upper():<11} {name(j['cell'])}"]
+        lines += [f"  {j['verdict'].upper():<11} {safe(_rel(j['cell'], base))}"]
         lines += [clip(f"      {safe(reason)}", 120) for reason in j["reasons"]]
-    for s in report.skipped:
-        lines.append(clip(f"  skipped  {name(s['file'])}: {safe(s['error'])}", 120))
+    if report.ignored:
+        shown = ", ".join(_rel(p, base) for p in report.ignored[:3])
+        more = f" (+{len(report.ignored) - 3} more)" if len(report.ignored) > 3 else ""
+        lines.append(clip(safe(f"  ignored (--ignore): {shown}{more}"), 120))
+    if report.explanation is not None:
+        from hoststate.explain import explanation_lines
+
+        lines += [""] + explanation_lines(report.explanation)
     return "\n".join(lines) + "\n"
+
+
+def render_markdown(report: ResultsReport, base: str = "") -> str:
+    """A pull-request comment: verdict, the groups with their metrics, what separates them, refused cells."""
+    from hoststate.report import md_code, md_text, summarize
+
+    icon = ":x:" if report.refused else ":white_check_mark:"
+    verdict = ("refused: " + "; ".join(report.reasons)) if report.refused else "comparable"
+    out = [f"### hoststate results: {icon} {md_text(verdict)}", "",
+           "| group | host state | cells | first cell |", "|---|---|---|---|"]
+    for i, g in enumerate(report.groups):
+        tag = md_text(_reference_line(report)) if g.key == (report.reference.digest, True) else "other host"
+        out.append(f"| {group_label(i)}: {tag} | {md_code(g.digest[:19])}{'' if g.watched else ' unwatched'} "
+                   f"| {len(g.cells)} | {md_code(_rel(g.paths[0], base))} |")
+    out.append("")
+    for i, g in enumerate(report.groups):
+        out += [f"- **{group_label(i)}**: {md_text(s.text)}" for s in summarize(g.findings)]
+    if report.explanation is not None:
+        from hoststate.explain import explanation_markdown
+
+        out += [""] + explanation_markdown(report.explanation)
+    if report.refused_cells:
+        out += ["", "| unverified cell | why |", "|---|---|"]
+        out += [f"| {md_code(_rel(r['cell'], base))} | {md_text(r['problem'])} |" for r in report.refused_cells]
+    if report.judged:
+        out += ["", "| judged cell | verdict | reasons |", "|---|---|---|"]
+        out += [f"| {md_code(_rel(j['cell'], base))} | {j['verdict']} | {md_text('; '.join(j['reasons']))} |"
+                for j in report.judged]
+    return "\n".join(out) + "\n"
