@@ -9,9 +9,10 @@ to its content and its sidecar (the digests below) or refuses the sweep; the ref
 were guarded against (or the host about to resume the sweep), never the majority. The library half of
 ``hoststate results`` (no click here); hoststate.explain says what moved between the host states.
 
-The digest helpers are the attach side's too: the record carries ``result_sha256`` (:func:`content_digest` of the
-result without its ``hoststate`` key, at attach time) and ``snapshot_sha256`` (:func:`text_digest` of the sidecar's
-snapshot text), and :func:`stamp` adds both. They bind a record to what it stamps (a record copied onto another
+The digests are hoststate.run.record's (the attach side's): the record carries ``result_keys`` and
+``result_sha256`` (:func:`content_digest` of those keys of the result, at attach time: what ``vllm bench sweep
+serve`` adds afterwards, ``run_number`` and its overrides, is not covered) and ``snapshot_sha256``
+(:func:`text_digest` of the sidecar's snapshot text). They bind a record to what it stamps (a record copied onto another
 result, a result edited after the run, a sidecar swapped); they are not a signature: whoever can write both files
 can recompute them.
 """
@@ -19,8 +20,6 @@ can recompute them.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,90 +28,18 @@ from typing import Any
 
 from hoststate.errors import InputError
 from hoststate.explain import group_label
+from hoststate.run.record import (
+    RECORD_FORMAT,
+    canonical_json,
+    content_digest,
+    load_objects,
+    text_digest,
+)
 
 #: Largest result or sidecar file read.
 MAX_BYTES = 256 << 20
-#: Deepest JSON nesting read: a vLLM result is 3 levels deep; thousands would exhaust the parser's stack.
-MAX_DEPTH = 100
 SIDECAR_SUFFIX = ".hoststate.json"
-RECORD_FORMAT = "hoststate-run/1"
 _SHA = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-# -- canonical form and digests (imported by the attach side) ---------------------------------------------------
-
-
-def canonical_json(obj: Any) -> bytes:
-    """The one byte form digests are taken over: sorted keys, no spaces, ASCII escapes, NaN/Infinity as Python's
-    json writes them (vLLM's results may hold them). Parsing a file and writing it back gives the same bytes."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True).encode("ascii")
-
-
-def content_digest(result: Mapping[str, Any]) -> str:
-    """sha256 of a result's own content: every key but ``hoststate`` (the record), in :func:`canonical_json`."""
-    return "sha256:" + hashlib.sha256(canonical_json({k: v for k, v in result.items() if k != "hoststate"})).hexdigest()
-
-
-def text_digest(text: str) -> str:
-    """sha256 of a text's UTF-8 bytes: the sidecar's snapshot text hashes as the file ``snap -o`` writes."""
-    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def file_digest(path: str, *, max_bytes: int = MAX_BYTES) -> str:
-    """sha256 of a regular file's bytes (as guard's ``baseline_sha256``); InputError when it cannot be read."""
-    from hoststate.io import read_input
-
-    return "sha256:" + hashlib.sha256(read_input(path, max_bytes=max_bytes, what="file")).hexdigest()
-
-
-def stamp(record: Mapping[str, Any], result: Mapping[str, Any], snapshot_text: str) -> dict[str, Any]:
-    """``record`` bound to the result object it is merged into and to the sidecar's snapshot text."""
-    return {**record, "result_sha256": content_digest(result), "snapshot_sha256": text_digest(snapshot_text)}
-
-
-# -- bounded JSON -------------------------------------------------------------------------------------------------
-
-#: A JSON string (escapes included) or one bracket: brackets inside strings are never counted.
-_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
-
-
-def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
-    """The deepest nesting of ``text`` (scanned, not parsed), at most ``limit + 1``: the parser recurses once per
-    level, so a file thousands deep is refused here, before it can exhaust the stack."""
-    depth = deepest = 0
-    for match in _TOKENS.finditer(text):
-        char = match.group()
-        if char in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > limit:
-                    break
-        elif char in "]}":
-            depth -= 1
-    return deepest
-
-
-def load_objects(text: str, source: str, *, max_depth: int = MAX_DEPTH) -> list[Any]:
-    """Every JSON value of ``text``: one (``--save-result``) or one a line (``--append-result``). InputError, one
-    line, when it is not JSON or nests deeper than ``max_depth``."""
-    deepest = json_depth(text, max_depth)
-    if deepest > max_depth:
-        raise InputError(f"JSON nested deeper than {max_depth} levels", source)
-    decoder = json.JSONDecoder()
-    objects: list[Any] = []
-    pos, end = 0, len(text.rstrip())
-    try:
-        while pos < end:
-            while text[pos].isspace():
-                pos += 1
-            obj, pos = decoder.raw_decode(text, pos)
-            objects.append(obj)
-    except (ValueError, RecursionError) as err:
-        raise InputError(f"not JSON ({str(err).splitlines()[0][:120]})", source) from err
-    if not objects:
-        raise InputError("empty file", source)
-    return objects
 
 
 def read_json(path: str) -> Any:
@@ -214,7 +141,9 @@ def verify(path: str, result: dict[str, Any], sidecar_file: str) -> Cell:
     from hoststate.snapshot import loads
 
     record = _check_record(result.get("hoststate"))
-    if content_digest(result) != record["result_sha256"]:
+    keys = record.get("result_keys")
+    stamped = keys if isinstance(keys, list) and all(isinstance(k, str) for k in keys) else None
+    if content_digest(result, stamped) != record["result_sha256"]:
         raise Refusal("result changed after its record was attached (its content's sha256 is not the record's)")
     if record.get("sidecar") != os.path.basename(sidecar_file):
         raise Refusal(f"record names sidecar {str(record.get('sidecar'))[:80]!r}, not "

@@ -641,9 +641,9 @@ def test_a_deeply_nested_result_keeps_the_commands_status_and_the_sidecar(tmp_pa
     proc = guard_watch(tmp_path, host, "base.toml", "dense-b", "--attach", "r.json",
                        cmd=(sys.executable, "-c", writer))
     assert proc.returncode == 0, proc.stderr
-    assert "not attached: r.json: nested too deeply to be a benchmark result" in proc.stderr
+    assert "not attached: r.json: JSON nested deeper than 100 levels" in proc.stderr
     sidecar = json.loads((tmp_path / "r.hoststate.json").read_text())
-    assert sidecar["attach_error"] == "r.json: nested too deeply to be a benchmark result"
+    assert sidecar["attach_error"] == "r.json: JSON nested deeper than 100 levels"
     assert sidecar["command_status"] == 0
 
 

@@ -10,6 +10,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -160,6 +161,8 @@ def dump(obj: Any, indent: int | None) -> str:
 
 #: The largest result file attached to (a --save-detailed result with per-request arrays is tens of MiB).
 RESULT_MAX_BYTES = 256 << 20
+#: Deepest JSON nesting read back: a vLLM result is 3 levels deep; thousands would exhaust the parser's stack.
+MAX_DEPTH = 100
 
 
 def _canonical(value: Any) -> Any:
@@ -176,19 +179,81 @@ def _canonical(value: Any) -> Any:
     return str(value)
 
 
-def content_digest(obj: Mapping[str, Any], keys: Sequence[str] | None = None) -> str:
-    """``sha256:`` of a result object's own content (``keys``: those only; by default every key but
-    ``hoststate``): canonical JSON (sorted keys, no spaces, UTF-8, numbers as floats), so ``hoststate results`` can
-    tell a stamp from numbers changed after it. A key missing from ``obj`` is digested as missing."""
-    wanted = sorted(keys) if keys is not None else sorted(k for k in obj if k != "hoststate")
-    own = {k: _canonical(obj[k]) if k in obj else "<missing>" for k in wanted}
-    text = json.dumps(own, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+def canonical_json(obj: Any) -> bytes:
+    """The one byte form digests are taken over: sorted keys, no spaces, ASCII escapes, numbers as floats,
+    NaN/Infinity as Python's json writes them (vLLM's results may hold them)."""
+    return json.dumps(_canonical(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=True).encode("ascii")
+
+
+def content_digest(result: Mapping[str, Any], keys: Sequence[str] | None = None) -> str:
+    """``sha256:`` of a result's own content: the ``keys`` given (the record's ``result_keys``), by default every
+    key but ``hoststate``; a key missing from ``result`` is digested as missing, so taking one away shows."""
+    wanted = sorted(keys) if keys is not None else sorted(k for k in result if k != "hoststate")
+    own = {"keys": {k: result[k] for k in wanted if k in result}, "missing": [k for k in wanted if k not in result]}
+    return "sha256:" + hashlib.sha256(canonical_json(own if own["missing"] else own["keys"])).hexdigest()
 
 
 def text_digest(text: str) -> str:
-    """``sha256:`` of a text's UTF-8 bytes (the sidecar's snapshot, as written)."""
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """sha256 of a text's UTF-8 bytes: the sidecar's snapshot text hashes as the file ``snap -o`` writes."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def file_digest(path: str, *, max_bytes: int = RESULT_MAX_BYTES) -> str:
+    """sha256 of a regular file's bytes (as guard's ``baseline_sha256``); InputError when it cannot be read."""
+    from hoststate.io import read_input
+
+    return "sha256:" + hashlib.sha256(read_input(path, max_bytes=max_bytes, what="file")).hexdigest()
+
+
+def stamp(record: Mapping[str, Any], result: Mapping[str, Any], snapshot_text: str) -> dict[str, Any]:
+    """``record`` bound to the result object it is merged into and to the sidecar's snapshot text."""
+    keys = sorted(k for k in result if k != "hoststate")
+    return {**record, "result_keys": keys, "result_sha256": content_digest(result, keys),
+            "snapshot_sha256": text_digest(snapshot_text)}
+
+
+#: A JSON string (escapes included) or one bracket: brackets inside strings are never counted.
+_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
+    """The deepest nesting of ``text`` (scanned, not parsed), at most ``limit + 1``: the parser recurses once per
+    level, so a file thousands deep is refused here, before it can exhaust the stack."""
+    depth = deepest = 0
+    for match in _TOKENS.finditer(text):
+        char = match.group()
+        if char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def load_objects(text: str, source: str, *, max_depth: int = MAX_DEPTH) -> list[Any]:
+    """Every JSON value of ``text``: one (``--save-result``) or one a line (``--append-result``). InputError, one
+    line, when it is not JSON or nests deeper than ``max_depth``."""
+    deepest = json_depth(text, max_depth)
+    if deepest > max_depth:
+        raise InputError(f"JSON nested deeper than {max_depth} levels", source)
+    decoder = json.JSONDecoder()
+    objects: list[Any] = []
+    pos, end = 0, len(text.rstrip())
+    try:
+        while pos < end:
+            while text[pos].isspace():
+                pos += 1
+            obj, pos = decoder.raw_decode(text, pos)
+            objects.append(obj)
+    except (ValueError, RecursionError) as err:
+        raise InputError(f"not JSON ({str(err).splitlines()[0][:120]})", source) from err
+    if not objects:
+        raise InputError("empty file", source)
+    return objects
 
 
 def identity(path: str) -> tuple[int, int] | None:
@@ -248,23 +313,6 @@ def _read_own_result(result: str, expect: tuple[int, int] | None | bool) -> str:
         raise InputError(f"{result}: not UTF-8 JSON ({err.reason})") from err
 
 
-def _objects(result: str, text: str) -> list[Any]:
-    decoder = json.JSONDecoder()
-    objects: list[Any] = []
-    pos = 0
-    try:
-        while pos < len(text.rstrip()):
-            while text[pos].isspace():
-                pos += 1
-            obj, pos = decoder.raw_decode(text, pos)
-            objects.append(obj)
-    except RecursionError as err:
-        raise InputError(f"{result}: nested too deeply to be a benchmark result") from err
-    except ValueError as err:
-        raise InputError(f"{result}: not a JSON result ({err})") from err
-    return objects
-
-
 def attach(result: str, record: Mapping[str, Any], *, protect: Sequence[str] = (),
            expect: tuple[int, int] | None | bool = False) -> str:
     """Merge ``record`` atomically into the JSON result file under ``hoststate``; the file's own keys are kept,
@@ -278,7 +326,7 @@ def attach(result: str, record: Mapping[str, Any], *, protect: Sequence[str] = (
     from hoststate.output import write_output
 
     text = _read_own_result(result, expect)
-    objects = _objects(result, text)
+    objects = load_objects(text, result)
     if not objects or not isinstance(objects[-1], dict):
         raise InputError(f"{result}: holds no JSON object to attach to")
     # the keys stamped: vllm bench sweep serve adds run_number and its overrides after the run; what it adds is not
@@ -321,11 +369,9 @@ def read_sidecar(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
     data = read_input(path, max_bytes=SIDECAR_MAX_BYTES, what="sidecar")
     try:
-        record = json.loads(data.decode("utf-8"))
-    except RecursionError as err:
-        raise InputError(f"{path}: nested too deeply to be a sidecar") from err
-    except ValueError as err:
-        raise InputError(f"{path}: not a JSON sidecar ({err})") from err
+        record = load_objects(data.decode("utf-8"), path)[-1]
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 ({err.reason})") from err
     if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
         raise InputError(f"{path}: not a {RECORD_FORMAT} sidecar")
     text = record.pop("snapshot", None)
