@@ -426,10 +426,13 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
                           force=force, protect=inputs, announce=announce)
     result = outcome.guard
     if outcome.sweep_conflicts:
+        from hoststate.report import clip
+
         for line in outcome.sweep_conflicts:
-            _error(f"  MISMATCH  {line}")
-        raise GuardRefused(f"refused: {len(outcome.sweep_conflicts)} earlier cell(s) of this sweep ran on another "
-                           "host state (hoststate results explains them); the command was not started", result)
+            _error(clip(f"  MISMATCH  {line}", 120))
+        from hoststate.run.flow import sweep_refusal
+
+        raise GuardRefused(sweep_refusal(outcome.sweep_conflicts), result)
     if outcome.watched is not None:
         run = outcome.watched
         click.echo(f"hoststate guard: run {run.verdict} ({len(run.reasons)} reason(s); command exit {run.returncode}; "

@@ -223,13 +223,19 @@ def find_files(paths: Iterable[str], ignore: Sequence[str], refused: list[dict[s
     return found
 
 
-def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: list[str] | None = None) -> list[Cell]:
-    """The verified cells of ``files``; every other file (a sidecar without its result included) is a refusal.
-    The sidecar of an ``ignored`` result is ignored with it."""
+def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: list[str] | None = None,
+               checked: list[str] | None = None) -> list[Cell]:
+    """The verified cells of ``files``; every other file (a sidecar without its result included) is a refusal,
+    but a sweep's ``summary.json`` that lists exactly its verified cells (``checked``). The sidecar of an
+    ``ignored`` result is ignored with it."""
     names = set(files)
     left_out = set(ignored or ())
     cells: list[Cell] = []
+    summaries: list[str] = []
     for path in files:
+        if os.path.basename(path) == SWEEP_SUMMARY:
+            summaries.append(path)
+            continue
         if path.endswith(SIDECAR_SUFFIX):
             result = path[: -len(SIDECAR_SUFFIX)] + ".json"
             if result in left_out and ignored is not None:
@@ -241,7 +247,39 @@ def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: lis
             cells.append(read_cell(path))
         except Refusal as why:
             refused.append({"cell": path, "problem": str(why)})
+    for path in summaries:
+        why = _summary_mismatch(path, cells)
+        if why:
+            refused.append({"cell": path, "problem": why})
+        elif checked is not None:
+            checked.append(path)
     return cells
+
+
+#: ``vllm bench sweep serve``'s list of a combination's runs, written beside them (``run_comb``).
+SWEEP_SUMMARY = "summary.json"
+
+
+def _summary_mismatch(path: str, cells: Sequence[Cell]) -> str | None:
+    """Why a sweep's ``summary.json`` is not the list of the verified cells beside it (each entry the whole
+    ``run=N.json`` as vLLM rewrote it, record included), or None when it is: then its numbers are the cells'."""
+    try:
+        data = read_json(path)
+    except InputError as err:
+        return _first_line(err, path)
+    here = {os.path.basename(c.path): c for c in cells if os.path.dirname(c.path) == os.path.dirname(path)}
+    if not isinstance(data, list) or not data:
+        return "not a vllm bench sweep summary (a non-empty list of its runs)"
+    for item in data:
+        number = item.get("run_number") if isinstance(item, dict) else None
+        cell = here.get(f"run={number}.json") if isinstance(number, int) else None
+        if cell is None:
+            return f"lists a run (run_number {str(number)[:20]}) with no verified run=N.json beside it"
+        own = {k: v for k, v in item.items() if k != "hoststate"}
+        if canonical_json(own) != canonical_json(cell.result) or canonical_json(item.get("hoststate")) != \
+                canonical_json(cell.record):
+            return f"differs from run={number}.json, the cell it lists"
+    return None
 
 
 # -- the sweep ---------------------------------------------------------------------------------------------------
@@ -287,6 +325,8 @@ class ResultsReport:
     ignored: list[str]
     judged: list[dict[str, Any]]
     explanation: dict[str, Any] | None = None
+    #: vllm bench sweep summaries found to list exactly their verified cells.
+    summaries: list[str] = field(default_factory=list)
 
     def group_of(self, key: tuple[str, bool]) -> Group | None:
         return next((g for g in self.groups if g.key == key), None)
@@ -410,7 +450,8 @@ def check_results(paths: Iterable[str], *, current: Mapping[str, Any] | None = N
     files = find_files(list(paths), ignore, refused, ignored)
     if not files and not refused:
         raise InputError("no result file found" + (f" ({len(ignored)} ignored)" if ignored else ""))
-    cells = read_cells(files, refused, ignored)
+    checked: list[str] = []
+    cells = read_cells(files, refused, ignored, checked)
     reference = choose_reference(cells, current, current_name)
     groups = _group(cells)
     groups.sort(key=lambda g: (g.key != (reference.digest, True), -len(g.cells), g.paths[0]))
@@ -419,7 +460,7 @@ def check_results(paths: Iterable[str], *, current: Mapping[str, Any] | None = N
                                                                  c.record.get("reasons", []) if isinstance(r, dict)]}
               for c in cells if c.verdict in ("degraded", "invalid", "unwatched")]
     report = ResultsReport(reference, groups, sorted(refused, key=lambda r: r["cell"]), sorted(ignored),
-                           sorted(judged, key=lambda j: j["cell"]))
+                           sorted(judged, key=lambda j: j["cell"]), summaries=sorted(checked))
     if metrics and cells:  # without a verified cell the refusals say it all
         from hoststate.explain import explain
 
@@ -458,6 +499,7 @@ def _to_dict(report: ResultsReport, base: str) -> dict[str, Any]:
         "groups": groups,
         "refused": [{"cell": _rel(r["cell"], base), "problem": r["problem"]} for r in report.refused_cells],
         "ignored": [_rel(p, base) for p in report.ignored],
+        "summaries": [_rel(p, base) for p in report.summaries],
         "judged": [{**j, "cell": _rel(j["cell"], base)} for j in report.judged],
     }
     if report.explanation is not None:
@@ -529,6 +571,10 @@ def render_text(report: ResultsReport, base: str = "") -> str:
     for j in report.judged:
         lines += [f"  {j['verdict'].upper():<11} {safe(_rel(j['cell'], base))}"]
         lines += [clip(f"      {safe(reason)}", 120) for reason in j["reasons"]]
+    if report.summaries:
+        shown = ", ".join(_rel(p, base) for p in report.summaries[:3])
+        more = f" (+{len(report.summaries) - 3} more)" if len(report.summaries) > 3 else ""
+        lines.append(clip(safe(f"  sweep summaries (each lists exactly its verified cells): {shown}{more}"), 120))
     if report.ignored:
         shown = ", ".join(_rel(p, base) for p in report.ignored[:3])
         more = f" (+{len(report.ignored) - 3} more)" if len(report.ignored) > 3 else ""

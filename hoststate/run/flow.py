@@ -159,6 +159,12 @@ def guarded_run(baseline: Any, command: Sequence[str] = (), opts: SnapOptions | 
     return outcome
 
 
+def sweep_refusal(conflicts: Sequence[str]) -> str:
+    """One line for a sweep cell refused because earlier cells ran on another host state."""
+    return (f"refused: {len(conflicts)} earlier cell(s) of this sweep ran on another host state; the command was not "
+            "started")
+
+
 def _resolved(watch: WatchOptions | None, command: Sequence[str]) -> WatchOptions | None:
     """``attach_from_argv``: the result path the command names, or InputError before anything is snapped."""
     if watch is None or not watch.attach_from_argv:
@@ -273,7 +279,7 @@ def guard_and_watch(baseline: Any, command: Sequence[str], *, attach_to: str | N
                     interval: float = DEFAULT_INTERVAL, checkpoint: float = DEFAULT_CHECKPOINT,
                     rules: Sequence[Rule] = RULES, policy_files: Sequence[str] = (), accept: Iterable[str] = (),
                     allow_unreadable: bool = False, save_current: str | None = None, trace_to: str | None = None,
-                    force: bool = False, **snap_options: Any) -> WatchedRun:
+                    force: bool = False, attach_from_argv: bool = False, **snap_options: Any) -> WatchedRun:
     """``hoststate guard --baseline B --watch [--attach RESULT] [--save-current F] [--watch-trace T] -- CMD`` as
     one call, for harnesses: the same flow as the CLI (:func:`guarded_run`).
 
@@ -288,7 +294,10 @@ def guard_and_watch(baseline: Any, command: Sequence[str], *, attach_to: str | N
     outcome = guarded_run(baseline, command, SnapOptions.of(snap_options), policy_files=policy_files,
                           accept=accept, allow_unreadable=allow_unreadable, save_current=save_current, force=force,
                           watch=WatchOptions(interval=interval, checkpoint=checkpoint, rules=tuple(rules),
-                                             attach=attach_to, trace=trace_to), protect=protect)
+                                             attach=attach_to, trace=trace_to, attach_from_argv=attach_from_argv),
+                          protect=protect)
+    if outcome.sweep_conflicts:
+        raise GuardRefused(sweep_refusal(outcome.sweep_conflicts), outcome.guard)
     if outcome.refused:
         raise GuardRefused(refusal_message(outcome.guard), outcome.guard)
     assert outcome.watched is not None

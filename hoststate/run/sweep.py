@@ -46,16 +46,27 @@ def result_from_argv(argv: Sequence[str]) -> str | None:
     return os.path.join(folder, name) if folder else name
 
 
+#: How vllm bench sweep serve names a combination's folder inside its experiment (``_get_comb_base_path``): without
+#: any override the runs lie in the experiment folder itself.
+COMBINATION_PREFIXES = ("SERVE-", "BENCH-")
+
+
+def experiment_of(result: str) -> Path:
+    """The sweep's experiment folder: the result's folder's parent when that folder is a combination's."""
+    cell = Path(result).resolve().parent
+    return cell.parent if cell.name.startswith(COMBINATION_PREFIXES) else cell
+
+
 def _sidecars(result: str) -> list[Path]:
-    """The sidecars of the sweep's other cells: ``EXPERIMENT/*/run=N.hoststate.json`` and beside the result."""
+    """The sidecars of the sweep's other cells: in the experiment folder and its combinations' folders."""
     from hoststate.run.record import sidecar_path
 
-    cell = Path(result).resolve().parent
-    experiment = cell.parent
+    experiment = experiment_of(result)
     own = Path(sidecar_path(str(Path(result).resolve())))
     found: set[Path] = set()
-    for pattern in ("*.hoststate.json", "*/*.hoststate.json"):
-        found.update(p for p in experiment.glob(pattern) if p != own)
+    folders = [experiment, *(d for d in experiment.glob("*") if d.name.startswith(COMBINATION_PREFIXES))]
+    for folder in folders:
+        found.update(p for p in folder.glob("*.hoststate.json") if p != own)
         if len(found) > MAX_CELLS:
             raise HoststateError(f"{experiment}: more than {MAX_CELLS} cells; not checked")
     return sorted(found)
@@ -64,7 +75,8 @@ def _sidecars(result: str) -> list[Path]:
 def earlier_conflicts(result: str, current: Mapping[str, Any], policy: Policy) -> list[str]:
     """One line per earlier cell of the sweep whose host state is not comparable with ``current`` (an
     invalidating finding between its sidecar's snapshot and this host), or whose sidecar cannot be read: a cell
-    that cannot be checked is not taken as comparable. [] when every earlier cell ran on this host state."""
+    that cannot be checked is not taken as comparable. [] when every earlier cell ran on this host state.
+    ``hoststate results`` on the experiment folder explains each difference."""
     from hoststate.diff import compare
     from hoststate.report import importance
     from hoststate.run.guard import host_state
@@ -74,7 +86,7 @@ def earlier_conflicts(result: str, current: Mapping[str, Any], policy: Policy) -
     seen: dict[str, str | None] = {here: None}  # host digest -> why it is not comparable (None: it is)
     lines = []
     for path in _sidecars(result):
-        name = os.path.relpath(path, Path(result).resolve().parent.parent)
+        name = os.path.relpath(path, experiment_of(result))
         try:
             record, snapshot = read_sidecar(str(path))
         except HoststateError as err:
@@ -85,8 +97,7 @@ def earlier_conflicts(result: str, current: Mapping[str, Any], policy: Policy) -
             refused = [f for f in compare(host_state(snapshot), host_state(current), policy).findings
                        if f.severity == "invalidating"]
             top = min(refused, key=importance) if refused else None
-            seen[digest] = (f"ran on another host state ({len(refused)} invalidating, first {top.path}: "
-                            f"{top.reason})") if top else None
+            seen[digest] = f"another host state ({len(refused)} invalidating, first {top.path})" if top else None
         if seen[digest]:
             lines.append(f"{name}: {seen[digest]}")
     return lines
