@@ -369,6 +369,10 @@ def check(ctx: click.Context, file: str | None, fmt: str, color: str, **opts: An
 @click.option("--attach", "attach", type=click.Path(dir_okay=False), metavar="RESULT",
               help="After CMD: merge the run verdict into this JSON result under 'hoststate' and write "
               "RESULT.hoststate.json beside it.")
+@click.option("--attach-from-argv", "attach_from_argv", is_flag=True,
+              help="Attach to the result file CMD names (--result-dir, --result-filename: what vllm bench sweep serve "
+              "appends to its --bench-cmd), and refuse the cell when the sweep's earlier cells ran on another host "
+              "state (docs/watch.md).")
 @click.option("--fail-on", "fail_on", type=click.Choice(["degraded", "invalid"]),
               help="Exit 4 when CMD exited 0 but the run was judged this or worse (CMD is never stopped for it).")
 @collector_options
@@ -421,6 +425,14 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
                           accept=accept, allow_unreadable=allow_unreadable, watch=watch, save_current=save_current,
                           force=force, protect=inputs, announce=announce)
     result = outcome.guard
+    if outcome.sweep_conflicts:
+        from hoststate.report import clip
+
+        for line in outcome.sweep_conflicts:
+            _error(clip(f"  MISMATCH  {line}", 120))
+        from hoststate.run.flow import sweep_refusal
+
+        raise GuardRefused(sweep_refusal(outcome.sweep_conflicts), result)
     if outcome.watched is not None:
         run = outcome.watched
         click.echo(f"hoststate guard: run {run.verdict} ({len(run.reasons)} reason(s); command exit {run.returncode}; "
@@ -437,7 +449,8 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
 
 
 #: guard's --watch options, taken out of its collector options.
-WATCH_OPTIONS = ("watch", "watch_interval", "watch_checkpoint", "watch_rules", "watch_trace", "attach", "fail_on")
+WATCH_OPTIONS = ("watch", "watch_interval", "watch_checkpoint", "watch_rules", "watch_trace", "attach",
+                 "attach_from_argv", "fail_on")
 
 
 def _watch_options(opts: dict[str, Any], command: tuple[str, ...]) -> tuple[Any, str | None]:
@@ -462,7 +475,7 @@ def _watch_options(opts: dict[str, Any], command: tuple[str, ...]) -> tuple[Any,
                                    "greater than 0") from err
     return WatchOptions(interval=watch["watch_interval"], checkpoint=watch["watch_checkpoint"],
                         rules=load_rules(watch["watch_rules"]), attach=watch["attach"],
-                        trace=watch["watch_trace"]), watch["fail_on"]
+                        trace=watch["watch_trace"], attach_from_argv=watch["attach_from_argv"]), watch["fail_on"]
 
 
 @cli.command()

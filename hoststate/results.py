@@ -9,9 +9,10 @@ to its content and its sidecar (the digests below) or refuses the sweep; the ref
 were guarded against (or the host about to resume the sweep), never the majority. The library half of
 ``hoststate results`` (no click here); hoststate.explain says what moved between the host states.
 
-The digest helpers are the attach side's too: the record carries ``result_sha256`` (:func:`content_digest` of the
-result without its ``hoststate`` key, at attach time) and ``snapshot_sha256`` (:func:`text_digest` of the sidecar's
-snapshot text), and :func:`stamp` adds both. They bind a record to what it stamps (a record copied onto another
+The digests are hoststate.run.record's (the attach side's): the record carries ``result_keys`` and
+``result_sha256`` (:func:`content_digest` of those keys of the result, at attach time: what ``vllm bench sweep
+serve`` adds afterwards, ``run_number`` and its overrides, is not covered) and ``snapshot_sha256``
+(:func:`text_digest` of the sidecar's snapshot text). They bind a record to what it stamps (a record copied onto another
 result, a result edited after the run, a sidecar swapped); they are not a signature: whoever can write both files
 can recompute them.
 """
@@ -19,8 +20,6 @@ can recompute them.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,90 +28,18 @@ from typing import Any
 
 from hoststate.errors import InputError
 from hoststate.explain import group_label
+from hoststate.run.record import (
+    RECORD_FORMAT,
+    canonical_json,
+    content_digest,
+    load_objects,
+    text_digest,
+)
 
 #: Largest result or sidecar file read.
 MAX_BYTES = 256 << 20
-#: Deepest JSON nesting read: a vLLM result is 3 levels deep; thousands would exhaust the parser's stack.
-MAX_DEPTH = 100
 SIDECAR_SUFFIX = ".hoststate.json"
-RECORD_FORMAT = "hoststate-run/1"
 _SHA = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-# -- canonical form and digests (imported by the attach side) ---------------------------------------------------
-
-
-def canonical_json(obj: Any) -> bytes:
-    """The one byte form digests are taken over: sorted keys, no spaces, ASCII escapes, NaN/Infinity as Python's
-    json writes them (vLLM's results may hold them). Parsing a file and writing it back gives the same bytes."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True).encode("ascii")
-
-
-def content_digest(result: Mapping[str, Any]) -> str:
-    """sha256 of a result's own content: every key but ``hoststate`` (the record), in :func:`canonical_json`."""
-    return "sha256:" + hashlib.sha256(canonical_json({k: v for k, v in result.items() if k != "hoststate"})).hexdigest()
-
-
-def text_digest(text: str) -> str:
-    """sha256 of a text's UTF-8 bytes: the sidecar's snapshot text hashes as the file ``snap -o`` writes."""
-    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def file_digest(path: str, *, max_bytes: int = MAX_BYTES) -> str:
-    """sha256 of a regular file's bytes (as guard's ``baseline_sha256``); InputError when it cannot be read."""
-    from hoststate.io import read_input
-
-    return "sha256:" + hashlib.sha256(read_input(path, max_bytes=max_bytes, what="file")).hexdigest()
-
-
-def stamp(record: Mapping[str, Any], result: Mapping[str, Any], snapshot_text: str) -> dict[str, Any]:
-    """``record`` bound to the result object it is merged into and to the sidecar's snapshot text."""
-    return {**record, "result_sha256": content_digest(result), "snapshot_sha256": text_digest(snapshot_text)}
-
-
-# -- bounded JSON -------------------------------------------------------------------------------------------------
-
-#: A JSON string (escapes included) or one bracket: brackets inside strings are never counted.
-_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
-
-
-def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
-    """The deepest nesting of ``text`` (scanned, not parsed), at most ``limit + 1``: the parser recurses once per
-    level, so a file thousands deep is refused here, before it can exhaust the stack."""
-    depth = deepest = 0
-    for match in _TOKENS.finditer(text):
-        char = match.group()
-        if char in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > limit:
-                    break
-        elif char in "]}":
-            depth -= 1
-    return deepest
-
-
-def load_objects(text: str, source: str, *, max_depth: int = MAX_DEPTH) -> list[Any]:
-    """Every JSON value of ``text``: one (``--save-result``) or one a line (``--append-result``). InputError, one
-    line, when it is not JSON or nests deeper than ``max_depth``."""
-    deepest = json_depth(text, max_depth)
-    if deepest > max_depth:
-        raise InputError(f"JSON nested deeper than {max_depth} levels", source)
-    decoder = json.JSONDecoder()
-    objects: list[Any] = []
-    pos, end = 0, len(text.rstrip())
-    try:
-        while pos < end:
-            while text[pos].isspace():
-                pos += 1
-            obj, pos = decoder.raw_decode(text, pos)
-            objects.append(obj)
-    except (ValueError, RecursionError) as err:
-        raise InputError(f"not JSON ({str(err).splitlines()[0][:120]})", source) from err
-    if not objects:
-        raise InputError("empty file", source)
-    return objects
 
 
 def read_json(path: str) -> Any:
@@ -214,7 +141,9 @@ def verify(path: str, result: dict[str, Any], sidecar_file: str) -> Cell:
     from hoststate.snapshot import loads
 
     record = _check_record(result.get("hoststate"))
-    if content_digest(result) != record["result_sha256"]:
+    keys = record.get("result_keys")
+    stamped = keys if isinstance(keys, list) and all(isinstance(k, str) for k in keys) else None
+    if content_digest(result, stamped) != record["result_sha256"]:
         raise Refusal("result changed after its record was attached (its content's sha256 is not the record's)")
     if record.get("sidecar") != os.path.basename(sidecar_file):
         raise Refusal(f"record names sidecar {str(record.get('sidecar'))[:80]!r}, not "
@@ -294,13 +223,19 @@ def find_files(paths: Iterable[str], ignore: Sequence[str], refused: list[dict[s
     return found
 
 
-def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: list[str] | None = None) -> list[Cell]:
-    """The verified cells of ``files``; every other file (a sidecar without its result included) is a refusal.
-    The sidecar of an ``ignored`` result is ignored with it."""
+def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: list[str] | None = None,
+               checked: list[str] | None = None) -> list[Cell]:
+    """The verified cells of ``files``; every other file (a sidecar without its result included) is a refusal,
+    but a sweep's ``summary.json`` that lists exactly its verified cells (``checked``). The sidecar of an
+    ``ignored`` result is ignored with it."""
     names = set(files)
     left_out = set(ignored or ())
     cells: list[Cell] = []
+    summaries: list[str] = []
     for path in files:
+        if os.path.basename(path) == SWEEP_SUMMARY:
+            summaries.append(path)
+            continue
         if path.endswith(SIDECAR_SUFFIX):
             result = path[: -len(SIDECAR_SUFFIX)] + ".json"
             if result in left_out and ignored is not None:
@@ -312,7 +247,39 @@ def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: lis
             cells.append(read_cell(path))
         except Refusal as why:
             refused.append({"cell": path, "problem": str(why)})
+    for path in summaries:
+        why = _summary_mismatch(path, cells)
+        if why:
+            refused.append({"cell": path, "problem": why})
+        elif checked is not None:
+            checked.append(path)
     return cells
+
+
+#: ``vllm bench sweep serve``'s list of a combination's runs, written beside them (``run_comb``).
+SWEEP_SUMMARY = "summary.json"
+
+
+def _summary_mismatch(path: str, cells: Sequence[Cell]) -> str | None:
+    """Why a sweep's ``summary.json`` is not the list of the verified cells beside it (each entry the whole
+    ``run=N.json`` as vLLM rewrote it, record included), or None when it is: then its numbers are the cells'."""
+    try:
+        data = read_json(path)
+    except InputError as err:
+        return _first_line(err, path)
+    here = {os.path.basename(c.path): c for c in cells if os.path.dirname(c.path) == os.path.dirname(path)}
+    if not isinstance(data, list) or not data:
+        return "not a vllm bench sweep summary (a non-empty list of its runs)"
+    for item in data:
+        number = item.get("run_number") if isinstance(item, dict) else None
+        cell = here.get(f"run={number}.json") if isinstance(number, int) else None
+        if cell is None:
+            return f"lists a run (run_number {str(number)[:20]}) with no verified run=N.json beside it"
+        own = {k: v for k, v in item.items() if k != "hoststate"}
+        if canonical_json(own) != canonical_json(cell.result) or canonical_json(item.get("hoststate")) != \
+                canonical_json(cell.record):
+            return f"differs from run={number}.json, the cell it lists"
+    return None
 
 
 # -- the sweep ---------------------------------------------------------------------------------------------------
@@ -358,6 +325,8 @@ class ResultsReport:
     ignored: list[str]
     judged: list[dict[str, Any]]
     explanation: dict[str, Any] | None = None
+    #: vllm bench sweep summaries found to list exactly their verified cells.
+    summaries: list[str] = field(default_factory=list)
 
     def group_of(self, key: tuple[str, bool]) -> Group | None:
         return next((g for g in self.groups if g.key == key), None)
@@ -481,7 +450,8 @@ def check_results(paths: Iterable[str], *, current: Mapping[str, Any] | None = N
     files = find_files(list(paths), ignore, refused, ignored)
     if not files and not refused:
         raise InputError("no result file found" + (f" ({len(ignored)} ignored)" if ignored else ""))
-    cells = read_cells(files, refused, ignored)
+    checked: list[str] = []
+    cells = read_cells(files, refused, ignored, checked)
     reference = choose_reference(cells, current, current_name)
     groups = _group(cells)
     groups.sort(key=lambda g: (g.key != (reference.digest, True), -len(g.cells), g.paths[0]))
@@ -490,7 +460,7 @@ def check_results(paths: Iterable[str], *, current: Mapping[str, Any] | None = N
                                                                  c.record.get("reasons", []) if isinstance(r, dict)]}
               for c in cells if c.verdict in ("degraded", "invalid", "unwatched")]
     report = ResultsReport(reference, groups, sorted(refused, key=lambda r: r["cell"]), sorted(ignored),
-                           sorted(judged, key=lambda j: j["cell"]))
+                           sorted(judged, key=lambda j: j["cell"]), summaries=sorted(checked))
     if metrics and cells:  # without a verified cell the refusals say it all
         from hoststate.explain import explain
 
@@ -529,6 +499,7 @@ def _to_dict(report: ResultsReport, base: str) -> dict[str, Any]:
         "groups": groups,
         "refused": [{"cell": _rel(r["cell"], base), "problem": r["problem"]} for r in report.refused_cells],
         "ignored": [_rel(p, base) for p in report.ignored],
+        "summaries": [_rel(p, base) for p in report.summaries],
         "judged": [{**j, "cell": _rel(j["cell"], base)} for j in report.judged],
     }
     if report.explanation is not None:
@@ -600,6 +571,10 @@ def render_text(report: ResultsReport, base: str = "") -> str:
     for j in report.judged:
         lines += [f"  {j['verdict'].upper():<11} {safe(_rel(j['cell'], base))}"]
         lines += [clip(f"      {safe(reason)}", 120) for reason in j["reasons"]]
+    if report.summaries:
+        shown = ", ".join(_rel(p, base) for p in report.summaries[:3])
+        more = f" (+{len(report.summaries) - 3} more)" if len(report.summaries) > 3 else ""
+        lines.append(clip(safe(f"  sweep summaries (each lists exactly its verified cells): {shown}{more}"), 120))
     if report.ignored:
         shown = ", ".join(_rel(p, base) for p in report.ignored[:3])
         more = f" (+{len(report.ignored) - 3} more)" if len(report.ignored) > 3 else ""

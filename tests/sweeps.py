@@ -1,7 +1,7 @@
 """Sweeps for the results tests: host states made from the seed's two snapshots by changing one subsystem at a
 time, and cells written as ``guard --watch --attach`` writes them (the record of hoststate.watch.build_record,
 merged by hoststate.watch.attach, its sidecar by hoststate.watch.write_sidecar), bound to the result's content
-by hoststate.results.stamp as the attach side does it."""
+by hoststate.run.record.stamp as the attach side does it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from hoststate.digest import digest
 from hoststate.guard import evaluate
-from hoststate.results import stamp
+from hoststate.run.record import stamp
 from hoststate.snapshot import load, to_toml
 from hoststate.watch import Sampler, attach, build_record, load_trace, sidecar_path, write_sidecar
 from tests.conftest import FIXTURES

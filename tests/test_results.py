@@ -18,16 +18,8 @@ import jsonschema
 import pytest
 
 from hoststate.errors import InputError
-from hoststate.results import (
-    MAX_DEPTH,
-    check_results,
-    content_digest,
-    file_digest,
-    json_depth,
-    load_objects,
-    render_text,
-    text_digest,
-)
+from hoststate.results import check_results, render_text
+from hoststate.run.record import MAX_DEPTH, content_digest, file_digest, json_depth, load_objects, text_digest
 from hoststate.snapshot import to_toml
 from tests.conftest import FIXTURES, PYTHONPATH, REPO, require
 from tests.sweeps import CHANGES, NO_GPU, SEED, host, write_cell

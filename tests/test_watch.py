@@ -340,13 +340,15 @@ def test_attach_keeps_a_sweep_files_indent_and_appended_results(tmp_path: pathli
     attach(str(swept), {"verdict": "clean"})
     assert swept.read_text().startswith('{\n    "completed": 5')
     assert json.loads(swept.read_text())["hoststate"] == {
-        "verdict": "clean", "result_sha256": content_digest({"completed": 5, "run_number": 0})}
+        "verdict": "clean", "result_keys": ["completed", "run_number"],
+        "result_sha256": content_digest({"completed": 5, "run_number": 0})}
     appended = tmp_path / "appended.json"
     appended.write_text(json.dumps({"completed": 1}) + "\n" + json.dumps({"completed": 2}))
     attach(str(appended), {"verdict": "degraded"})
     first, second = (json.loads(line) for line in appended.read_text().splitlines())
     assert "hoststate" not in first
-    assert second["hoststate"] == {"verdict": "degraded", "result_sha256": content_digest({"completed": 2})}
+    assert second["hoststate"] == {"verdict": "degraded", "result_keys": ["completed"],
+                                   "result_sha256": content_digest({"completed": 2})}
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
     with pytest.raises(InputError, match="no JSON object"):
@@ -576,9 +578,16 @@ def test_the_stamp_carries_the_digest_of_the_numbers_it_stamps(tmp_path: pathlib
     result.write_text(json.dumps({"output_throughput": 1005.0, "completed": 100}))
     attach(str(result), {"verdict": "clean"})
     stamped = json.loads(result.read_text())
-    assert stamped["hoststate"]["result_sha256"] == content_digest(stamped)
+    keys = stamped["hoststate"]["result_keys"]
+    assert keys == ["completed", "output_throughput"]
+    assert stamped["hoststate"]["result_sha256"] == content_digest(stamped, keys)
+    # what vllm bench sweep serve adds after the run (run_number, an override spelled 100 for 100.0) stays covered
+    swept = dict(stamped, run_number=0, completed=100.0)
+    assert stamped["hoststate"]["result_sha256"] == content_digest(swept, keys)
     stamped["output_throughput"] = 1355.0  # numbers edited after the stamp no longer match it
-    assert stamped["hoststate"]["result_sha256"] != content_digest(stamped)
+    assert stamped["hoststate"]["result_sha256"] != content_digest(stamped, keys)
+    del swept["completed"]  # nor does a stamped key taken away
+    assert stamped["hoststate"]["result_sha256"] != content_digest(swept, keys)
 
 
 def _as_nobody(path: pathlib.Path) -> None:
@@ -632,9 +641,9 @@ def test_a_deeply_nested_result_keeps_the_commands_status_and_the_sidecar(tmp_pa
     proc = guard_watch(tmp_path, host, "base.toml", "dense-b", "--attach", "r.json",
                        cmd=(sys.executable, "-c", writer))
     assert proc.returncode == 0, proc.stderr
-    assert "not attached: r.json: nested too deeply to be a benchmark result" in proc.stderr
+    assert "not attached: r.json: JSON nested deeper than 100 levels" in proc.stderr
     sidecar = json.loads((tmp_path / "r.hoststate.json").read_text())
-    assert sidecar["attach_error"] == "r.json: nested too deeply to be a benchmark result"
+    assert sidecar["attach_error"] == "r.json: JSON nested deeper than 100 levels"
     assert sidecar["command_status"] == 0
 
 

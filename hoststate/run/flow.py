@@ -62,6 +62,9 @@ class WatchOptions:
     rules: tuple[Rule, ...] = RULES
     attach: str | None = None
     trace: str | None = None
+    #: Attach to the result file the command itself names (``--result-dir``/``--result-filename``, as
+    #: ``vllm bench sweep serve`` passes them), and refuse a cell whose sweep's earlier cells ran elsewhere.
+    attach_from_argv: bool = False
 
 
 @dataclass
@@ -73,10 +76,12 @@ class RunOutcome:
     watched: WatchedRun | None = None
     #: What was written, one line each (``wrote FILE ...``, ``not attached: ...``), in order.
     written: list[str] = field(default_factory=list)
+    #: Earlier cells of the sweep (``attach_from_argv``) that ran on another host state: the cell was refused.
+    sweep_conflicts: list[str] = field(default_factory=list)
 
     @property
     def refused(self) -> bool:
-        return bool(self.guard.refused)
+        return bool(self.guard.refused or self.sweep_conflicts)
 
     def exit_status(self, fail_on: str | None = None) -> int:
         """The command's status (0 without a command); :data:`FAIL_ON_EXIT` as :meth:`WatchedRun.exit_status`."""
@@ -120,12 +125,19 @@ def guarded_run(baseline: Any, command: Sequence[str] = (), opts: SnapOptions | 
     ``protect``: paths no output may replace (the baseline, the policies, the log).
     """
     opts = opts or SnapOptions()
+    watch = _resolved(watch, command)
     policy = load_policy(tuple(policy_files))
     result = evaluate(baseline, opts, policy=policy, policy_files=policy_files, accept=accept,
                       allow_unreadable=allow_unreadable)
+    outcome = RunOutcome(result)
+    if watch is not None and watch.attach_from_argv and watch.attach and not result.refused:
+        from hoststate.run.sweep import earlier_conflicts
+
+        outcome.sweep_conflicts = earlier_conflicts(watch.attach, result.current, policy)
     if announce is not None:
         announce(result)
-    outcome = RunOutcome(result)
+    if outcome.sweep_conflicts:
+        return outcome
     watching = watch is not None and bool(command) and not result.refused
     if save_current and not watching:
         _save(save_current, with_guard_table(result, command=command), force=force, protect=protect)
@@ -145,6 +157,30 @@ def guarded_run(baseline: Any, command: Sequence[str] = (), opts: SnapOptions | 
         _save(save_current, snap, force=force, protect=protect)
         outcome.written.append(f"wrote {save_current} (verdict {result.verdict}, run {run.verdict})")
     return outcome
+
+
+def sweep_refusal(conflicts: Sequence[str]) -> str:
+    """One line for a sweep cell refused because earlier cells ran on another host state."""
+    return (f"refused: {len(conflicts)} earlier cell(s) of this sweep ran on another host state; the command was not "
+            "started")
+
+
+def _resolved(watch: WatchOptions | None, command: Sequence[str]) -> WatchOptions | None:
+    """``attach_from_argv``: the result path the command names, or InputError before anything is snapped."""
+    if watch is None or not watch.attach_from_argv:
+        return watch
+    from dataclasses import replace
+
+    from hoststate.errors import InputError
+    from hoststate.run.sweep import result_from_argv
+
+    if watch.attach:
+        raise InputError("--attach-from-argv and --attach: give one")
+    path = result_from_argv(command)
+    if path is None:
+        raise InputError("--attach-from-argv: the command names no --result-filename (vllm bench sweep serve "
+                         "passes --result-dir DIR --result-filename run=N.json)")
+    return replace(watch, attach=path)
 
 
 def watch_command(guard_result: GuardResult, command: Sequence[str], opts: SnapOptions | None = None, *,
@@ -243,7 +279,7 @@ def guard_and_watch(baseline: Any, command: Sequence[str], *, attach_to: str | N
                     interval: float = DEFAULT_INTERVAL, checkpoint: float = DEFAULT_CHECKPOINT,
                     rules: Sequence[Rule] = RULES, policy_files: Sequence[str] = (), accept: Iterable[str] = (),
                     allow_unreadable: bool = False, save_current: str | None = None, trace_to: str | None = None,
-                    force: bool = False, **snap_options: Any) -> WatchedRun:
+                    force: bool = False, attach_from_argv: bool = False, **snap_options: Any) -> WatchedRun:
     """``hoststate guard --baseline B --watch [--attach RESULT] [--save-current F] [--watch-trace T] -- CMD`` as
     one call, for harnesses: the same flow as the CLI (:func:`guarded_run`).
 
@@ -258,7 +294,10 @@ def guard_and_watch(baseline: Any, command: Sequence[str], *, attach_to: str | N
     outcome = guarded_run(baseline, command, SnapOptions.of(snap_options), policy_files=policy_files,
                           accept=accept, allow_unreadable=allow_unreadable, save_current=save_current, force=force,
                           watch=WatchOptions(interval=interval, checkpoint=checkpoint, rules=tuple(rules),
-                                             attach=attach_to, trace=trace_to), protect=protect)
+                                             attach=attach_to, trace=trace_to, attach_from_argv=attach_from_argv),
+                          protect=protect)
+    if outcome.sweep_conflicts:
+        raise GuardRefused(sweep_refusal(outcome.sweep_conflicts), outcome.guard)
     if outcome.refused:
         raise GuardRefused(refusal_message(outcome.guard), outcome.guard)
     assert outcome.watched is not None

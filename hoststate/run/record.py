@@ -10,6 +10,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -160,19 +161,99 @@ def dump(obj: Any, indent: int | None) -> str:
 
 #: The largest result file attached to (a --save-detailed result with per-request arrays is tens of MiB).
 RESULT_MAX_BYTES = 256 << 20
+#: Deepest JSON nesting read back: a vLLM result is 3 levels deep; thousands would exhaust the parser's stack.
+MAX_DEPTH = 100
 
 
-def content_digest(obj: Mapping[str, Any]) -> str:
-    """``sha256:`` of a result object's own content, without its ``hoststate`` key: canonical JSON (sorted keys,
-    no spaces, UTF-8), so ``hoststate results`` can tell a stamp from numbers changed after it."""
-    own = {k: v for k, v in obj.items() if k != "hoststate"}
-    text = json.dumps(own, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+def _canonical(value: Any) -> Any:
+    """Numbers as floats (``10`` and ``10.0`` are one value: ``vllm bench sweep`` rewrites a result with its
+    overrides' own spelling of a number), containers element by element."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    return str(value)
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The one byte form digests are taken over: sorted keys, no spaces, ASCII escapes, numbers as floats,
+    NaN/Infinity as Python's json writes them (vLLM's results may hold them)."""
+    return json.dumps(_canonical(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=True).encode("ascii")
+
+
+def content_digest(result: Mapping[str, Any], keys: Sequence[str] | None = None) -> str:
+    """``sha256:`` of a result's own content: the ``keys`` given (the record's ``result_keys``), by default every
+    key but ``hoststate``; a key missing from ``result`` is digested as missing, so taking one away shows."""
+    wanted = sorted(keys) if keys is not None else sorted(k for k in result if k != "hoststate")
+    own = {"keys": {k: result[k] for k in wanted if k in result}, "missing": [k for k in wanted if k not in result]}
+    return "sha256:" + hashlib.sha256(canonical_json(own if own["missing"] else own["keys"])).hexdigest()
 
 
 def text_digest(text: str) -> str:
-    """``sha256:`` of a text's UTF-8 bytes (the sidecar's snapshot, as written)."""
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """sha256 of a text's UTF-8 bytes: the sidecar's snapshot text hashes as the file ``snap -o`` writes."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def file_digest(path: str, *, max_bytes: int = RESULT_MAX_BYTES) -> str:
+    """sha256 of a regular file's bytes (as guard's ``baseline_sha256``); InputError when it cannot be read."""
+    from hoststate.io import read_input
+
+    return "sha256:" + hashlib.sha256(read_input(path, max_bytes=max_bytes, what="file")).hexdigest()
+
+
+def stamp(record: Mapping[str, Any], result: Mapping[str, Any], snapshot_text: str) -> dict[str, Any]:
+    """``record`` bound to the result object it is merged into and to the sidecar's snapshot text."""
+    keys = sorted(k for k in result if k != "hoststate")
+    return {**record, "result_keys": keys, "result_sha256": content_digest(result, keys),
+            "snapshot_sha256": text_digest(snapshot_text)}
+
+
+#: A JSON string (escapes included) or one bracket: brackets inside strings are never counted.
+_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
+    """The deepest nesting of ``text`` (scanned, not parsed), at most ``limit + 1``: the parser recurses once per
+    level, so a file thousands deep is refused here, before it can exhaust the stack."""
+    depth = deepest = 0
+    for match in _TOKENS.finditer(text):
+        char = match.group()
+        if char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def load_objects(text: str, source: str, *, max_depth: int = MAX_DEPTH) -> list[Any]:
+    """Every JSON value of ``text``: one (``--save-result``) or one a line (``--append-result``). InputError, one
+    line, when it is not JSON or nests deeper than ``max_depth``."""
+    deepest = json_depth(text, max_depth)
+    if deepest > max_depth:
+        raise InputError(f"JSON nested deeper than {max_depth} levels", source)
+    decoder = json.JSONDecoder()
+    objects: list[Any] = []
+    pos, end = 0, len(text.rstrip())
+    try:
+        while pos < end:
+            while text[pos].isspace():
+                pos += 1
+            obj, pos = decoder.raw_decode(text, pos)
+            objects.append(obj)
+    except (ValueError, RecursionError) as err:
+        raise InputError(f"not JSON ({str(err).splitlines()[0][:120]})", source) from err
+    if not objects:
+        raise InputError("empty file", source)
+    return objects
 
 
 def identity(path: str) -> tuple[int, int] | None:
@@ -232,27 +313,10 @@ def _read_own_result(result: str, expect: tuple[int, int] | None | bool) -> str:
         raise InputError(f"{result}: not UTF-8 JSON ({err.reason})") from err
 
 
-def _objects(result: str, text: str) -> list[Any]:
-    decoder = json.JSONDecoder()
-    objects: list[Any] = []
-    pos = 0
-    try:
-        while pos < len(text.rstrip()):
-            while text[pos].isspace():
-                pos += 1
-            obj, pos = decoder.raw_decode(text, pos)
-            objects.append(obj)
-    except RecursionError as err:
-        raise InputError(f"{result}: nested too deeply to be a benchmark result") from err
-    except ValueError as err:
-        raise InputError(f"{result}: not a JSON result ({err})") from err
-    return objects
-
-
 def attach(result: str, record: Mapping[str, Any], *, protect: Sequence[str] = (),
            expect: tuple[int, int] | None | bool = False) -> str:
     """Merge ``record`` atomically into the JSON result file under ``hoststate``; the file's own keys are kept,
-    and the record gains ``result_sha256`` (:func:`content_digest` of the object it stamps).
+    and the record gains ``result_keys`` and ``result_sha256`` (:func:`content_digest` of those keys).
 
     A ``vllm bench serve --save-result`` file is one object (``json.dump``, no indent; ``vllm bench sweep``
     rewrites it with indent 4, kept as found); with ``--append-result`` it holds one object a line, and the
@@ -262,10 +326,13 @@ def attach(result: str, record: Mapping[str, Any], *, protect: Sequence[str] = (
     from hoststate.output import write_output
 
     text = _read_own_result(result, expect)
-    objects = _objects(result, text)
+    objects = load_objects(text, result)
     if not objects or not isinstance(objects[-1], dict):
         raise InputError(f"{result}: holds no JSON object to attach to")
-    stamp = dict(record, result_sha256=content_digest(objects[-1]))
+    # the keys stamped: vllm bench sweep serve adds run_number and its overrides after the run; what it adds is not
+    # covered, what was there is
+    keys = sorted(k for k in objects[-1] if k != "hoststate")
+    stamp = dict(record, result_keys=keys, result_sha256=content_digest(objects[-1], keys))
     objects[-1]["hoststate"] = stamp
     indent = 4 if text.lstrip().startswith("{\n") else None
     try:
@@ -275,7 +342,7 @@ def attach(result: str, record: Mapping[str, Any], *, protect: Sequence[str] = (
         raise InputError(f"{result}: nested too deeply to be a benchmark result") from err
     write_output(result, new, force=True, protect=protect, what="an input")
     if isinstance(record, dict):
-        record["result_sha256"] = stamp["result_sha256"]
+        record.update(result_keys=keys, result_sha256=stamp["result_sha256"])
     return f"attached to {result}" + (f" (object {len(objects)} of {len(objects)})" if len(objects) > 1 else "")
 
 
@@ -288,3 +355,26 @@ def write_sidecar(path: str, record: Mapping[str, Any], snapshot: Mapping[str, A
 
     text = snapshot if isinstance(snapshot, str) else to_toml(snapshot)
     write_output(path, dump({**record, "snapshot": text}, 1), force=True, protect=protect, what="an input")
+
+
+#: The largest sidecar read back (its snapshot is at most the snapshot cap, its record a few hundred KiB).
+SIDECAR_MAX_BYTES = 16 << 20
+
+
+def read_sidecar(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ``RESULT.hoststate.json``: its record and the snapshot taken before the run, bounded and checked;
+    InputError when it is not one (too large, nested too deep, another format, no snapshot)."""
+    from hoststate.io import read_input
+    from hoststate.snapshot import loads
+
+    data = read_input(path, max_bytes=SIDECAR_MAX_BYTES, what="sidecar")
+    try:
+        record = load_objects(data.decode("utf-8"), path)[-1]
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 ({err.reason})") from err
+    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
+        raise InputError(f"{path}: not a {RECORD_FORMAT} sidecar")
+    text = record.pop("snapshot", None)
+    if not isinstance(text, str):
+        raise InputError(f"{path}: holds no snapshot")
+    return record, loads(text.encode("utf-8"), path)

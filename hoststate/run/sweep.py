@@ -1,0 +1,103 @@
+"""A ``vllm bench sweep serve`` cell guarded on its own: where the sweep puts the cell's result, and whether the
+sweep's earlier cells ran on this host state.
+
+``vllm bench sweep serve`` (vllm/benchmarks/sweep/serve.py, ``run_benchmark``) appends ``--save-result
+--result-dir DIR --result-filename run=N.json`` to its ``--bench-cmd`` and reuses any ``run=N.json`` it finds
+("Found existing results"), so a resumed sweep mixes cells from before and after a host change unless each new
+cell is refused when its earlier cells ran on another host state. ``guard --watch --attach-from-argv`` reads the
+result path from the command as ``vllm bench serve`` does and refuses such a cell before it starts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hoststate.errors import HoststateError
+from hoststate.policy import Policy
+
+#: Sidecars read from one sweep at most (a sweep of more cells than this is refused, never half-checked).
+MAX_CELLS = 4096
+
+
+def _last_value(argv: Sequence[str], option: str) -> str | None:
+    """The last value given to ``option`` (``--opt V`` or ``--opt=V``), as argparse keeps the last one."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == option and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith(option + "="):
+            found = arg[len(option) + 1:]
+    return found
+
+
+def result_from_argv(argv: Sequence[str]) -> str | None:
+    """The file a ``vllm bench serve`` command line writes its result to: ``--result-filename`` inside
+    ``--result-dir`` (vllm/benchmarks/serve.py joins them); None when the command names no file (vLLM then makes
+    up a name from the time of day, which cannot be known before the run)."""
+    name = _last_value(argv, "--result-filename")
+    if not name:
+        return None
+    folder = _last_value(argv, "--result-dir")
+    return os.path.join(folder, name) if folder else name
+
+
+#: How vllm bench sweep serve names a combination's folder inside its experiment (``_get_comb_base_path``): without
+#: any override the runs lie in the experiment folder itself.
+COMBINATION_PREFIXES = ("SERVE-", "BENCH-")
+
+
+def experiment_of(result: str) -> Path:
+    """The sweep's experiment folder: the result's folder's parent when that folder is a combination's."""
+    cell = Path(result).resolve().parent
+    return cell.parent if cell.name.startswith(COMBINATION_PREFIXES) else cell
+
+
+def _sidecars(result: str) -> list[Path]:
+    """The sidecars of the sweep's other cells: in the experiment folder and its combinations' folders."""
+    from hoststate.run.record import sidecar_path
+
+    experiment = experiment_of(result)
+    own = Path(sidecar_path(str(Path(result).resolve())))
+    found: set[Path] = set()
+    folders = [experiment, *(d for d in experiment.glob("*") if d.name.startswith(COMBINATION_PREFIXES))]
+    for folder in folders:
+        found.update(p for p in folder.glob("*.hoststate.json") if p != own)
+        if len(found) > MAX_CELLS:
+            raise HoststateError(f"{experiment}: more than {MAX_CELLS} cells; not checked")
+    return sorted(found)
+
+
+def earlier_conflicts(result: str, current: Mapping[str, Any], policy: Policy) -> list[str]:
+    """One line per earlier cell of the sweep whose host state is not comparable with ``current`` (an
+    invalidating finding between its sidecar's snapshot and this host), or whose sidecar cannot be read: a cell
+    that cannot be checked is not taken as comparable. [] when every earlier cell ran on this host state.
+    ``hoststate results`` on the experiment folder explains each difference."""
+    from hoststate.diff import compare
+    from hoststate.report import importance
+    from hoststate.run.guard import host_state
+    from hoststate.run.record import read_sidecar
+
+    here = str(current.get("hoststate", {}).get("digest", ""))
+    seen: dict[str, str | None] = {here: None}  # host digest -> why it is not comparable (None: it is)
+    lines = []
+    for path in _sidecars(result):
+        name = os.path.relpath(path, experiment_of(result))
+        try:
+            record, snapshot = read_sidecar(str(path))
+        except HoststateError as err:
+            lines.append(f"{name}: cannot be read ({err})")
+            continue
+        digest = str(record.get("host", {}).get("digest", ""))
+        if digest not in seen:
+            refused = [f for f in compare(host_state(snapshot), host_state(current), policy).findings
+                       if f.severity == "invalidating"]
+            top = min(refused, key=importance) if refused else None
+            seen[digest] = f"another host state ({len(refused)} invalidating, first {top.path})" if top else None
+        if seen[digest]:
+            lines.append(f"{name}: {seen[digest]}")
+    return lines
