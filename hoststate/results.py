@@ -4,7 +4,8 @@
 in it, which is how a sweep ends up mixing hosts. ``hoststate guard --watch --attach RESULT`` records the host
 digest, the run verdict and (in ``RESULT.hoststate.json``) the snapshot taken before the run; this module reads
 them back for a whole directory, groups the cells by host digest, and names, for each cell off the reference
-host, the invalidating findings that separate it. The library half of ``hoststate results`` (no click here).
+host, the invalidating findings that separate it. The library half of ``hoststate results`` (no click here;
+hoststate.render.results shows it).
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ def _mismatched(groups: dict[str, list[Cell]], order: list[str], reference: str,
                 ref_snap: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     from hoststate.diff import compare
     from hoststate.guard import _host_state
-    from hoststate.report import headline
+    from hoststate.render.summary import headline
 
     out: list[dict[str, Any]] = []
     for digest in order:
@@ -211,32 +212,3 @@ def _mismatched(groups: dict[str, list[Cell]], order: list[str], reference: str,
         for c in group:
             out.append({"cell": c.path, "digest": digest, "finding": summary, "findings": findings})
     return sorted(out, key=lambda o: o["cell"])
-
-
-def render_text(report: ResultsReport, base: str = "") -> str:
-    """One line per group and per refused or judged cell, cells named relative to ``base``."""
-    from hoststate.report import clip, safe
-
-    def name(path: str) -> str:
-        return safe(os.path.relpath(path, base) if base else path)
-
-    n = sum(len(cells) for _, cells in report.groups) + len(report.unattached)
-    verdict = "refused: results from hosts that do not match" if report.mismatched else (
-        "refused" if report.refused else "comparable")
-    lines = [f"hoststate results: {n} cell(s), {len(report.groups)} host state(s): {verdict}"]
-    for digest, cells in report.groups:
-        tag = f"reference ({report.reference_from})" if digest == report.reference else "other host"
-        lines.append(clip(f"  {tag}: {digest[:19]}, {len(cells)} cell(s), first {name(cells[0])}", 120))
-    if report.reference and report.reference not in dict(report.groups):
-        lines.append(f"  reference ({report.reference_from}): {report.reference[:19]}, no cell ran on it")
-    # the cell on its own line (never elided: it is what the reader looks for), what is wrong with it below
-    for m in report.mismatched:
-        lines += [f"  MISMATCH    {name(m['cell'])}", clip(f"      {safe(m['finding'])}", 120)]
-    for cell in report.unattached:
-        lines += [f"  UNATTACHED  {name(cell)}", "      no hoststate record (run it under guard --watch --attach)"]
-    for j in report.judged:
-        lines += [f"  {j['verdict'].upper():<11} {name(j['cell'])}"]
-        lines += [clip(f"      {safe(reason)}", 120) for reason in j["reasons"]]
-    for s in report.skipped:
-        lines.append(clip(f"  skipped  {name(s['file'])}: {safe(s['error'])}", 120))
-    return "\n".join(lines) + "\n"
