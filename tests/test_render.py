@@ -8,6 +8,7 @@ import shlex
 import subprocess
 import sys
 import textwrap
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,11 @@ SERVE = "vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 8 --gpu-memory-utilizat
 #: A model path a Korean team would use: every Hangul syllable takes two terminal columns.
 KOREAN = "/data/모델/한국어-대화-모델/라마-3.1-8B-인스트럭트-한국어-미세조정-버전-2024-최종"
 VERSION = ["--vllm-version", "0.12.0"]
+
+
+def columns(line: str) -> int:
+    """A line's terminal columns, counted here independently of the code under test."""
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
 
 
 def invoke(*args: str):
@@ -73,11 +79,11 @@ def test_wrap_breaks_ascii_text_as_textwrap_does(words: list[str], width: int, i
 
 def test_fit_and_one_line_count_wide_characters() -> None:
     lines = fit(["vllm.model: ", Elide('"' + KOREAN + '"'), " -> ", Elide('"' + KOREAN[::-1] + '"')], 80)
-    assert len(lines) == 1 and cells(lines[0]) <= 80 and " -> " in lines[0]
+    assert len(lines) == 1 and columns(lines[0]) <= 80 and " -> " in lines[0]
     wrapped = fit(["  " + "한국어 " * 40], 60, 6)
-    assert all(cells(line) <= 60 for line in wrapped) and len(wrapped) > 2
+    assert all(columns(line) <= 60 for line in wrapped) and len(wrapped) > 2
     line = one_line(["model ", Elide(KOREAN), " -> ", Elide(KOREAN)], 50)
-    assert cells(line) <= 50 and " -> " in line and line.startswith("model /data/")
+    assert columns(line) <= 50 and " -> " in line and line.startswith("model /data/")
 
 
 # -- shortening keeps the words --------------------------------------------------------------------------------------
@@ -168,7 +174,7 @@ def test_a_long_running_line_shortens_arguments_not_words(accepted) -> None:
     script = "import time; " + "; ".join(f"x{i} = {i} * 2" for i in range(40))
     command = ["python3", "-c", script, "--label", KOREAN]
     lines = running_lines(accepted, command)
-    assert len(lines) == 1 and cells(lines[0]) <= WIDTH, lines
+    assert len(lines) == 1 and columns(lines[0]) <= WIDTH, lines
     head, _, shown = lines[0].partition(": running as non-comparable (78 accepted): ")
     assert head == "hoststate guard" and shown.startswith("python3 -c 'impor") and " --label '/data/" in shown
     assert shown.count("...") == 2 and shown.endswith("최종'")  # each long argument cut in its middle, quotes kept
@@ -232,7 +238,7 @@ def test_a_korean_model_path_keeps_every_report_within_the_width(tmp_path: Path)
     for what, result in runs.items():
         out = result.stdout + result.stderr
         assert result.exit_code in (0, 1) or (what.startswith("guard") and result.exit_code == 3)
-        wide = [(cells(line), line) for line in out.splitlines() if cells(line) > WIDTH]
+        wide = [(columns(line), line) for line in out.splitlines() if columns(line) > WIDTH]
         assert not wide, (what, wide)
 
 
