@@ -229,9 +229,9 @@ def test_a_korean_model_path_keeps_every_report_within_the_width(tmp_path: Path)
     guard = ["guard", "--baseline", a, "--root", str(HOSTS / "seed-experiment"), "--vllm-cmd",
              f"vllm serve {KOREAN}-새버전 -tp 8 -O1", *VERSION]
     runs = {
-        "diff": invoke("diff", a, b), "diff -v": invoke("diff", a, b, "-v"), "diff --all": invoke("diff", a, b, "--all"),
-        "show": invoke("show", b), "check": invoke("check", b), "guard": invoke(*guard), "guard -v": invoke(*guard, "-v"),
-        "fleet -v": invoke("fleet", str(tmp_path), "-v"),
+        "diff": invoke("diff", a, b), "diff -v": invoke("diff", a, b, "-v"),
+        "diff --all": invoke("diff", a, b, "--all"), "show": invoke("show", b), "check": invoke("check", b),
+        "guard": invoke(*guard), "guard -v": invoke(*guard, "-v"), "fleet -v": invoke("fleet", str(tmp_path), "-v"),
     }
     assert KOREAN in " ".join(runs["show"].stdout.split()).replace(" ", ""), runs["show"].stdout
     assert "모델" in runs["diff -v"].stdout and "모델" in runs["guard -v"].stderr
