@@ -1,5 +1,6 @@
 """The names this module held before the presentation layer had its own package (hoststate.render), kept so that
-imports made before it keep working. New code imports from hoststate.render.* directly."""
+imports made before it keep working (hoststate.guard's refusal message and [guard] table still use it). New code
+imports from hoststate.render.* directly."""
 
 from __future__ import annotations
 

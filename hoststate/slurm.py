@@ -232,7 +232,7 @@ def refusal_lines(baseline: str, current: Mapping[str, Any], config: Config) -> 
     """Why ``current`` is not comparable with ``baseline`` under the site's policy and accept patterns, one
     summary line per subsystem (the lines ``hoststate diff`` opens with); [] when it is."""
     from hoststate.guard import evaluate
-    from hoststate.report import summarize
+    from hoststate.render.summary import summarize
 
     try:
         result = evaluate(baseline, current=current, policy_files=config.policy, accept=config.accept)

@@ -264,3 +264,16 @@ def test_renderers_are_chosen_by_a_table() -> None:
     assert set(show.RENDERERS) == set(results.RENDERERS) == {"text", "json"}
     with pytest.raises(ValueError, match="yaml"):
         check.render_checks([], "yaml")
+
+
+def test_the_report_module_is_a_face_of_the_layer() -> None:
+    """Imports made before hoststate.render existed (``from hoststate.report import ...``) get the layer's objects."""
+    import hoststate.report as face
+    from hoststate.diff import only
+    from hoststate.render import diff, findings, guard, summary, text
+
+    assert face.render_diff is diff.render_diff and face.render_guard is guard.render_guard
+    assert face.summarize is summary.summarize and face.headline is summary.headline
+    assert face.importance is findings.importance and face.safe is text.safe and face.show_value is text.show_value
+    assert face.filter_paths is only
+    assert all(hasattr(face, name) for name in face.__all__)
