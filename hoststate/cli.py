@@ -355,7 +355,8 @@ def check(ctx: click.Context, file: str | None, fmt: str, color: str, **opts: An
               help="Write the current snapshot here with a [guard] table (baseline, verdict, accepted findings).")
 @click.option("--force", is_flag=True, help="Let --save-current replace an existing FILE.")
 @click.option("--label", metavar="TEXT", help="A label stored in the current snapshot's [hoststate].label.")
-@click.option("-v", "--verbose", is_flag=True, help="Also list warnings and the per-collector summary.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also list every finding (warning and info ones too) and the per-collector summary.")
 @click.option("--watch", is_flag=True, help="Watch CMD while it runs, snap again after it and judge the run clean, "
               "degraded or invalid (docs/watch.md).")
 @click.option("--watch-interval", type=float, default=1.0, show_default=True, metavar="S",
