@@ -4,6 +4,7 @@
 renders one output kind from plain data another layer computed, chosen by format in its ``RENDERERS`` table:
 
 - ``findings``: one diff finding or one rule's findings as lines; ``summary``: one line per subsystem;
+  ``sources``: the line saying the two sides describe vLLM differently;
 - ``diff``: ``hoststate diff``'s report; ``guard``: guard's and rebaseline's report on stderr;
 - ``show``, ``check``, ``fleet``, ``results``: those commands' reports.
 

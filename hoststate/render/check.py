@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hoststate.check import SEVERITIES, Advisory
-from hoststate.render.text import WIDTH, fit, md_code, md_text, paint, safe
+from hoststate.render.text import WIDTH, fit, md_code, md_table, md_text, paint, safe
 
 
 def _counts(advisories: list[Advisory]) -> dict[str, int]:
@@ -45,10 +45,8 @@ def render_json(advisories: list[Advisory], color: bool = False) -> str:
 def render_markdown(advisories: list[Advisory], color: bool = False) -> str:
     if not advisories:
         return "No advisories.\n"
-    rows = ["| code | name | severity | path | message |", "|---|---|---|---|---|"]
-    rows += [f"| {a.code} | {a.name} | {a.severity} | {md_code(a.path or '')} | {md_text(a.message)} |"
-             for a in advisories]
-    return "\n".join(rows) + "\n"
+    rows = [(a.code, a.name, a.severity, md_code(a.path or ""), md_text(a.message)) for a in advisories]
+    return "\n".join(md_table(("code", "name", "severity", "path", "message"), rows)) + "\n"
 
 
 #: format -> renderer; colour only applies to text.

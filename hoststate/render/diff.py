@@ -27,7 +27,7 @@ from hoststate.render.findings import (
     tag,
 )
 from hoststate.render.summary import SUMMARY_WIDTH, summarize
-from hoststate.render.text import COLOURS, RESET, WIDTH, clip, fit, md_code, md_text, safe, show_value
+from hoststate.render.text import COLOURS, RESET, WIDTH, clip, fit, md_code, md_table, md_text, safe, show_value
 
 _VERDICT_TONE = {"invalidating": "invalidating", "warning": "warning"}
 
@@ -95,17 +95,14 @@ def render_markdown(result: DiffResult, *, baseline: str, current: str, verbose:
         out.append("No findings.")
         return "\n".join(out) + "\n"
     out += [f"- **{s.severity}** {md_text(s.text)}" for s in summarize(result.findings)]
-    out += ["", "| severity | rule | findings | change | why |", "|---|---|---|---|---|"]
-    for severity, rule, reason, group in by_rule(result.findings):
-        out.append(f"| **{severity}** | {md_code(rule)} | {len(group)} | {md_code(example(group, 60))} "
-                   f"| {md_text(reason)} |")
+    out += ["", *md_table(("severity", "rule", "findings", "change", "why"), [
+        (f"**{severity}**", md_code(rule), str(len(group)), md_code(example(group, 60)), md_text(reason))
+        for severity, rule, reason, group in by_rule(result.findings)])]
     if verbose:
         out += ["", f"<details><summary>All {len(result.findings)} findings</summary>", "",
-                "| severity | path | change | baseline | current |", "|---|---|---|---|---|"]
-        for f in result.findings:
-            old, new = _md_cells(f)
-            out.append(f"| **{f.severity}** | {md_code(f.path)} | {f.change} | {old} | {new} |")
-        out += ["", "</details>"]
+                *md_table(("severity", "path", "change", "baseline", "current"),
+                          [(f"**{f.severity}**", md_code(f.path), f.change, *_md_cells(f)) for f in result.findings]),
+                "", "</details>"]
     return "\n".join(out) + "\n"
 
 

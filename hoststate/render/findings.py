@@ -7,6 +7,7 @@ line is cut in its middle, the path, the arrow and the words around it never (ho
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -82,8 +83,6 @@ def importance(f: Finding) -> tuple[int, int, int, str]:
 
 
 def _key(value: Any) -> str:
-    import json
-
     return json.dumps(jsonable(value), sort_keys=True, ensure_ascii=False, default=str)
 
 

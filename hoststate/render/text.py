@@ -329,7 +329,8 @@ def md_code(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: Sequence[str] = ()) -> list[str]:
-    """A Markdown table: cells as given (already escaped with md_text or md_code), ``align`` ``---``/``---:``."""
-    marks = list(align) or ["---"] * len(header)
-    return ["| " + " | ".join(header) + " |", "|" + "|".join(marks) + "|", *("| " + " | ".join(r) + " |" for r in rows)]
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A Markdown table's lines, cells as given (each already made safe with md_text or md_code)."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(row) + " |" for row in rows)]
