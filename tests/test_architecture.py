@@ -103,3 +103,13 @@ def test_the_import_graph_has_no_cycle() -> None:
         if start not in state:
             visit(start, [start])
     assert not cycles, cycles
+
+
+def test_every_package_is_shipped_in_the_wheel() -> None:
+    """pyproject lists the packages (discovery would walk the fixture trees' symlink cycles): a package folder left
+    off the list would import from the checkout in CI and be missing from what users install."""
+    from hoststate.snapshot import toml_loads
+
+    listed = set(toml_loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    folders = {".".join(p.parent.relative_to(REPO).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert folders == listed, sorted(folders ^ listed)
