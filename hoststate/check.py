@@ -2,7 +2,7 @@
 
 Codes are ``HS`` + 3 digits; the hundreds digit is the area (1 CPU/OS, 2 DSA, 3 GPU, 4 vLLM, 9 snapshot). A code is
 never reused and keeps its kebab name; docs/codes.md has one section per code. Each check is a pure function of
-the snapshot mapping, listed in CHECKS next to its code.
+the snapshot mapping, listed in CHECKS next to its code. hoststate.render.check shows them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from hoststate.coverage import UNKNOWN, parse_entry
 from hoststate.nvml import EVENT_REASONS
 from hoststate.paths import Path, format_path
-from hoststate.report import table
+from hoststate.render.text import table
 
 #: (code, kebab-name, area, summary). Append only; never renumber.
 CODES: tuple[tuple[str, str, str, str], ...] = (
@@ -59,7 +59,7 @@ def _adv(code: str, severity: str, message: str, path: Path | None = None) -> Ad
     return Advisory(code, _NAMES[code], severity, message, format_path(path) if path else None)
 
 
-_table = table  # the one helper of the presentation layer (hoststate.report.table)
+_table = table  # the one helper of the presentation layer (hoststate.render.text.table)
 
 
 # -- CPU / OS ----------------------------------------------------------------------------------------------------
@@ -432,45 +432,3 @@ def run_checks(snap: dict) -> list[Advisory]:
         except (AttributeError, TypeError, ValueError, KeyError):  # a malformed section must not hide the rest
             continue
     return out
-
-
-def render_text(advisories: list[Advisory], color: bool = False) -> str:
-    """One block per code, warnings first: ``CODE name [severity]`` once, then each advisory's path and message
-    wrapped within 120 columns (nothing cut); then the counts."""
-    from hoststate.report import WIDTH, fit, paint, safe
-
-    counts = {s: sum(1 for a in advisories if a.severity == s) for s in SEVERITIES}
-    lines: list[str] = []
-    ordered = sorted(advisories, key=lambda a: (SEVERITIES.index(a.severity), a.code))
-    for i, a in enumerate(ordered):
-        if i == 0 or ordered[i - 1].code != a.code:
-            same = sum(1 for b in ordered if b.code == a.code)
-            lines.append(paint(f"{a.code} {a.name} [{a.severity}]", a.severity, color)
-                         + (f" x {same}" if same > 1 else ""))
-        lines += fit([f"  {safe(a.path) + ': ' if a.path else ''}{safe(a.message)}"], WIDTH, 6)
-    lines.append(f"{counts['warning']} warning(s), {counts['info']} info" if advisories else "no advisories")
-    return "\n".join(lines) + "\n"
-
-
-def to_json(advisories: list[Advisory]) -> dict[str, Any]:
-    """The object of docs/check.schema.json: every advisory and the counts per severity."""
-    counts = {s: sum(1 for a in advisories if a.severity == s) for s in SEVERITIES}
-    return {"advisories": [a.to_dict() for a in advisories], "counts": counts}
-
-
-def render_checks(advisories: list[Advisory], fmt: str, color: bool = False) -> str:
-    """Advisories as text (a block per code), JSON (docs/check.schema.json) or a Markdown table."""
-    if fmt == "json":
-        return json.dumps(to_json(advisories), indent=2) + "\n"
-    if fmt == "markdown":
-        if not advisories:
-            return "No advisories.\n"
-        from hoststate.report import md_code, md_text
-
-        rows = ["| code | name | severity | path | message |", "|---|---|---|---|---|"]
-        rows += [f"| {a.code} | {a.name} | {a.severity} | {md_code(a.path or '')} | {md_text(a.message)} |"
-                 for a in advisories]
-        return "\n".join(rows) + "\n"
-    if fmt != "text":
-        raise ValueError(f"unknown format {fmt!r} (one of text, json, markdown)")
-    return render_text(advisories, color)

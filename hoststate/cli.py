@@ -7,7 +7,6 @@ A file argument ``-`` is stdin (an input) or stdout (an output); colour only on 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -246,14 +245,10 @@ def _since_start() -> float | None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def show(file: str, fmt: str) -> None:
     """Summarise a snapshot FILE ('-': stdin) for a person (or dump it as JSON). Exit 0; 2 on bad input."""
-    from hoststate.show import render_summary
-    from hoststate.snapshot import jsonable
+    from hoststate.render.show import render
 
     snapshot = load_snapshot(file)
-    if fmt == "json":
-        click.echo(json.dumps(jsonable(snapshot), indent=2, sort_keys=True))
-    else:
-        click.echo(render_summary(snapshot, "<stdin>" if file == STDIO else file))
+    click.echo(render(snapshot, fmt, "<stdin>" if file == STDIO else file))
 
 
 @cli.command()
@@ -279,9 +274,11 @@ def diff(ctx: click.Context, baseline: str, current: str, policies: tuple[str, .
 
     Exit 0 when nothing is invalidating, 1 when something is, 2 on bad input (snapshot or policy).
     """
-    from hoststate.diff import compare
+    from hoststate.diff import compare, only
     from hoststate.policy import load_policy
-    from hoststate.report import filter_paths, render_diff, safe, vllm_source_note
+    from hoststate.render.diff import render_diff
+    from hoststate.render.sources import vllm_source_note
+    from hoststate.render.text import safe
 
     if baseline == current == STDIO:
         raise click.UsageError("only one of BASELINE and CURRENT can be '-' (stdin)")
@@ -290,7 +287,7 @@ def diff(ctx: click.Context, baseline: str, current: str, policies: tuple[str, .
     result = compare(base, cur, policy, include_ignored=include_ignored)
     if paths:
         try:
-            result = filter_paths(result, paths)
+            result = only(result, paths)
         except ValueError as err:
             raise InputError(f"bad PATH pattern: {err}") from err
     if name_only:
@@ -309,7 +306,7 @@ def digest(file: str) -> None:
 
     FILE '-' is stdin."""
     from hoststate.digest import digest as compute
-    from hoststate.report import safe
+    from hoststate.render.text import safe
 
     snapshot = load_snapshot(file)
     stored = snapshot["hoststate"]["digest"]
@@ -332,7 +329,8 @@ def check(ctx: click.Context, file: str | None, fmt: str, color: str, **opts: An
 
     Exit 0 when none is at warning level, 1 when some are, 2 on bad input.
     """
-    from hoststate.check import render_checks, run_checks
+    from hoststate.check import run_checks
+    from hoststate.render.check import render_checks
 
     snapshot = load_snapshot(file) if file else take_snapshot(opts, quiet=True)
     advisories = run_checks(snapshot)
@@ -355,7 +353,8 @@ def check(ctx: click.Context, file: str | None, fmt: str, color: str, **opts: An
               help="Write the current snapshot here with a [guard] table (baseline, verdict, accepted findings).")
 @click.option("--force", is_flag=True, help="Let --save-current replace an existing FILE.")
 @click.option("--label", metavar="TEXT", help="A label stored in the current snapshot's [hoststate].label.")
-@click.option("-v", "--verbose", is_flag=True, help="Also list warnings and the per-collector summary.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also list every finding (warning and info ones too) and the per-collector summary.")
 @click.option("--watch", is_flag=True, help="Watch CMD while it runs, snap again after it and judge the run clean, "
               "degraded or invalid (docs/watch.md).")
 @click.option("--watch-interval", type=float, default=1.0, show_default=True, metavar="S",
@@ -390,7 +389,7 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     --save-current may be '-': stdin and stdout belong to CMD.
     """
     from hoststate.capture import SnapOptions
-    from hoststate.report import render_guard
+    from hoststate.render.guard import render_guard
     from hoststate.run.flow import guarded_run
     from hoststate.run.guard import GuardResult
 
@@ -415,18 +414,16 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
         for pattern in result.unused_accept:
             _error(f"hoststate guard: note: --accept {pattern!r} matched no invalidating finding")
         if command and result.accepted and not result.refused:
-            from hoststate.redact import redact_argv
-            from hoststate.text import clean
+            from hoststate.render.guard import running_lines
 
-            click.echo(f"hoststate guard: running as non-comparable ({len(result.accepted)} accepted): "
-                       f"{' '.join(redact_argv([clean(c) for c in command]))}", err=True)
+            click.echo("\n".join(running_lines(result, command)), err=True)
 
     outcome = guarded_run(baseline, command, SnapOptions.of(opts, label=label), policy_files=policy_files,
                           accept=accept, allow_unreadable=allow_unreadable, watch=watch, save_current=save_current,
                           force=force, protect=inputs, announce=announce)
     result = outcome.guard
     if outcome.sweep_conflicts:
-        from hoststate.report import clip
+        from hoststate.render.text import clip
 
         for line in outcome.sweep_conflicts:
             _error(clip(f"  MISMATCH  {line}", 120))
@@ -500,7 +497,7 @@ def rebaseline(baseline: str, current: str, output: str, accept: tuple[str, ...]
     displays it). Exit 0 written; 2 bad input or NEW not writable; 3 findings not accepted (nothing written).
     """
     from hoststate.rebaseline import rebaseline as make
-    from hoststate.report import render_guard
+    from hoststate.render.guard import render_guard
     from hoststate.snapshot import to_toml, write
 
     inputs = (baseline, current, *policy_files)
@@ -537,7 +534,8 @@ def fleet(ctx: click.Context, paths: tuple[str, ...], reference: str | None, fmt
     snapshots are in one group (the reference's) and none was skipped, 1 when there are outliers or skipped files,
     2 when no snapshot could be read.
     """
-    from hoststate.fleet import render, run_fleet
+    from hoststate.fleet import run_fleet
+    from hoststate.render.fleet import render
 
     report = run_fleet(paths, reference=reference, jobs=jobs or None)
     click.echo(render(report, fmt, color=use_color(fmt, color), verbose=verbose), nl=False, color=True)
@@ -550,17 +548,19 @@ def fleet(ctx: click.Context, paths: tuple[str, ...], reference: str | None, fmt
 @click.option("--baseline", type=click.Path(dir_okay=False, allow_dash=True), metavar="B",
               help="Add drift against this baseline snapshot (default policy); '-' is stdin.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), metavar="FILE",
-              help="Write here atomically (replacing it) instead of stdout: a node_exporter textfile *.prom, "
+              help="Write here atomically instead of stdout: a node_exporter textfile *.prom, "
               "or a file in /etc/kubernetes/node-feature-discovery/features.d/.")
+@click.option("--force", is_flag=True, help="Replace FILE if it exists (a refresh; never done silently).")
 @click.option("--expires-in", type=click.IntRange(min=1), metavar="SECONDS",
               help="nfd: add '# +expiry-time=' this many seconds from now, so stale labels drop off.")
 @click.option("--label", metavar="TEXT", help="Label of the live snapshot (without FILE).")
 @collector_options
-def export(kind: str, file: str | None, baseline: str | None, output: str | None, expires_in: int | None,
-           label: str | None, **opts: Any) -> None:
+def export(kind: str, file: str | None, baseline: str | None, output: str | None, force: bool,
+           expires_in: int | None, label: str | None, **opts: Any) -> None:
     """Export a snapshot FILE (the live host when no FILE) as Prometheus textfile metrics or an NFD feature file.
 
-    Exit 0; 2 on bad input or when the output could not be written.
+    An existing OUT is replaced only with --force (a periodic refresh passes it). Exit 0; 2 on bad input or when
+    the output could not be written.
     """
     import datetime as dt
 
@@ -578,10 +578,8 @@ def export(kind: str, file: str | None, baseline: str | None, output: str | None
         if used or label:
             names = ", ".join("--" + n.replace("_", "-") for n in used + (["label"] if label else []))
             raise click.UsageError(f"{names}: only for a live snapshot (without FILE)")
-        snapshot = load_snapshot(file)
-    else:
-        prepare_output(output, force=True, protect=inputs)
-        snapshot = take_snapshot(opts, label, quiet=True)
+    prepare_output(output, force, protect=inputs)  # before any work: an existing OUT needs --force, as for snap
+    snapshot = load_snapshot(file) if file is not None else take_snapshot(opts, label, quiet=True)
     base = load_snapshot(baseline) if baseline else None
     if kind == "prometheus":
         text = to_prometheus(snapshot, base)
@@ -589,8 +587,8 @@ def export(kind: str, file: str | None, baseline: str | None, output: str | None
         expires = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=expires_in) if expires_in else None
         text = to_nfd(snapshot, base, expires=expires)
     if output and output != STDIO:
-        prepare_output(output, force=True, protect=inputs)
-        write_output(output, text, force=True, protect=inputs)
+        prepare_output(output, force, protect=inputs)
+        write_output(output, text, force=force, protect=inputs)
     else:
         click.echo(text, nl=False)
 
@@ -618,17 +616,13 @@ def results(ctx: click.Context, paths: tuple[str, ...], current: str | None, met
     verified and ran on that host state and none was judged invalid, 1 when refused (a file without a verified
     record, another host state, an invalid run), 2 when no result file was found.
     """
-    from hoststate.results import check_results, render_markdown, render_text
+    from hoststate.render.results import render
+    from hoststate.results import check_results
 
     snap = load_snapshot(current) if current else None
     report = check_results(paths, current=snap, current_name=current or "", ignore=ignore, metrics=metrics)
     base = paths[0] if len(paths) == 1 and os.path.isdir(paths[0]) else ""
-    if fmt == "json":
-        click.echo(json.dumps(report.to_dict(base), indent=2))
-    elif fmt == "markdown":
-        click.echo(render_markdown(report, base), nl=False)
-    else:
-        click.echo(render_text(report, base), nl=False)
+    click.echo(render(report, fmt, base), nl=False)
     ctx.exit(report.exit_code)
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hoststate import coverage
-from hoststate.paths import Path, format_path, get, leaves
-from hoststate.policy import RANK, SEVERITIES, Policy, Rule, default_policy, intersects
+from hoststate.paths import Path, format_path, get, leaves, split_path
+from hoststate.policy import RANK, SEVERITIES, Policy, Rule, compile_pattern, default_policy, intersects
 from hoststate.snapshot import jsonable
 
 CHANGES = ("changed", "added", "removed", "unreadable", "coverage")
@@ -369,5 +369,25 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], policy: Pol
     if not include_ignored:
         findings = [f for f in findings if f.severity != "ignore"]
     findings.sort(key=lambda f: (RANK[f.severity], f.path))
-    verdict = "invalidating" if counts["invalidating"] else "warning" if counts["warning"] else "clean"
-    return DiffResult(findings, verdict, counts)
+    return DiffResult(findings, verdict_of(counts), counts)
+
+
+def verdict_of(counts: Mapping[str, int]) -> str:
+    """The verdict of findings so counted: invalidating when one is, else warning when one is, else clean."""
+    return "invalidating" if counts.get("invalidating") else "warning" if counts.get("warning") else "clean"
+
+
+def only(result: DiffResult, patterns: Sequence[str]) -> DiffResult:
+    """The findings under ``patterns`` (policy syntax; a pattern also covers everything below it, as git's
+    pathspecs do), with the verdict and counts of those findings only. ValueError on a malformed pattern."""
+    compiled = [compile_pattern((*split_path(p), "**")) for p in patterns]
+
+    def keys(f: Finding) -> Path:
+        try:
+            return split_path(f.path)
+        except ValueError:
+            return (f.path,)
+
+    kept = [f for f in result.findings if any(c.match(keys(f)) for c in compiled)]
+    counts = {s: sum(1 for f in kept if f.severity == s) for s in SEVERITIES}
+    return DiffResult(kept, verdict_of(counts), counts)

@@ -98,7 +98,8 @@ def _part(path: str) -> str:
 
 def changes_of(findings: Sequence[Any]) -> list[tuple[str, str, frozenset[str], int]]:
     """(subsystem, summary text, identity, findings) for each subsystem the findings touch, most important first."""
-    from hoststate.report import importance, summarize
+    from hoststate.render.findings import importance
+    from hoststate.render.summary import summarize
 
     parts: dict[str, list[Any]] = {}
     for f in sorted(findings, key=importance):
@@ -229,7 +230,7 @@ def _range(s: Mapping[str, Any]) -> str:
 
 
 def _metric_lines(exp: Mapping[str, Any]) -> list[str]:
-    from hoststate.report import clip, safe
+    from hoststate.render.text import clip, safe
 
     ref = exp["reference_group"]
     stats_of = {g["label"]: g["metrics"] for g in exp["groups"]}
@@ -247,7 +248,7 @@ def _metric_lines(exp: Mapping[str, Any]) -> list[str]:
 
 
 def _unit_lines(exp: Mapping[str, Any]) -> list[str]:
-    from hoststate.report import clip, safe
+    from hoststate.render.text import clip, safe
 
     by_id = {c["id"]: c for c in exp["changes"]}
     lines = ["what moved:"] if exp["units"] else []
@@ -275,7 +276,7 @@ def explanation_lines(exp: Mapping[str, Any]) -> list[str]:
 
 def explanation_markdown(exp: Mapping[str, Any]) -> list[str]:
     """The same as Markdown: one table a metric, then what moved as bullets."""
-    from hoststate.report import md_code, md_text
+    from hoststate.render.text import md_code, md_text
 
     ref = exp["reference_group"]
     stats_of = {g["label"]: g["metrics"] for g in exp["groups"]}

@@ -231,7 +231,7 @@ def health_faults(snap_data: Mapping[str, Any], kmsg: str = "") -> list[str]:
 def refusal_lines(baseline: str, current: Mapping[str, Any], config: Config) -> list[str]:
     """Why ``current`` is not comparable with ``baseline`` under the site's policy and accept patterns, one
     summary line per subsystem (the lines ``hoststate diff`` opens with); [] when it is."""
-    from hoststate.report import summarize
+    from hoststate.render.summary import summarize
     from hoststate.run.guard import evaluate
 
     try:

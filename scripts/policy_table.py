@@ -17,7 +17,7 @@ END = "<!-- end of default rules -->"
 def table() -> str:
     """One row per default rule in the file's order (which decides nothing): pattern, severity, reason."""
     from hoststate.policy import default_rules
-    from hoststate.report import md_code
+    from hoststate.render.text import md_code
 
     rows = ["| # | path | severity | why |", "|---|---|---|---|"]
     for n, rule in enumerate(default_rules(), 1):

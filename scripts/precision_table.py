@@ -263,7 +263,7 @@ class Row:
     findings: list[str] = field(default_factory=list)
 
     def markdown(self) -> str:
-        from hoststate.report import md_code
+        from hoststate.render.text import md_code
 
         def cell(text: str) -> str:
             return text.replace("|", "\\|")

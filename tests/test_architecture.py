@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import PACKAGE, PYTHONPATH
+from tests.conftest import PACKAGE, PYTHONPATH, REPO
 
 VERDICT = ("policy", "positions", "diff", "digest")
 CAPTURE = ("hoststate.capture", "hoststate.collectors")
@@ -113,3 +113,13 @@ def test_ci_tests_the_installed_package() -> None:
     assert "site-packages" in PACKAGE.parts, PACKAGE
     for data in ("default_policy.toml", "run/judge_rules.toml"):
         assert (PACKAGE / data).is_file(), data
+
+
+def test_every_package_is_shipped_in_the_wheel() -> None:
+    """pyproject lists the packages (discovery would walk the fixture trees' symlink cycles): a package folder left
+    off the list would import from the checkout in CI and be missing from what users install."""
+    from hoststate.snapshot import toml_loads
+
+    listed = set(toml_loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    folders = {".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert folders == listed, sorted(folders ^ listed)

@@ -144,11 +144,12 @@ def _strict_json(text: str) -> None:
 def test_fuzz_wrong_types_reach_every_command_as_input_error_or_output(a: dict, b: dict) -> None:
     """Any shape under any table: InputError at load, or every command renders it (strict JSON included)."""
     from hoststate import export
-    from hoststate.check import render_checks, run_checks
+    from hoststate.check import run_checks
     from hoststate.diff import compare
     from hoststate.digest import digest
-    from hoststate.report import render_diff
-    from hoststate.show import render_summary
+    from hoststate.render.check import render_checks
+    from hoststate.render.diff import render_diff
+    from hoststate.render.show import render_summary
     from hoststate.snapshot import jsonable, to_toml, validate
 
     try:

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from hoststate.check import CHECKS, CODES, render_checks, run_checks
+from hoststate.check import CHECKS, CODES, run_checks
+from hoststate.render.check import render_checks
 from hoststate.snapshot import load
 from tests.conftest import FIXTURES, REPO
 
@@ -212,7 +213,7 @@ def test_a_lost_gpu_is_a_warning_not_info(tmp_path):
     lost = [a for a in run_checks(snap) if a.code == "HS306"]
     assert len(lost) == 1 and lost[0].severity == "warning" and lost[0].path == "gpu.count"
     assert "1 of 8 GPUs not described" in lost[0].message and "GpuIsLost" in lost[0].message
-    from hoststate.show import render_summary
+    from hoststate.render.show import render_summary
 
     shown = render_summary(snap, "lost.toml")
     assert "MISSING" in shown and "1 of 8 GPUs not described" in shown

@@ -11,9 +11,10 @@ import sys
 
 import pytest
 
-from hoststate.check import Advisory, render_checks
+from hoststate.check import Advisory
 from hoststate.export import NFD_PREFIX, to_nfd
-from hoststate.show import render_summary
+from hoststate.render.check import render_checks
+from hoststate.render.show import render_summary
 from hoststate.snapshot import load, loads
 from tests.conftest import FIXTURES, HOSTS, REPO
 

@@ -1,4 +1,4 @@
-"""Invisible characters in keys and host names are escaped in every report (hoststate.report.safe, the one escaping
+"""Invisible characters in keys and host names are escaped in every report (hoststate.render.text.safe, the one escaping
 helper): zero-width and bidirectional format characters, fillers (U+3164, U+115F, U+FFA0), spaces other than
 U+0020, private-use and unassigned code points, so a planted key cannot look identical to a real one."""
 
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hoststate.digest import digest
-from hoststate.report import _hidden, safe
+from hoststate.render.text import _hidden, safe
 from hoststate.snapshot import loads, to_toml
 from tests.conftest import FIXTURES, PYTHONPATH
 

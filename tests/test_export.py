@@ -262,7 +262,9 @@ def test_cli_export_file_and_baseline(snap, tmp_path) -> None:
     assert nfd.returncode == 0 and nfd.stdout == "", nfd.stderr
     text = out.read_text(encoding="utf-8")
     assert "# +expiry-time=" in text and check_nfd(text)
-    again = run("export", "nfd", str(path), "-o", str(out))  # a refresh replaces the file
+    kept = run("export", "nfd", str(path), "-o", str(out))  # an existing file is replaced only with --force
+    assert kept.returncode == 2 and "exists; use --force" in kept.stderr and "# +expiry-time=" in out.read_text()
+    again = run("export", "nfd", str(path), "-o", str(out), "--force")  # a refresh replaces the file
     assert again.returncode == 0, again.stderr
     assert "# +expiry-time=" not in out.read_text(encoding="utf-8")
     assert [p.name for p in out.parent.iterdir()] == ["hoststate"]  # no temp file left behind

@@ -23,6 +23,7 @@ import pytest
 from hoststate import fleet
 from hoststate.digest import digest
 from hoststate.errors import InputError
+from hoststate.render.fleet import render as render_fleet
 from hoststate.snapshot import to_toml
 from tests.conftest import HOSTS
 
@@ -312,7 +313,7 @@ def test_nested_directories_are_walked_sorted(base, tmp_path) -> None:
 def test_render_rejects_unknown_format(base, tmp_path) -> None:
     write_fleet(base, str(tmp_path), 1, {})
     with pytest.raises(ValueError):
-        fleet.render(fleet.run_fleet([str(tmp_path)]), "yaml")
+        render_fleet(fleet.run_fleet([str(tmp_path)]), "yaml")
 
 
 def test_hostile_values_are_escaped_and_lines_fit(base, tmp_path) -> None:
@@ -327,13 +328,13 @@ def test_hostile_values_are_escaped_and_lines_fit(base, tmp_path) -> None:
         fh.write(to_toml(snap))
     report = fleet.run_fleet([str(tmp_path / "snaps")])
     assert len(report.outliers) == 1
-    text = fleet.render(report, "text")
+    text = render_fleet(report, "text")
     assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
     assert "evil\\e]0;owned\\x07\\u202egpj.exe|<img src=x>" in text  # the hostname escaped, not dropped
     assert '"evil\\u001b]0;owned\\u0007' in text  # the value too
     assert max(len(line) for line in text.splitlines()) <= 120
     assert "kernel.release" in text  # the finding's path survives the width limit
-    markdown = fleet.render(report, "markdown")
+    markdown = render_fleet(report, "markdown")
     assert "\x1b" not in markdown and "\u202e" not in markdown
     assert "\\<img" in markdown and not re.search(r"(?<!\\)<img", markdown)  # HTML made inert
     rows = [line for line in markdown.splitlines() if "kernel.release" in line]
@@ -364,7 +365,7 @@ def test_member_names_are_never_cut(base, tmp_path) -> None:
     deep = tmp_path / ("rack-" + "x" * 10) / ("row-" + "y" * 10)
     paths = write_fleet(base, str(deep), 5, {})
     assert 40 < len(paths[0]) < 116  # three names do not fit one line, one does
-    text = fleet.render(fleet.run_fleet([str(tmp_path)]), "text")
+    text = render_fleet(fleet.run_fleet([str(tmp_path)]), "text")
     lines = text.splitlines()
     assert max(map(len, lines)) <= 120
     for p in paths[:3]:  # each on a line, whole

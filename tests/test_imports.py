@@ -21,7 +21,7 @@ VLLM_PARSERS = tuple(f"hoststate.collectors.vllm.{m}" for m in ("argv", "cudagra
                                                                   "model", "modes", "options", "versions"))
 #: The verdict side and the other commands' own modules.
 NOT_SNAP = ("hoststate.diff", "hoststate.report", "hoststate.guard", "hoststate.nvml_replay", "hoststate.check",
-            "hoststate.show", "hoststate.fleet", "hoststate.export", "hoststate.watch", "hoststate.rebaseline",
+            "hoststate.render", "hoststate.fleet", "hoststate.export", "hoststate.watch", "hoststate.rebaseline",
             "hoststate.results", "hoststate.policy_table", "hoststate.render.timeline")
 #: What reading snapshots never needs: the collectors, redaction and the host-reading libraries (`check` still
 #: loads hoststate.capture, light now, to validate its --timeout option).
@@ -93,7 +93,7 @@ def test_snap_with_a_vllm_command_loads_the_parsers(tmp_path: Path) -> None:
 def test_reading_snapshots_loads_no_capture_module(tmp_path: Path, snapshots: tuple[str, str], command: str) -> None:
     args = [command, *snapshots] if command == "diff" else [command, snapshots[0]]
     mods = loaded(tmp_path, *args)
-    assert f"hoststate.{command}" in mods
+    assert {"show": "hoststate.render.show"}.get(command, f"hoststate.{command}") in mods
     assert not mods & set(CAPTURE), sorted(mods & set(CAPTURE))
     assert not mods & {"hoststate.guard", "hoststate.fleet", "hoststate.watch", "hoststate.nvml_replay"}
 
@@ -102,3 +102,13 @@ def test_show_parses_no_policy(tmp_path: Path, snapshots: tuple[str, str]) -> No
     """show summarises a file: it never loads the digest or the diff's position matching."""
     mods = loaded(tmp_path, "show", snapshots[0])
     assert not mods & {"hoststate.digest", "hoststate.positions", "hoststate.parsed"}
+
+
+@pytest.mark.parametrize("command", ["show", "check"])
+def test_show_and_check_load_no_diff_or_policy_module(tmp_path: Path, snapshots: tuple[str, str],
+                                                      command: str) -> None:
+    """They read one snapshot: the diff engine, the policy and the diff's renderers stay unloaded."""
+    mods = loaded(tmp_path, command, snapshots[0])
+    assert {"hoststate.render.text", f"hoststate.render.{command}"} <= mods
+    assert not {m for m in mods if m.startswith(("hoststate.diff", "hoststate.policy", "hoststate.report",
+                                                 "hoststate.render.diff", "hoststate.render.findings"))}

@@ -66,7 +66,7 @@ def as_nobody(action: Callable[[], None]) -> None:
 
 
 def _args(command: str, out: Path, force: bool) -> list[str]:
-    return COMMANDS[command](str(out)) + (["--force"] if force and command != "export" else [])
+    return COMMANDS[command](str(out)) + (["--force"] if force else [])
 
 
 # -- a FIFO placed by another user ---------------------------------------------------------------------------------

@@ -140,7 +140,7 @@ def test_diff_opens_with_the_note_and_says_nothing_when_sides_agree(seed_pair):
 
 
 def test_fit_elides_values_only_and_wraps_names():
-    from hoststate.report import Elide, Name, fit
+    from hoststate.render.text import Elide, Name, fit
 
     line = fit(["path.to.key: ", Elide("v" * 300), " -> ", Elide("w" * 10)], 120)
     assert len(line) == 1 and len(line[0]) == 120 and line[0].startswith("path.to.key: vvv") and "..." in line[0]

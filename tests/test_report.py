@@ -11,7 +11,10 @@ import pytest
 
 from hoststate.diff import DiffResult, Finding, compare
 from hoststate.policy import RANK
-from hoststate.report import WIDTH, clip, finding_line, finding_lines, headline, render_diff, summarize
+from hoststate.render.diff import render_diff
+from hoststate.render.findings import finding_line, finding_lines
+from hoststate.render.summary import headline, summarize
+from hoststate.render.text import WIDTH, clip
 from hoststate.snapshot import load
 from tests.conftest import FIXTURES, REPO
 

@@ -18,7 +18,8 @@ import jsonschema
 import pytest
 
 from hoststate.errors import InputError
-from hoststate.results import check_results, render_text
+from hoststate.render.results import render_text
+from hoststate.results import check_results
 from hoststate.run.record import MAX_DEPTH, content_digest, file_digest, json_depth, load_objects, text_digest
 from hoststate.snapshot import to_toml
 from tests.conftest import FIXTURES, PYTHONPATH, REPO, require

@@ -210,7 +210,9 @@ def _refuse_refused_command(snap: Mapping[str, Any]) -> None:
 
 def refusal_message(result: GuardResult) -> str:
     """One line saying why the baseline is refused, naming the most important finding (report.headline)."""
-    from hoststate.report import headline, importance, safe
+    from hoststate.render.findings import importance
+    from hoststate.render.summary import headline
+    from hoststate.render.text import safe
 
     n = len(result.refused)
     top = min(result.refused, key=importance).path if result.refused else ""

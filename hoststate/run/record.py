@@ -29,7 +29,7 @@ def _toml_value(value: Any) -> Any:
     try:
         tomli_w.dumps({"v": value})
     except (TypeError, ValueError):
-        from hoststate.report import show_value
+        from hoststate.render.text import show_value
 
         return show_value(value)
     return value

@@ -78,7 +78,7 @@ def earlier_conflicts(result: str, current: Mapping[str, Any], policy: Policy) -
     that cannot be checked is not taken as comparable. [] when every earlier cell ran on this host state.
     ``hoststate results`` on the experiment folder explains each difference."""
     from hoststate.diff import compare
-    from hoststate.report import importance
+    from hoststate.render.findings import importance
     from hoststate.run.guard import host_state
     from hoststate.run.record import read_sidecar
 

@@ -1,13 +1,20 @@
-"""A person's summary of one snapshot: identity, collector coverage, and the facts that most often
-explain a changed benchmark (CPU tuning, DSA queues, GPUs, the vLLM server)."""
+"""``hoststate show``: a person's summary of one snapshot (identity, collector coverage, and the facts that most
+often explain a changed benchmark: CPU tuning, DSA queues, GPUs, the vLLM server), or the snapshot as JSON.
+
+Values read as in the TOML file (``true``/``false``, not Python's ``True``/``False``). Loads no diff or policy
+module: show only reads the file.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
 from hoststate.coverage import described
 from hoststate.paths import get
-from hoststate.report import WIDTH, fit, safe, table
+from hoststate.render.text import WIDTH, cells, fit, safe, scalar, table
+from hoststate.snapshot import jsonable
 
 
 def _fmt(value: Any) -> str:
@@ -15,10 +22,10 @@ def _fmt(value: Any) -> str:
         return ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items())
     if isinstance(value, list):
         return ", ".join(_fmt(v) for v in value)
-    return str(value)
+    return scalar(value)
 
 
-_table = table  # hoststate.report.table: ``value`` when it is a table, else an empty one
+_table = table  # hoststate.render.text.table: ``value`` when it is a table, else an empty one
 
 
 def _line(label: str, value: Any) -> str | None:
@@ -56,7 +63,8 @@ def _dsa(snap: dict[str, Any]) -> list[str | None]:
         )
     saved = get(snap, ("accel_config", "saved"))
     if isinstance(saved, dict) and saved:
-        lines.append(_line("saved config", f"present={saved.get('present')} matches_live={saved.get('matches_live')}"))
+        lines.append(_line("saved config", f"present={_fmt(saved.get('present'))} "
+                           f"matches_live={_fmt(saved.get('matches_live'))}"))
     return lines
 
 
@@ -128,7 +136,7 @@ def _rebaseline(snap: dict[str, Any]) -> list[str | None]:
     lines: list[str | None] = [
         _line("replaces", f"{r.get('replaces')} ({r.get('replaces_digest')})"),
         _line("made from", r.get("from")),
-        _line("accepted by", f"{r.get('by')} at {at.isoformat() if hasattr(at, 'isoformat') else at}"),
+        _line("accepted by", f"{r.get('by')} at {_fmt(at)}"),
         _line("accept patterns", r.get("accept")),
         _line("accepted findings", f"{len(r.get('accepted') or [])} ({_counts(r.get('counts'))} in all)"),
     ]
@@ -187,7 +195,7 @@ def render_summary(snap: dict[str, Any], source: str = "") -> str:
         items = [f"{k} {v}" for k, v in sorted(packages.items()) if isinstance(v, str)]
         line = " "
         for item in items:
-            if len(line) + len(item) + 2 > WIDTH and line.strip():
+            if cells(line) + cells(item) + 2 > WIDTH and line.strip():
                 out.append(line.rstrip(","))
                 line = " "
             line += f" {item},"
@@ -195,3 +203,20 @@ def render_summary(snap: dict[str, Any], source: str = "") -> str:
     # Values come from the host and its users: escape controls so none can fake a line or drive the terminal; a
     # long line wraps (indented under its value), nothing is cut.
     return "\n".join(part for line in out for part in fit([safe(line)], WIDTH, 25))
+
+
+def render_json(snap: dict[str, Any], source: str = "") -> str:
+    """The snapshot as JSON (TOML's dates as ISO text), keys sorted."""
+    return json.dumps(jsonable(snap), indent=2, sort_keys=True)
+
+
+#: format -> renderer (``show --format``).
+RENDERERS: dict[str, Callable[[dict[str, Any], str], str]] = {"text": render_summary, "json": render_json}
+
+
+def render(snap: dict[str, Any], fmt: str, source: str = "") -> str:
+    """``snap`` in ``fmt`` (text or json), without a final newline."""
+    renderer = RENDERERS.get(fmt)
+    if renderer is None:
+        raise ValueError(f"unknown format {fmt!r} (one of {', '.join(RENDERERS)})")
+    return renderer(snap, source)

@@ -1,0 +1,131 @@
+"""``hoststate diff``'s report as text, JSON (docs/diff-report.schema.json, with a ``summary`` list) or Markdown.
+
+First one line per subsystem (hoststate.render.summary), then the findings grouped by rule, each rule's reason
+once; every finding only with ``verbose``; then the verdict line. The verdict and the counts are diff's own
+(hoststate.diff.DiffResult): a report never recomputes them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hoststate.diff import DiffResult, Finding
+from hoststate.policy import SEVERITIES
+from hoststate.render.findings import (
+    TITLES,
+    by_rule,
+    counts_text,
+    example,
+    finding_lines,
+    items,
+    list_delta,
+    reason_lines,
+    rule_lines,
+    section_title,
+    tag,
+)
+from hoststate.render.summary import SUMMARY_WIDTH, summarize
+from hoststate.render.text import COLOURS, RESET, WIDTH, clip, fit, md_code, md_table, md_text, safe, show_value
+
+_VERDICT_TONE = {"invalidating": "invalidating", "warning": "warning"}
+
+
+def render_text(result: DiffResult, *, baseline: str, current: str, color: bool = False,
+                verbose: bool = False, note: Sequence[str] = ()) -> str:
+    """Summary lines, then the findings by rule (every finding with ``verbose``), then the verdict line. ``note``
+    (vllm_source_note) comes first: it changes how every vLLM finding reads."""
+    lines: list[str] = list(note)
+    for s in summarize(result.findings):
+        lines.append(f"{tag(s.severity, color)}  {clip(s.text, SUMMARY_WIDTH)}")
+    if lines:
+        lines.append("")
+    lines += fit([f"baseline: {safe(baseline)}"], WIDTH, 10)  # file names: wrapped, never cut
+    lines += fit([f"current:  {safe(current)}"], WIDTH, 10)
+    groups = by_rule(result.findings)
+    for severity in SEVERITIES:
+        mine = [g for g in groups if g[0] == severity]
+        if not mine:
+            continue
+        title = section_title(TITLES[severity], [f for g in mine for f in g[3]], mine)
+        lines.append("")
+        lines.append(f"{COLOURS[severity]}{title}{RESET}" if color else title)
+        for _sev, rule, reason, group in mine:
+            lines.extend(rule_lines(group, rule))
+            if len(group) > 1 and verbose:
+                for f in group:
+                    lines.extend("      " + line for line in finding_lines(f, WIDTH - 6, reason=False))
+            lines.extend(reason_lines(reason, 6))
+    lines.append("")
+    summary = f"verdict: {result.verdict} ({counts_text(result)})"
+    if any(len(g[3]) > 1 for g in groups) and not verbose:
+        summary += "; -v lists every finding"
+    if color and result.verdict in _VERDICT_TONE:
+        summary = f"{COLOURS[_VERDICT_TONE[result.verdict]]}{summary}{RESET}"
+    lines.append(summary)
+    return "\n".join(lines) + "\n"
+
+
+def _md_cells(f: Finding) -> tuple[str, str]:
+    """Baseline and current cells; a changed list shows the items removed and added, as the text report does."""
+    delta = list_delta(f.old, f.new) if f.change == "changed" else None
+    if delta is not None:
+        gone, came = delta
+        if not gone and not came:
+            return md_code(show_value(f.old)), "same items, other order"
+        return (("removed " + md_code(items(gone, 80))) if gone else "",
+                ("added " + md_code(items(came, 80))) if came else "")
+    return md_code(show_value(f.old)), md_code(show_value(f.new))
+
+
+_ICONS = {"invalidating": ":x:", "warning": ":warning:", "clean": ":white_check_mark:"}
+
+
+def render_markdown(result: DiffResult, *, baseline: str, current: str, verbose: bool = False,
+                    **_ignored: Any) -> str:
+    """A pull-request comment: verdict, summary bullets, a table by rule, and every finding with ``verbose``."""
+    out = [
+        f"### hoststate diff: {_ICONS[result.verdict]} {result.verdict}",
+        "",
+        f"Baseline {md_code(baseline)} vs current {md_code(current)}: {counts_text(result)}.",
+        "",
+    ]
+    if not result.findings:
+        out.append("No findings.")
+        return "\n".join(out) + "\n"
+    out += [f"- **{s.severity}** {md_text(s.text)}" for s in summarize(result.findings)]
+    out += ["", *md_table(("severity", "rule", "findings", "change", "why"), [
+        (f"**{severity}**", md_code(rule), str(len(group)), md_code(example(group, 60)), md_text(reason))
+        for severity, rule, reason, group in by_rule(result.findings)])]
+    if verbose:
+        out += ["", f"<details><summary>All {len(result.findings)} findings</summary>", "",
+                *md_table(("severity", "path", "change", "baseline", "current"),
+                          [(f"**{f.severity}**", md_code(f.path), f.change, *_md_cells(f)) for f in result.findings]),
+                "", "</details>"]
+    return "\n".join(out) + "\n"
+
+
+def to_json(result: DiffResult, *, baseline: str, current: str) -> dict[str, Any]:
+    """The report object of docs/diff-report.schema.json: verdict, counts, ``summary`` lines and findings."""
+    report = result.to_dict(baseline, current)
+    report["summary"] = [s.to_dict() for s in summarize(result.findings)]
+    return report
+
+
+def render_json(result: DiffResult, *, baseline: str, current: str, **_ignored: Any) -> str:
+    return json.dumps(to_json(result, baseline=baseline, current=current), indent=2, ensure_ascii=False) + "\n"
+
+
+#: format -> renderer; colour and the note only apply to text.
+RENDERERS: dict[str, Callable[..., str]] = {"text": render_text, "json": render_json, "markdown": render_markdown}
+FORMATS = tuple(RENDERERS)
+
+
+def render_diff(result: DiffResult, fmt: str, *, baseline: str, current: str, color: bool = False,
+                verbose: bool = False, note: Sequence[str] = ()) -> str:
+    """The report in ``fmt`` (text, json or markdown); colour only applies to text."""
+    renderer = RENDERERS.get(fmt)
+    if renderer is None:
+        raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})")
+    return renderer(result, baseline=baseline, current=current, color=color, verbose=verbose, note=note)
