@@ -215,4 +215,9 @@ def test_the_slurm_files_are_what_hoststate_slurm_reads() -> None:
     for key, role in (("Prolog", "prolog"), ("TaskProlog", "task-prolog"), ("Epilog", "epilog")):
         script = DEPLOY / "slurm" / Path(lines[key]).name
         assert os.access(script, os.X_OK)
-        assert f"-m hoststate.slurm {role} --config /etc/hoststate/slurm.toml" in script.read_text()
+        text = script.read_text()
+        assert f'exec "$venv/bin/hoststate-slurm" {role} --config "$config"' in text
+        assert "venv=/opt/hoststate\nconfig=/etc/hoststate/slurm.toml\n" in text
+        assert "/usr/bin/python3" not in text  # the system Python has no hoststate after the README's install
+    env = (DEPLOY / "slurm" / "hoststate-slurm.env").read_text()
+    assert [line for line in env.splitlines() if not line.startswith("#")] == ["HOSTSTATE_VENV=/opt/hoststate"]
