@@ -51,8 +51,8 @@ _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-f
 #: syslog facility of the kernel's own records (LOG_KERN); /dev/kmsg gives every record written from user space
 #: another one (printk.c devkmsg_write: "we enforce LOG_USER").
 LOG_KERN = 0
-#: Largest job baseline read for the job's user.
-MAX_JOB_BASELINE = 64 << 20
+#: Largest job baseline read for the job's user: what a snapshot file may be (io.SNAPSHOT_MAX_BYTES).
+MAX_JOB_BASELINE = 8 << 20
 #: Every key the configuration file may hold, with its default.
 CONFIG_KEYS: dict[str, Any] = {
     "baseline": "",            # the fleet's reference snapshot ("" = only the job's own)

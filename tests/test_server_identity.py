@@ -200,6 +200,8 @@ def test_the_accepting_socket_is_ranked_as_the_kernel_ranks_listeners():
     assert discovery.accepting([any4, lo4, any6], v4, ("127.0.0.1", 80))[0] == [lo4]  # exact address first
     assert discovery.accepting([any6], v4, ("127.0.0.1", 80))[0] == [any6]  # a dual-stack socket takes IPv4
     assert discovery.accepting([any6, any4], v4, ("127.0.0.1", 80))[0] == [any4]  # IPv4 before dual-stack
+    v6only = discovery.Listener(6, "::", 80, "tcp6", 65534)  # V6ONLY: takes no IPv4, whatever it ranks
+    assert discovery.accepting([v6only, any4], v6, ("::ffff:127.0.0.1", 80))[0] == [any4]  # mapped: IPv4
     other = discovery.Listener(5, "0.0.0.0", 80, "tcp", 65534)
     top, why = discovery.accepting([any4, other], v4, ("127.0.0.1", 80))
     assert top == [] and "several users" in why  # cannot tell: fail closed
@@ -274,3 +276,64 @@ def test_the_invoking_user_comes_from_the_environment_only_for_root():
         (1234, "$SLURM_JOB_UID") if os.geteuid() == 0 else (os.getuid(), "the user running hoststate"))
     assert discovery.invoking_uid({"SUDO_UID": "x"}) == (os.getuid(), "the user running hoststate")
     time.sleep(0)
+
+
+# -- as another user: every socket nobody can take beside the server --------------------------------------------------
+
+#: Run as nobody: bind every other socket on the port it can get (each kept if the kernel allows it) and answer
+#: /version with its pid on each; prints what it holds.
+SQUAT = textwrap.dedent("""\
+    import json, os, select, socket, sys
+    port = int(sys.argv[-1])
+    held = []
+    def take(family, addr, **opts):
+        s = socket.socket(family)
+        for level, name, value in opts.get("sockopts", []):
+            s.setsockopt(level, name, value)
+        try:
+            s.bind((addr, port)); s.listen()
+        except OSError:
+            s.close(); return
+        held.append((s, f"{addr}"))
+    reuse = [(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1), (socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)]
+    take(socket.AF_INET, "127.0.0.1", sockopts=reuse)
+    take(socket.AF_INET, "0.0.0.0", sockopts=reuse)
+    take(socket.AF_INET6, "::", sockopts=[(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)] + reuse)
+    take(socket.AF_INET6, "::1", sockopts=reuse)
+    take(socket.AF_INET6, "::ffff:127.0.0.1", sockopts=reuse)
+    print("ready", flush=True)
+    print(json.dumps([name for _, name in held]), flush=True)
+    body = json.dumps({"version": "0.12.0", "pid": os.getpid()}).encode()
+    while True:
+        ready, _, _ = select.select([s for s, _ in held], [], [])
+        for s in ready:
+            c, _ = s.accept()
+            c.recv(65536)
+            c.sendall(b"HTTP/1.0 200 OK\\r\\nContent-Length: %d\\r\\n\\r\\n" % len(body) + body)
+            c.close()
+    """)
+
+
+def test_whatever_socket_another_user_takes_the_described_server_is_the_one_that_answers(shared_dir, start):  # noqa: F811
+    require(_ipv6(), "an IPv6 loopback (::1)")
+    port = _free_port()
+    (shared_dir / "serve").write_text(SERVE)
+    (shared_dir / "serve").chmod(0o644)
+    (shared_dir / "squat").mkdir(mode=0o755)
+    (shared_dir / "squat" / "serve").write_text(SQUAT)
+    (shared_dir / "squat" / "serve").chmod(0o644)
+    ours = start(["vllm", "serve", "m", "--port", str(port), "--host", "0.0.0.0"], shared_dir,
+                 executable=SYSTEM_PYTHON, env={"PATH": "/usr/bin:/bin"}, user=None)
+    squat = start(["vllm", "serve", "m", str(port)], shared_dir / "squat", executable=SYSTEM_PYTHON,
+                  env={"PATH": "/usr/bin:/bin"})  # a vLLM command line: the squat script as ./serve
+    held = json.loads(squat.stdout.readline())
+    assert "::" in held and "::1" in held  # IPv6 only (V6ONLY for [::]): the kernel keeps IPv4 ours
+    assert "127.0.0.1" not in held and "0.0.0.0" not in held
+    for host in ("localhost", "127.0.0.1", "[::1]", "[::ffff:127.0.0.1]", "0.0.0.0"):
+        bare = host.strip("[]")
+        answering = _answering_pid(bare, port)
+        proc, note = discovery.server_at(f"http://{host}:{port}", {})
+        assert proc is not None and proc.pid == answering, (host, note, held)
+        got = get_from_owner(f"http://{host}:{port}", "/version", expect_pid=ours.pid)
+        assert got.ok == (answering == ours.pid), (host, got)
+        assert (got.body is not None) == (answering == ours.pid)

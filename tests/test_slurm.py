@@ -403,3 +403,39 @@ def test_a_configuration_another_user_may_write_is_refused(tmp_path: Path) -> No
     os.chown(path, NOBODY, NOBODY)
     with pytest.raises(ValueError, match="not owned by root"):
         slurm.load_config(str(path))
+
+
+# -- as another user: what a job's user can name --------------------------------------------------------------------
+
+
+@pytest.fixture
+def nobodys_names(shared: Path, work: Path) -> dict[str, str]:
+    """Paths nobody names in --comment: its link to a root-only file, a FIFO nobody writes, /proc's files, a file
+    larger than a snapshot may be."""
+    require(os.geteuid() == 0, "root, to act as nobody")
+    secret = work / "root-only.toml"
+    secret.write_text('token = "sk-rootonly0123456789abcdef"\n')
+    secret.chmod(0o600)
+    big = work / "big.toml"
+    big.write_bytes(b"#" * (slurm.MAX_JOB_BASELINE + 1))
+    big.chmod(0o644)
+    script = (f"import os; os.symlink({str(secret)!r}, {str(work / 'link.toml')!r}); "
+              f"os.mkfifo({str(work / 'fifo.toml')!r}, 0o666)")
+    subprocess.run([SYSTEM_PYTHON, "-c", script], user=NOBODY, group=NOBODY, extra_groups=[], check=True, timeout=30)
+    return {"link": str(work / "link.toml"), "fifo": str(work / "fifo.toml"), "environ": "/proc/1/environ",
+            "self": "/proc/self/environ", "big": str(big), "relative": "root-only.toml"}
+
+
+def test_nothing_a_job_names_is_read_beyond_its_users_rights(nobodys_names: dict[str, str]) -> None:
+    env = {"SLURM_JOB_UID": str(NOBODY), "SLURM_JOB_GID": str(NOBODY)}
+    answers = {name: slurm.job_user_baseline(path, env) for name, path in nobodys_names.items()}
+    assert all(data is None for data, _ in answers.values())
+    refused = f"not read with the job user's rights: not readable by the process's user (uid {NOBODY})"
+    assert answers["link"][1] == refused
+    assert answers["fifo"][1].endswith(": not a regular file")  # refused at once: nobody writes it, no hang
+    assert answers["big"][1].startswith("not read with the job user's rights") and "larger" in answers["big"][1]
+    assert answers["relative"][1] == "not read with the job user's rights: not an absolute path"
+    assert "sk-rootonly" not in json.dumps(answers)
+    assert answers["environ"][1] == answers["self"][1] == ("not read with the job user's rights: a kernel "
+                                                          "pseudo-file, not a regular file")
+    assert slurm.job_user_baseline(nobodys_names["link"], {})[1].startswith("the job's user is not known")

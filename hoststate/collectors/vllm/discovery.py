@@ -295,7 +295,10 @@ def accepting(found: list[Listener], family: int, server: tuple[str, int]) -> tu
     import socket
 
     addr = ipaddress.ip_address(server[0].split("%", 1)[0])
-    ranked = [(r, s) for s in found if (r := _rank(s, family == socket.AF_INET6, addr, server[1])) is not None]
+    v6 = family == socket.AF_INET6
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr, v6 = addr.ipv4_mapped, False  # an IPv6 socket connected to ::ffff:a.b.c.d made an IPv4 connection
+    ranked = [(r, s) for s in found if (r := _rank(s, v6, addr, server[1])) is not None]
     if not ranked:
         return [], f"no listening socket on {_hostport(server)} in this network namespace"
     best = max(r for r, _ in ranked)
