@@ -310,6 +310,10 @@ def new_kernel_records(config: Config) -> list[KmsgRecord]:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             after = -1
         records = [r for r in parse_kmsg(read_kmsg(config)) if r.seq > after]
+        if records and after >= 0 and min(r.seq for r in records) > after + 1:
+            lost = min(r.seq for r in records) - after - 1
+            print(f"hoststate.slurm: {lost} kernel log record(s) after the cursor ({after}) were overwritten before "
+                  "they could be judged (the ring buffer wrapped)", file=sys.stderr)
         if records:
             last = max(r.seq for r in records)
             write_atomic(directory, "kmsg.cursor", json.dumps({"boot": boot, "seq": last}) + "\n", mode=0o600)

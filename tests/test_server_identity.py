@@ -154,6 +154,10 @@ def test_metrics_are_read_from_the_servers_socket_only(two_servers):
     theirs, ours, port = two_servers
     got = get_from_owner(f"http://localhost:{port}", "/metrics", expect_pid=ours.pid)
     assert got.ok and got.owner_pid == ours.pid and "vllm:num_preemptions_total 7" in got.body
+    started = discovery.start_time(ours.pid)
+    assert get_from_owner(f"http://localhost:{port}", "/metrics", expect_pid=ours.pid, expect_start=started).ok
+    reused = get_from_owner(f"http://localhost:{port}", "/metrics", expect_pid=ours.pid, expect_start=started + 1)
+    assert reused.body is None and "no longer the server" in reused.error  # a pid given to another process
     mine = get_from_owner(f"http://127.0.0.1:{port}", "/metrics")  # no pid named: the vLLM command line holding it
     assert mine.ok and mine.owner_pid == ours.pid
     foreign = get_from_owner(f"http://[::1]:{port}", "/metrics", expect_pid=ours.pid)

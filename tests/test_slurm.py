@@ -439,3 +439,15 @@ def test_nothing_a_job_names_is_read_beyond_its_users_rights(nobodys_names: dict
     assert answers["environ"][1] == answers["self"][1] == ("not read with the job user's rights: a kernel "
                                                           "pseudo-file, not a regular file")
     assert slurm.job_user_baseline(nobodys_names["link"], {})[1].startswith("the job's user is not known")
+
+
+def test_records_a_user_pushed_out_of_the_ring_are_reported(tmp_path: Path, capsys) -> None:
+    """Any user can flood the kernel log (the tmpfs option, in a loop) until records after the cursor are
+    overwritten: they cannot be judged any more, and the prolog says how many were lost instead of passing silently."""
+    config = slurm.Config(root=str(KMSG / "xid79"), kmsg="/dev/kmsg", state_dir=str(tmp_path / "state"))
+    slurm.state_dir(config)
+    (tmp_path / "state" / "kmsg.cursor").write_text(json.dumps({"boot": slurm._boot_id(), "seq": 300}))
+    assert [r.seq for r in slurm.new_kernel_records(config)][0] == 338
+    assert "37 kernel log record(s) after the cursor (300) were overwritten" in capsys.readouterr().err
+    slurm.new_kernel_records(config)
+    assert capsys.readouterr().err == ""

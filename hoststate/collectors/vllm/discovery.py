@@ -143,6 +143,16 @@ def _describe_proc(pid: int, argv: list[str], argv_lossy: bool, unreadable: dict
     return found
 
 
+def start_time(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks after boot (/proc/PID/stat field 22): with the pid, it names one
+    process, as a pid alone does not once the process exited and the pid was given to another."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read(4096).rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _ppid(pid: str) -> int:
     """The parent pid from /proc/PID/stat (after the command name, which may hold spaces and parens)."""
     try:

@@ -227,8 +227,8 @@ def _exchange(sock: Any, host: str, path: str, auth: str | None, deadline: float
                  error=None if resp.status == 200 else f"HTTP {resp.status}")
 
 
-def get_from_owner(url: str, path: str, *, expect_pid: int | None = None, timeout: float = HTTP_TIMEOUT,
-                   max_bytes: int = HTTP_MAX_BYTES) -> Owned:
+def get_from_owner(url: str, path: str, *, expect_pid: int | None = None, expect_start: int | None = None,
+                   timeout: float = HTTP_TIMEOUT, max_bytes: int = HTTP_MAX_BYTES) -> Owned:
     """GET ``url`` + ``path`` from the process that owns the socket the connection reaches, or nothing (fail closed).
 
     The contract, for readers of a server's ``/metrics`` during a watched run:
@@ -238,7 +238,9 @@ def get_from_owner(url: str, path: str, *, expect_pid: int | None = None, timeou
     - For a loopback URL (discovery.is_local), the listening socket that accepted the connection is found from the
       connection's own family, server address and port (getpeername) in /proc/net/tcp{,6}, ranked as the kernel's
       listener lookup ranks them (discovery.accepting), and the processes holding it. The request is sent only
-      when ``expect_pid`` holds that socket (when given), or when one vLLM server command line does (when not);
+      when ``expect_pid`` holds that socket (when given; with ``expect_start``, discovery.start_time of the server
+      taken when it was identified, only while that pid is still the same process, not a pid given to another
+      after the server exited), or when one vLLM server command line does (when not);
       otherwise nothing is sent and ``error`` says whose socket it was. A socket that cannot be identified (several
       users' sockets at the same rank, /proc unreadable) is an error too.
     - For another host's URL: with ``expect_pid`` refused (a remote socket has no local owner to check); without
@@ -264,7 +266,7 @@ def get_from_owner(url: str, path: str, *, expect_pid: int | None = None, timeou
     if sock is None:
         return Owned(error=redact_mentions(err or "could not connect", url))
     try:
-        owner, where, err = _owner_check(sock, local, expect_pid)
+        owner, where, err = _owner_check(sock, local, expect_pid, expect_start)
         if err:
             return Owned(error=err, owner_pid=owner, endpoint=where)
         if urlsplit(target).scheme == "https":
@@ -285,7 +287,8 @@ def get_from_owner(url: str, path: str, *, expect_pid: int | None = None, timeou
         sock.close()
 
 
-def _owner_check(sock: Any, local: bool, expect_pid: int | None) -> tuple[int | None, str | None, str | None]:
+def _owner_check(sock: Any, local: bool, expect_pid: int | None,
+                 expect_start: int | None = None) -> tuple[int | None, str | None, str | None]:
     """(the owner's pid, where the connection went, None) or (..., why the request must not be sent)."""
     from hoststate.collectors.vllm import discovery
 
@@ -297,6 +300,8 @@ def _owner_check(sock: Any, local: bool, expect_pid: int | None) -> tuple[int | 
     where = end.describe()
     if expect_pid is not None:
         if expect_pid in end.holders:
+            if expect_start is not None and discovery.start_time(expect_pid) != expect_start:
+                return None, where, f"pid {expect_pid} is no longer the server that was identified: not read"
             return expect_pid, where, None
         named = "; ".join(discovery.inspect_label(pid) for pid in end.holders[:4])
         return None, where, f"{where}, held by {named}, not by the server (pid {expect_pid}): not read"
