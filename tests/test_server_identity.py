@@ -223,25 +223,39 @@ def nobodys_server(shared_dir, start):  # noqa: F811
                  executable=SYSTEM_PYTHON, env={"PATH": "/usr/bin:/bin"}), port
 
 
-def _no_other_vllm() -> None:
-    others = [p for p in discovery.discover({}) if p.uid not in (0, NOBODY)]
-    require(not others, f"no vLLM server of a third user running on this host: {[p.pid for p in others]}")
+@pytest.fixture
+def only(monkeypatch):
+    """Discovery limited to the processes a test started (the host is shared: other people's servers would count),
+    each still found and read from /proc as discovery reads it."""
+    pids: set[int] = set()
+    real = discovery.discover
+    monkeypatch.setattr(vllm_collector, "discover", lambda unreadable: [p for p in real(unreadable) if p.pid in pids])
+    monkeypatch.delenv("SUDO_UID", raising=False)
+    monkeypatch.delenv("SLURM_JOB_UID", raising=False)
+    return pids
 
 
-def test_another_users_server_alone_is_recorded_and_never_compared(tmp_path, nobodys_server):
+def _vllm_snapshot() -> tuple[dict, list[str]]:
+    """(a snapshot of the vllm collector alone, the notes snap prints on stderr)."""
+    from hoststate import capture
+
+    return capture.collect(Context(), names=("vllm",)), vllm_collector.collect(Context()).notes
+
+
+def test_another_users_server_alone_is_recorded_and_never_compared(nobodys_server, only):
     server, port = nobodys_server
-    _no_other_vllm()
+    only.add(server.pid)
     sec = vllm_collector.collect(Context())
     assert sec.status == "absent" and "another user's" in sec.reason and f"pid {server.pid}" in sec.reason
     assert sec.data == {"other_users": {str(server.pid): {"pid": server.pid, "program": "vllm serve",
                                                           "uid": NOBODY, "user": "nobody"}}}
     assert "args" not in json.dumps(sec.data)  # none of its arguments is recorded
     # The verdict is the one without their server: a baseline with a server of ours compares the same.
-    with_theirs, stderr = _snap(tmp_path)
-    assert "no vLLM server of the invoking user" in stderr and str(server.pid) in stderr
+    with_theirs, notes = _vllm_snapshot()
+    assert any("no vLLM server of the invoking user" in n for n in notes) and str(server.pid) in " ".join(notes)
     server.kill()
     server.wait(10)
-    without, _ = _snap(tmp_path)
+    without, _ = _vllm_snapshot()
     baseline = dict(with_theirs)
     baseline["vllm"] = {"source": "discovered", "pid": 1, "args": {"tensor_parallel_size": 2}}
     baseline["collectors"] = {**with_theirs["collectors"], "vllm": {"status": "ok"}}
@@ -254,25 +268,38 @@ def test_another_users_server_alone_is_recorded_and_never_compared(tmp_path, nob
     assert ("vllm.args.tensor_parallel_size", "invalidating") in decided(with_theirs)  # their -tp 2 never matched
 
 
-def test_the_invoking_users_server_comes_first_and_is_named(tmp_path, nobodys_server, shared_dir, start):  # noqa: F811
+def test_the_invoking_users_server_comes_first_and_is_named(nobodys_server, shared_dir, start, only,  # noqa: F811
+                                                            monkeypatch):
     theirs, _ = nobodys_server
-    _no_other_vllm()
     port = _free_port()
     ours = start(["vllm", "serve", "m", "--port", str(port), "--host", "127.0.0.1", "-tp", "4"], shared_dir,
                  executable=SYSTEM_PYTHON, env={"PATH": "/usr/bin:/bin"}, user=None)
-    snap, stderr = _snap(tmp_path, env={"SUDO_UID": "", "SLURM_JOB_UID": ""})
+    only.update({theirs.pid, ours.pid})
+    snap, notes = _vllm_snapshot()
     vllm = snap["vllm"]
     assert vllm["pid"] == ours.pid and vllm["uid"] == 0 and vllm["program"] == "vllm serve"
     assert vllm["selected_because"].startswith(f"pid {ours.pid}, vllm serve, run by the invoking user (user root")
     assert vllm["other_users"] == {str(theirs.pid): {"pid": theirs.pid, "program": "vllm serve", "uid": NOBODY,
                                                      "user": "nobody"}}
-    assert f"ignored: pid {theirs.pid} (user nobody (uid {NOBODY}), vllm serve, port" in stderr
+    assert f"ignored: pid {theirs.pid} (user nobody (uid {NOBODY}), vllm serve, port" in " ".join(notes)
     # under sudo (or for a Slurm job), the user it runs for: nobody's server is theirs to compare
     for var in ("SUDO_UID", "SLURM_JOB_UID"):
-        snap, _ = _snap(tmp_path, env={"SUDO_UID": "", "SLURM_JOB_UID": "", var: str(NOBODY)})
+        monkeypatch.delenv("SUDO_UID", raising=False)
+        monkeypatch.delenv("SLURM_JOB_UID", raising=False)
+        monkeypatch.setenv(var, str(NOBODY))
+        snap, _ = _vllm_snapshot()
         assert snap["vllm"]["pid"] == theirs.pid and snap["vllm"]["args"]["tensor_parallel_size"] == 2
         assert f"from ${var}" in snap["vllm"]["selected_because"]
         assert str(ours.pid) in snap["vllm"]["other_users"]
+
+
+def test_snap_names_the_chosen_server_and_the_ignored_one_on_stderr(tmp_path, nobodys_server):
+    """Through the command line, on this host as it is: nobody's server is never described for root."""
+    server, _ = nobodys_server
+    snap, stderr = _snap(tmp_path, env={"SUDO_UID": "", "SLURM_JOB_UID": ""})
+    described = [snap["vllm"]] if "servers" not in snap["vllm"] else list(snap["vllm"]["servers"].values())
+    assert server.pid not in [s.get("pid") for s in described]
+    assert str(server.pid) in snap["vllm"]["other_users"] and str(server.pid) in stderr
 
 
 def test_the_invoking_user_comes_from_the_environment_only_for_root():

@@ -510,14 +510,16 @@ def collect(ctx: Context) -> Section:
         else:
             log = parse_log(text, deadline)
             log.errors[:0] = notes
+    server = _server(ctx, sec)
+    if isinstance(server, Section):
+        return server
     url = None
     if ctx.vllm_url:
         from hoststate.collectors.vllm.http import query_url
 
-        url = query_url(ctx.vllm_url)
-    server = _server(ctx, sec)
-    if isinstance(server, Section):
-        return server
+        # the process server_at found behind the URL is the one whose endpoints are read (the same socket's owner)
+        owner = server.proc if server.source in ("url", "log") else None
+        url = query_url(ctx.vllm_url, owner=(owner.pid, owner.start) if owner is not None else None)
     if server.proc is not None:
         server.argv, server.env, server.env_from = server.proc.argv, server.proc.env, None
     data, problem = build(ctx, source=server.source, argv=server.argv, env=server.env, env_from=server.env_from,

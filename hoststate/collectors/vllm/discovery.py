@@ -50,6 +50,8 @@ class Proc:
     euid: int | None = None
     #: Not the invoking user's (``select``): recorded as another user's, never compared.
     foreign: bool = False
+    #: Start time (``start_time``) when the process was identified as the owner of a URL's socket.
+    start: int | None = None
 
     @property
     def program(self) -> str:
@@ -392,6 +394,7 @@ def owner_of(end: Endpoint, unreadable: dict[str, str]) -> tuple[Proc | None, st
         return None, (f"{end.describe()}, held by {named}: "
                       + ("no vLLM server command line" if not tops else "several vLLM server command lines"))
     found = inspect(tops[0].pid, unreadable) or tops[0]
+    found.start = start_time(found.pid)
     found.selected_because = f"{end.describe()}, which it holds ({user_label(found.euid)})"
     return found, None
 

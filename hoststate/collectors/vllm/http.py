@@ -98,9 +98,24 @@ def _number(text: str) -> Any:
     return text
 
 
-def query_url(url: str) -> dict[str, Any]:
-    """What the server's endpoints say; an unreachable server is recorded, not raised."""
+def _getter(owner: tuple[int, int | None] | None) -> Any:
+    """``_get``, or, for a server identified behind the URL (pid, start time), ``get_from_owner`` bound to it: the
+    endpoints are then read from that process's socket only, as identified (a request it does not own is an error)."""
+    if owner is None:
+        return _get
+
+    def owned(base: str, path: str) -> tuple[int | None, str | None, str | None]:
+        got = get_from_owner(base, path, expect_pid=owner[0], expect_start=owner[1])
+        return got.status, got.body if got.ok else None, got.error
+
+    return owned
+
+
+def query_url(url: str, owner: tuple[int, int | None] | None = None) -> dict[str, Any]:
+    """What the server's endpoints say; an unreachable server is recorded, not raised. ``owner`` (pid, start
+    time): read only from that process's socket."""
     data: dict[str, Any] = {"url": redact_url(url)}
+    _get = _getter(owner)
     status, body, err = _get(url, "/version")
     if err:
         data["reachable"] = status is not None
