@@ -1,14 +1,17 @@
 """Slurm: check each node before a job, stamp the verdict where the job reads it, record what the job changed.
 
-Three programs for slurm.conf (docs/fleets-engines.md), run as ``python -m hoststate.slurm ROLE``:
+Three programs for slurm.conf (docs/fleets-engines.md), run as ``hoststate-slurm ROLE`` (the console script of the
+virtualenv hoststate is installed into; deploy/slurm/*.sh find it) or ``python -m hoststate.slurm ROLE``:
 
 ``prolog`` (``Prolog=``, root, on the node, before the job): snaps the node and compares it with the fleet's
 reference baseline and, when the job names one (``sbatch --comment=hoststate-baseline=PATH``), with the job's own.
 The verdict is stamped in ``STAMP_DIR/<job>.json`` (readable by the job) and in the job's ``AdminComment``
-(``scontrol show job``). Drift never fails the prolog: a failing prolog drains the node and requeues the job, which
-is the answer to a sick node, not to a job that wants another configuration. Health faults (a GPU lost, an XID that
+(``scontrol show job``); the job's own baseline is read with the job user's rights, never as root. Drift never
+fails the prolog: a failing prolog drains the node and requeues the job, which is the answer to a sick node, not to
+a job that wants another configuration. Health faults (a GPU lost, an XID that
 needs a reset in the kernel log, memory rows that failed to remap or wait for a reset, uncorrectable ECC errors, a
-GPU driver that cannot be read) drain the node with a readable reason and fail the prolog.
+GPU driver that cannot be read) drain the node with a readable reason and fail the prolog. XIDs are the kernel's own
+/dev/kmsg records from the driver about this node's GPUs, each judged once (a cursor in root's ``state_dir``).
 
 ``task-prolog`` (``TaskProlog=``, the job's user, before each task): exports ``HOSTSTATE_VERDICT`` and
 ``HOSTSTATE_STAMP``; on drift prints the reason into the task's output and fails, so Slurm refuses the task and the
