@@ -233,7 +233,7 @@ def test_a_forged_xid_never_drains_and_the_drivers_drains_once(cluster, work: Pa
     job, fields = _submit(node, work / "after.txt")
     assert fields["JobState"] == "COMPLETED", (fields, node.node_reason())
     cursor = json.loads((work / "state" / "kmsg.cursor").read_text())
-    assert cursor["seq"] == 345 and oct((work / "state" / "kmsg.cursor").stat().st_mode & 0o777) == "0o600"
+    assert cursor["seq"] == 361 and oct((work / "state" / "kmsg.cursor").stat().st_mode & 0o777) == "0o600"
 
 
 def _submit_as_nobody(node: SlurmNode, work: Path, out: Path, *extra: str) -> tuple[str, dict[str, str]]:
@@ -347,6 +347,8 @@ def test_only_the_drivers_xid_records_for_this_nodes_gpus_count() -> None:
     gpus = {(0, 0, 6)}
     forged = slurm.parse_kmsg((KMSG / "forged" / "dev" / "kmsg").read_bytes())
     assert [r.facility for r in forged if "NVRM: Xid" in r.message] == [0, 1]  # the tmpfs option, the user's write
+    driver = [r for r in forged if r.message.startswith("NVRM: ") and r.seq < 357]
+    assert len(driver) == 3 and {r.facility for r in driver} == {0}  # the H200 driver's own records: kernel's
     assert slurm.xids(forged, gpus) == []
     records = slurm.parse_kmsg((KMSG / "xid79" / "dev" / "kmsg").read_bytes())
     assert slurm.xids(records, gpus) == [("0000:00:06", 79), ("0000:00:06", 13)]
@@ -381,7 +383,7 @@ def test_real_forged_records_of_this_kernel_are_not_xids(shared: Path) -> None:
 def test_the_cursor_judges_each_record_once_per_boot(tmp_path: Path, monkeypatch) -> None:
     config = slurm.Config(root=str(KMSG / "xid79"), kmsg="/dev/kmsg", state_dir=str(tmp_path / "state"))
     first = slurm.new_kernel_records(config)
-    assert [r.seq for r in first][-3:] == [343, 344, 345]
+    assert [r.seq for r in first][-3:] == [359, 360, 361]
     assert slurm.new_kernel_records(config) == []  # already judged
     assert oct((tmp_path / "state").stat().st_mode & 0o777) == "0o700"
     monkeypatch.setattr(slurm, "_boot_id", lambda: "another boot")
@@ -447,7 +449,7 @@ def test_records_a_user_pushed_out_of_the_ring_are_reported(tmp_path: Path, caps
     config = slurm.Config(root=str(KMSG / "xid79"), kmsg="/dev/kmsg", state_dir=str(tmp_path / "state"))
     slurm.state_dir(config)
     (tmp_path / "state" / "kmsg.cursor").write_text(json.dumps({"boot": slurm._boot_id(), "seq": 300}))
-    assert [r.seq for r in slurm.new_kernel_records(config)][0] == 338
-    assert "37 kernel log record(s) after the cursor (300) were overwritten" in capsys.readouterr().err
+    assert [r.seq for r in slurm.new_kernel_records(config)][0] == 352
+    assert "51 kernel log record(s) after the cursor (300) were overwritten" in capsys.readouterr().err
     slurm.new_kernel_records(config)
     assert capsys.readouterr().err == ""
