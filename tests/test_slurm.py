@@ -350,6 +350,10 @@ def test_only_the_drivers_xid_records_for_this_nodes_gpus_count() -> None:
     driver = [r for r in forged if r.message.startswith("NVRM: ") and r.seq < 357]
     assert len(driver) == 3 and {r.facility for r in driver} == {0}  # the H200 driver's own records: kernel's
     assert slurm.xids(forged, gpus) == []
+    # the kernel's own record with the text anywhere but at the start (here followed by a comma, which a legacy mount
+    # option cannot hold but other kernel messages quoting user text may): no XID either
+    inside = slurm.KmsgRecord(0, 400, "overlayfs: bad option 'NVRM: Xid (PCI:0000:00:06): 79, x'")
+    assert slurm.xids([inside], gpus) == []
     records = slurm.parse_kmsg((KMSG / "xid79" / "dev" / "kmsg").read_bytes())
     assert slurm.xids(records, gpus) == [("0000:00:06", 79), ("0000:00:06", 13)]
     assert slurm.xids(records, {(0, 0x3B, 0)}) == [("0000:3b:00", 79)]
