@@ -284,6 +284,8 @@ def get_from_owner(url: str, path: str, *, expect_pid: int | None = None, expect
         owner, where, err = _owner_check(sock, local, expect_pid, expect_start)
         if err:
             return Owned(error=err, owner_pid=owner, endpoint=where)
+        if time.monotonic() >= deadline:  # /proc walked longer than the whole exchange may take
+            return Owned(error="timeout: the server's socket was identified after the deadline", owner_pid=owner)
         if urlsplit(target).scheme == "https":
             import ssl
 
