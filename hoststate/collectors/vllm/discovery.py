@@ -4,11 +4,13 @@ Parents only: forked workers repeat their parent's command line. argv and enviro
 through the read layer and decoded with visible ``\\xNN`` escapes (hoststate.procfiles). Nothing here
 raises; what cannot be read is recorded in the caller's ``unreadable`` map with its reason.
 
-Any user can start a process whose command line reads ``vllm serve``; only a server owns a listening
-socket. So the server behind a URL is the process that owns the socket listening on its port
-(``server_at``: /proc/net/tcp{,6} inode -> /proc/PID/fd ``socket:[inode]``), a URL naming another
-host describes no local process, and discovery prefers the processes that own a listening socket
-(``select``): an idle lookalike never decides what is described.
+Any user can start a process whose command line reads ``vllm serve``, and listen on the port a server leaves
+free in the other address family (vLLM listens on IPv4 ``0.0.0.0:P``; ``[::1]:P`` is anyone's). So the server
+behind a URL is the owner of the exact socket a connection to it reaches (``server_at``: connect as urllib does,
+the connection's family and server address, the listening socket the kernel would pick for it in
+/proc/net/tcp{,6}, the processes holding its inode), a URL naming another host describes no local process, and
+discovery prefers the invoking user's servers, then those that own a listening socket (``select``): another
+user's process or an idle lookalike never decides what is described.
 """
 
 from __future__ import annotations
