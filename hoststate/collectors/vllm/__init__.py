@@ -457,7 +457,8 @@ def _from_discovery(ctx: Context, sec: Section) -> _Server | Section:
         who = "; ".join(p.who() for p in found)
         sec.data = clean({"other_users": _others(others)})
         sec.status, sec.reason = "absent", (f"no vLLM server of the invoking user runs; another user's is recorded "
-                                            f"under vllm.other_users, not compared: {who}")
+                                            f"under vllm.other_users, not compared (name it with --vllm-pid or "
+                                            f"--vllm-url to describe it): {who}")
         return sec
     if len(found) > 1:
         _several(ctx, found, sec)
