@@ -56,6 +56,11 @@ def context(*, root: str | os.PathLike[str] | None = "/", only: Sequence[str] | 
     return ctx, names
 
 
+#: The host's name when hoststate runs in a container of its own UTS namespace (the Kubernetes DaemonSet sets it
+#: from the pod's spec.nodeName, as dcgm-exporter's NODE_NAME), so that no host namespace is needed for it.
+HOSTNAME_ENV = "HOSTSTATE_HOSTNAME"
+
+
 @dataclass(frozen=True)
 class SnapOptions:
     """How to snap a host, built once (by the CLI from its options, or by a caller) and handed on whole.
@@ -108,9 +113,10 @@ def snap(opts: SnapOptions) -> dict[str, Any]:
 
 def _hostname(ctx: Context) -> str | None:
     if ctx.live:
+        import os
         import socket
 
-        return socket.gethostname()
+        return os.environ.get(HOSTNAME_ENV) or socket.gethostname()
     reader = Reader(ctx.root)
     for rel in ("proc/sys/kernel/hostname", "etc/hostname"):
         text = reader.read(rel, record=False)

@@ -301,6 +301,37 @@ def close_readers() -> None:
 atexit.register(close_readers)
 
 
+def user_creds(uid: int, gid: int) -> Creds:
+    """The identity of a user who runs no process here yet (a Slurm job's): uid, gid and the groups
+    /etc/group gives the user's name (none when the uid has no passwd entry)."""
+    import pwd
+
+    try:
+        groups = tuple(sorted(set(os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)) - {gid}))
+    except (KeyError, OSError):
+        groups = ()
+    return Creds(uid, gid, groups)
+
+
+def read_as(ident: Creds, path: str, max_bytes: int = MAX_FILE_BYTES) -> tuple[bytes | None, str | None]:
+    """(content, None) of the regular file ``path`` (absolute, on this host) as ``ident`` could read it, or
+    (None, the kernel's answer to that identity). The reader holds the identity (hoststate.userread), so what
+    comes back is what the user could learn by trying: nothing about a file only root may see."""
+    if not path.startswith("/"):
+        return None, "not an absolute path"
+    try:
+        root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as err:
+        return None, reason_of(err)
+    try:
+        pseudo = sorted(ProcView._pseudo_devices(Reader("/", {}).read("proc/self/mountinfo")))
+        request = {"op": "read", "path": path, "start": [], "pseudo": pseudo, "max": max_bytes}
+        head, payload = _reader(ident).call(request, root)
+    finally:
+        os.close(root)
+    return (payload, None) if head.get("ok") else (None, str(head.get("reason")))
+
+
 # --------------------------------------------------------------------------------------------
 # A process's view of the file system
 

@@ -1,14 +1,17 @@
 """Slurm: check each node before a job, stamp the verdict where the job reads it, record what the job changed.
 
-Three programs for slurm.conf (docs/fleets-engines.md), run as ``python -m hoststate.slurm ROLE``:
+Three programs for slurm.conf (docs/fleets-engines.md), run as ``hoststate-slurm ROLE`` (the console script of the
+virtualenv hoststate is installed into; deploy/slurm/*.sh find it) or ``python -m hoststate.slurm ROLE``:
 
 ``prolog`` (``Prolog=``, root, on the node, before the job): snaps the node and compares it with the fleet's
 reference baseline and, when the job names one (``sbatch --comment=hoststate-baseline=PATH``), with the job's own.
 The verdict is stamped in ``STAMP_DIR/<job>.json`` (readable by the job) and in the job's ``AdminComment``
-(``scontrol show job``). Drift never fails the prolog: a failing prolog drains the node and requeues the job, which
-is the answer to a sick node, not to a job that wants another configuration. Health faults (a GPU lost, an XID that
+(``scontrol show job``); the job's own baseline is read with the job user's rights, never as root. Drift never
+fails the prolog: a failing prolog drains the node and requeues the job, which is the answer to a sick node, not to
+a job that wants another configuration. Health faults (a GPU lost, an XID that
 needs a reset in the kernel log, memory rows that failed to remap or wait for a reset, uncorrectable ECC errors, a
-GPU driver that cannot be read) drain the node with a readable reason and fail the prolog.
+GPU driver that cannot be read) drain the node with a readable reason and fail the prolog. XIDs are the kernel's own
+/dev/kmsg records from the driver about this node's GPUs, each judged once (a cursor in root's ``state_dir``).
 
 ``task-prolog`` (``TaskProlog=``, the job's user, before each task): exports ``HOSTSTATE_VERDICT`` and
 ``HOSTSTATE_STAMP``; on drift prints the reason into the task's output and fails, so Slurm refuses the task and the
@@ -45,7 +48,14 @@ JOB_BASELINE = re.compile(r"hoststate-baseline=(\S+)")
 #: micro-controller halt, 63/64 row remapping/retirement event or failure, 74 NVLink error, 79 fallen off the bus,
 #: 92 high single-bit ECC rate, 94/95 contained/uncontained ECC error, 119/120 GSP timeout/error, 140 unrecovered ECC.
 FATAL_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140})
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
+#: The NVIDIA driver's XID report, as the message of a kernel record starts (``NVRM: Xid (PCI:0000:18:00): 79, ...``):
+#: anchored, so text that merely contains it (a mount option a user had the kernel log) is no XID.
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?\): (\d+)(?:,|$)")
+#: syslog facility of the kernel's own records (LOG_KERN); /dev/kmsg gives every record written from user space
+#: another one (printk.c devkmsg_write: "we enforce LOG_USER").
+LOG_KERN = 0
+#: Largest job baseline read for the job's user: what a snapshot file may be (io.SNAPSHOT_MAX_BYTES).
+MAX_JOB_BASELINE = 8 << 20
 #: Every key the configuration file may hold, with its default.
 CONFIG_KEYS: dict[str, Any] = {
     "baseline": "",            # the fleet's reference snapshot ("" = only the job's own)
@@ -54,7 +64,8 @@ CONFIG_KEYS: dict[str, Any] = {
     "root": "/",               # --root (a captured tree in tests)
     "only": [],                # --only collectors ([] = all)
     "stamp_dir": "/run/hoststate/slurm",
-    "kmsg": "/dev/kmsg",       # the kernel log read for XIDs ("" = not read)
+    "kmsg": "/dev/kmsg",       # the kernel log read for XIDs, under root ("" = not read)
+    "state_dir": "/var/lib/hoststate/slurm",  # root's own state: the kernel log cursor
     "timeout": 60.0,           # seconds for one snap or diff
     "scontrol": "scontrol",
     "nvml_replay": "",         # HOSTSTATE_NVML_REPLAY for the snap (tests)
@@ -70,9 +81,18 @@ class Config:
     only: list[str] = field(default_factory=list)
     stamp_dir: str = "/run/hoststate/slurm"
     kmsg: str = "/dev/kmsg"
+    state_dir: str = "/var/lib/hoststate/slurm"
     timeout: float = 60.0
     scontrol: str = "scontrol"
     nvml_replay: str = ""
+
+
+def _trusted(path: str, st: os.stat_result) -> None:
+    """A configuration root acts on must be root's and writable by root alone (its baseline, policy and root are
+    root's reads): ValueError otherwise."""
+    if st.st_uid != 0 or st.st_mode & 0o022:
+        raise ValueError(f"{path}: not owned by root or writable by others: refused (uid {st.st_uid}, "
+                         f"mode {stat.S_IMODE(st.st_mode):o})")
 
 
 def load_config(path: str | None = None) -> Config:
@@ -80,6 +100,8 @@ def load_config(path: str | None = None) -> Config:
     path = path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG
     try:
         with open(path, "rb") as f:
+            if os.geteuid() == 0:
+                _trusted(path, os.fstat(f.fileno()))
             data = toml_loads(f.read().decode("utf-8"))
     except FileNotFoundError:
         if path != DEFAULT_CONFIG:
@@ -104,13 +126,13 @@ def stamp_dir(config: Config) -> str:
     return path
 
 
-def write_atomic(directory: str, name: str, text: str) -> str:
-    """``directory/name`` replaced atomically with a new file (mode 0644), never written through a link."""
+def write_atomic(directory: str, name: str, text: str, mode: int = 0o644) -> str:
+    """``directory/name`` replaced atomically with a new file (``mode``), never written through a link."""
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, os.path.join(directory, name))
     except BaseException:
         if os.path.exists(tmp):
@@ -167,23 +189,74 @@ def job_baseline(config: Config, job: str) -> str | None:
 # -- verdicts ------------------------------------------------------------------------------------------------------
 
 
-def xids(text: str) -> list[tuple[str, int]]:
-    """(PCI address, XID) of every ``NVRM: Xid`` line of a kernel log."""
-    return [(m[1], int(m[2])) for m in _XID.finditer(text)]
+@dataclass(frozen=True)
+class KmsgRecord:
+    """One /dev/kmsg record (Documentation/ABI/testing/dev-kmsg: ``pri,seq,ts,flags;message``)."""
+
+    facility: int
+    seq: int
+    message: str
 
 
-def read_kmsg(path: str, max_bytes: int = 4 << 20) -> str:
-    """The kernel log ring buffer, read without blocking (``/dev/kmsg`` gives one record per read); "" when it
-    cannot be read."""
-    if not path:
-        return ""
+def parse_kmsg(data: bytes) -> list[KmsgRecord]:
+    """The records of /dev/kmsg output; continuation lines (`` KEY=value``) and anything unparsable are skipped.
+    The kernel escapes a newline inside a message as ``\\x0a``, so every record is one line."""
+    out = []
+    for line in data.split(b"\n"):
+        head, sep, message = line.partition(b";")
+        fields = head.split(b",")
+        if not sep or len(fields) < 4 or not fields[0].isdigit() or not fields[1].isdigit():
+            continue
+        out.append(KmsgRecord(int(fields[0]) >> 3, int(fields[1]), message.decode("utf-8", "replace")))
+    return out
+
+
+def _bdf(text: str) -> tuple[int, int, int] | None:
+    """(domain, bus, device) of a PCI address as NVML (``00000000:18:00.0``), sysfs or the driver writes it."""
+    m = re.fullmatch(r"([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?", text.strip())
+    return (int(m[1], 16), int(m[2], 16), int(m[3], 16)) if m else None
+
+
+def node_gpus(snap_data: Mapping[str, Any]) -> set[tuple[int, int, int]]:
+    """The PCI addresses of this node's GPUs: NVML's (gpu.devices) and sysfs's (system.p2p.gpus)."""
+    found = set()
+    devices = snap_data.get("gpu", {}).get("devices", {})
+    for dev in devices.values() if isinstance(devices, Mapping) else ():
+        if isinstance(dev, Mapping) and (bdf := _bdf(str(dev.get("pci_bus_id", "")))):
+            found.add(bdf)
+    p2p = snap_data.get("system", {}).get("p2p", {}).get("gpus", {})
+    for key in p2p if isinstance(p2p, Mapping) else ():
+        if bdf := _bdf(str(key)):
+            found.add(bdf)
+    return found
+
+
+def xids(records: Sequence[KmsgRecord], gpus: set[tuple[int, int, int]]) -> list[tuple[str, int]]:
+    """(PCI address, XID) of the driver's XID records: the kernel's own (facility 0), the message starting with
+    the driver's prefix, naming a GPU of this node."""
+    out = []
+    for rec in records:
+        m = _XID.match(rec.message) if rec.facility == LOG_KERN else None
+        if m and (int(m[1], 16), int(m[2], 16), int(m[3], 16)) in gpus:
+            out.append((f"{int(m[1], 16):04x}:{m[2].lower()}:{m[3].lower()}", int(m[4])))
+    return out
+
+
+def read_kmsg(config: Config, max_bytes: int = 4 << 20) -> bytes:
+    """The kernel log under ``config.root``: the /dev/kmsg device read without blocking (one record per read),
+    or a regular file of records (a captured log); b"" when it cannot be read."""
+    if not config.kmsg:
+        return b""
+    from hoststate.io import Reader
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = Reader(config.root, {}).open(config.kmsg.lstrip("/"), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError:
-        return ""
+        return b""
     chunks: list[bytes] = []
     total = 0
     try:
+        device = stat.S_ISCHR(os.fstat(fd).st_mode)
         while total < max_bytes:
             try:
                 chunk = os.read(fd, 8192)
@@ -193,14 +266,64 @@ def read_kmsg(path: str, max_bytes: int = 4 << 20) -> str:
                 continue
             if not chunk:
                 break
-            chunks.append(chunk)
+            chunks.append(chunk if not device or chunk.endswith(b"\n") else chunk + b"\n")
             total += len(chunk)
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("utf-8", "replace")
+    return b"".join(chunks)[:max_bytes]
 
 
-def health_faults(snap_data: Mapping[str, Any], kmsg: str = "") -> list[str]:
+# -- root's own state: the kernel log cursor -----------------------------------------------------------------------
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def state_dir(config: Config) -> str:
+    """Root's state directory, made and checked like the stamp directory, but readable by root only."""
+    path = config.state_dir
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise OSError(f"{path}: not a directory owned by uid {os.geteuid()} and writable only by it")
+    return path
+
+
+def new_kernel_records(config: Config) -> list[KmsgRecord]:
+    """The kernel log records after the cursor kept in ``state_dir/kmsg.cursor`` (the last sequence number judged
+    in this boot), and the cursor moved past them, under a lock (prologs and epilogs of several jobs may run at
+    once): a record is judged once, so an XID a GPU reset has cleared does not drain the node again."""
+    import fcntl
+
+    if not config.kmsg:
+        return []
+    directory = state_dir(config)
+    boot = _boot_id()
+    with open(os.path.join(directory, "kmsg.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(os.path.join(directory, "kmsg.cursor"), encoding="utf-8") as f:
+                saved = json.load(f)
+            after = int(saved["seq"]) if saved.get("boot") == boot else -1
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            after = -1
+        records = [r for r in parse_kmsg(read_kmsg(config)) if r.seq > after]
+        if records and after >= 0 and min(r.seq for r in records) > after + 1:
+            lost = min(r.seq for r in records) - after - 1
+            print(f"hoststate.slurm: {lost} kernel log record(s) after the cursor ({after}) were overwritten before "
+                  "they could be judged (the ring buffer wrapped)", file=sys.stderr)
+        if records:
+            last = max(r.seq for r in records)
+            write_atomic(directory, "kmsg.cursor", json.dumps({"boot": boot, "seq": last}) + "\n", mode=0o600)
+    return records
+
+
+def health_faults(snap_data: Mapping[str, Any], kmsg: Sequence[KmsgRecord] = ()) -> list[str]:
     """Why this node should not run GPU work at all (empty: healthy): these drain it."""
     faults: list[str] = []
     entry = snap_data.get("collectors", {}).get("gpu", {})
@@ -223,12 +346,12 @@ def health_faults(snap_data: Mapping[str, Any], kmsg: str = "") -> list[str]:
             faults.append(f"{name}: page retirement pending a driver reload")
         if health.get("ecc_errors_uncorrected_volatile"):
             faults.append(f"{name}: {health['ecc_errors_uncorrected_volatile']} uncorrectable ECC errors")
-    fatal = sorted({(bus, x) for bus, x in xids(kmsg) if x in FATAL_XIDS})
+    fatal = sorted({(bus, x) for bus, x in xids(kmsg, node_gpus(snap_data)) if x in FATAL_XIDS})
     faults += [f"XID {x} on PCI {bus}" for bus, x in fatal]
     return faults
 
 
-def refusal_lines(baseline: str, current: Mapping[str, Any], config: Config) -> list[str]:
+def refusal_lines(baseline: str | Mapping[str, Any], current: Mapping[str, Any], config: Config) -> list[str]:
     """Why ``current`` is not comparable with ``baseline`` under the site's policy and accept patterns, one
     summary line per subsystem (the lines ``hoststate diff`` opens with); [] when it is."""
     from hoststate.render.summary import summarize
@@ -256,8 +379,30 @@ class Verdict:
         return re.sub(r"[\r\n\t]", " ", text)[:900]
 
 
-def judge(config: Config, current: str, job_base: str | None, kmsg: str) -> Verdict:
-    """The verdict on the snapshot ``current``: health first, then each baseline."""
+def job_user_baseline(path: str, env: Mapping[str, str]) -> tuple[Any, str | None]:
+    """(the job's own baseline, loaded, None) or (None, why): read with the job user's rights (SLURM_JOB_UID,
+    SLURM_JOB_GID) by a reader holding that identity (hoststate.procfiles.read_as), never as root. The reason is the
+    kernel's answer to the job's user, which that user can learn by trying: it tells nothing of a root-only file
+    (whether it exists, what it holds) and none of its bytes reach the stamp."""
+    from hoststate import procfiles
+    from hoststate.snapshot import loads
+
+    uid, gid = env.get("SLURM_JOB_UID", ""), env.get("SLURM_JOB_GID", "")
+    if not (uid.isdigit() and gid.isdigit()):
+        return None, "the job's user is not known (SLURM_JOB_UID, SLURM_JOB_GID): not read"
+    data, err = procfiles.read_as(procfiles.user_creds(int(uid), int(gid)), path, MAX_JOB_BASELINE)
+    if data is None:
+        return None, f"not read with the job user's rights: {err}"
+    try:
+        return loads(data, os.path.basename(path)), None
+    except Exception as exc:  # noqa: BLE001 - the job's own file, readable to its user: its defect is the reason
+        return None, f"not a snapshot: {exc}"
+
+
+def judge(config: Config, current: str, job_base: str | None, kmsg: Sequence[KmsgRecord],
+          env: Mapping[str, str] | None = None) -> Verdict:
+    """The verdict on the snapshot ``current``: health first, then the fleet's baseline (a site file, read as root)
+    and the job's own (read with the job user's rights)."""
     from hoststate.snapshot import load
 
     try:
@@ -272,7 +417,14 @@ def judge(config: Config, current: str, job_base: str | None, kmsg: str) -> Verd
         if not path:
             continue
         verdict.baselines[label] = path
-        lines = refusal_lines(path, data, config)
+        baseline: Any = path
+        if label == "job":
+            baseline, err = job_user_baseline(path, os.environ if env is None else env)
+            if err is not None:
+                verdict.verdict = "refused"
+                verdict.reasons.append(f"job baseline {os.path.basename(path)}: {err}")
+                continue
+        lines = refusal_lines(baseline, data, config)
         if lines:
             verdict.verdict = "refused"
             verdict.reasons += [f"{label} baseline {os.path.basename(path)}: {line}" for line in lines[:6]]
@@ -291,7 +443,7 @@ def prolog(config: Config, env: Mapping[str, str]) -> int:
     if err is not None:
         verdict = Verdict("error", [err])  # not checked: the job is refused, the node is not blamed
     else:
-        verdict = judge(config, before, job_baseline(config, job), read_kmsg(config.kmsg))
+        verdict = judge(config, before, job_baseline(config, job), new_kernel_records(config), env)
     stamp = {"job": job, "node": node, "verdict": verdict.verdict, "reasons": verdict.reasons,
              "baselines": verdict.baselines, "snapshot": before}
     write_atomic(directory, f"{job}.json", json.dumps(stamp, indent=1) + "\n")
@@ -350,7 +502,7 @@ def epilog(config: Config, env: Mapping[str, str]) -> int:
         from hoststate.snapshot import load
 
         try:
-            faults = health_faults(load(after), read_kmsg(config.kmsg))
+            faults = health_faults(load(after), new_kernel_records(config))
         except Exception as exc:  # noqa: BLE001 - an epilog that fails drains the node: never for our own error
             print(f"hoststate.slurm epilog: {exc}", file=sys.stderr)
             faults = []

@@ -61,15 +61,73 @@ def test_the_daemonset_is_a_valid_apps_v1_daemonset() -> None:
     validator = _validator("k8s-daemonset-apps-v1.json")
     assert not list(validator.iter_errors(ds))
     broken = copy.deepcopy(ds)
-    broken["spec"]["template"]["spec"]["hostPID"] = "yes"
+    broken["spec"]["template"]["spec"]["hostNetwork"] = "yes"
     broken["spec"]["template"]["spec"]["containers"][0]["volumeMount"] = []  # misspelt: the strict schema refuses
     assert len(list(validator.iter_errors(broken))) >= 2
+
+
+def privileges(ds: dict[str, Any]) -> set[str]:
+    """Every privilege a DaemonSet's pod holds, written as docs/fleets-engines.md lists them."""
+    pod = ds["spec"]["template"]["spec"]
+    held = {key for key in ("hostPID", "hostNetwork", "hostIPC", "hostUsers") if pod.get(key) is True}
+    if "runtimeClassName" in pod:
+        held.add(f"runtimeClassName: {pod['runtimeClassName']}")
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for container in pod.get("containers", []) + pod.get("initContainers", []):
+        ctx = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+        if ctx.get("privileged"):
+            held.add("privileged")
+        if not ctx.get("runAsNonRoot") and ctx.get("runAsUser", 0) == 0:
+            held.add("runAsUser: 0")
+        if ctx.get("allowPrivilegeEscalation", True):
+            held.add("allowPrivilegeEscalation")
+        if not ctx.get("readOnlyRootFilesystem"):
+            held.add("writable root file system")
+        caps = ctx.get("capabilities", {})
+        if caps.get("drop") != ["ALL"]:
+            held.add("the runtime's default capabilities")
+        held |= {f"capabilities.add: {c}" for c in caps.get("add", [])}
+        for mount in container.get("volumeMounts", []):
+            host = volumes[mount["name"]].get("hostPath")
+            if host:
+                held.add(f"hostPath: {host['path']} ({'read-only' if mount.get('readOnly') else 'read-write'})")
+    return held
+
+
+def documented_privileges() -> dict[str, str]:
+    """The privileges table of docs/fleets-engines.md: privilege -> why."""
+    doc = (REPO / "docs" / "fleets-engines.md").read_text()
+    block = doc[doc.index("<!-- privileges: begin -->"):doc.index("<!-- privileges: end -->")]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in block.splitlines()[3:] if line.startswith("|")]
+    return {row[0].strip("`"): row[2] for row in rows}
+
+
+def test_every_privilege_of_the_daemonset_is_documented_with_its_reason() -> None:
+    (ds,) = _docs("hoststate-daemonset.yaml")
+    documented = documented_privileges()
+    assert privileges(ds) == set(documented)
+    assert all(len(why) > 30 for why in documented.values())  # a reason, not a word
+    assert not {"hostPID", "hostNetwork", "hostIPC", "privileged"} & set(documented)
+    # the check is real: each privilege added to the manifest is caught
+    for key, value in (("hostPID", True), ("hostNetwork", True)):
+        more = copy.deepcopy(ds)
+        more["spec"]["template"]["spec"][key] = value
+        assert privileges(more) - set(documented) == {key}
+    more = copy.deepcopy(ds)
+    more["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"].append(
+        "DAC_READ_SEARCH")
+    assert privileges(more) - set(documented) == {"capabilities.add: DAC_READ_SEARCH"}
+    more = copy.deepcopy(ds)
+    more["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["readOnly"] = False
+    assert privileges(more) - set(documented) == {"hostPath: /etc/os-release (read-write)"}
 
 
 def test_the_daemonset_reads_the_node_not_the_container() -> None:
     (ds,) = _docs("hoststate-daemonset.yaml")
     pod = ds["spec"]["template"]["spec"]
-    assert pod["hostPID"] is True and pod["hostNetwork"] is True and pod["runtimeClassName"] == "nvidia"
+    assert pod["runtimeClassName"] == "nvidia" and "hostPID" not in pod and "hostNetwork" not in pod
+    (env,) = [e for e in pod["containers"][0]["env"] if e["name"] == "HOSTSTATE_HOSTNAME"]
+    assert env["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}  # what dcgm-exporter's NODE_NAME holds
     (container,) = pod["containers"]
     assert "resources" in container and "nvidia.com/gpu" not in json.dumps(container["resources"])  # takes no GPU
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
@@ -215,4 +273,23 @@ def test_the_slurm_files_are_what_hoststate_slurm_reads() -> None:
     for key, role in (("Prolog", "prolog"), ("TaskProlog", "task-prolog"), ("Epilog", "epilog")):
         script = DEPLOY / "slurm" / Path(lines[key]).name
         assert os.access(script, os.X_OK)
-        assert f"-m hoststate.slurm {role} --config /etc/hoststate/slurm.toml" in script.read_text()
+        text = script.read_text()
+        assert f'exec "$venv/bin/hoststate-slurm" {role} --config "$config"' in text
+        assert "venv=/opt/hoststate\nconfig=/etc/hoststate/slurm.toml\n" in text
+        assert "/usr/bin/python3" not in text  # the system Python has no hoststate after the README's install
+    env = (DEPLOY / "slurm" / "hoststate-slurm.env").read_text()
+    assert [line for line in env.splitlines() if not line.startswith("#")] == ["HOSTSTATE_VENV=/opt/hoststate"]
+
+
+def test_the_pods_host_name_is_the_nodes_name_from_the_downward_api(tmp_path: Path) -> None:
+    """Without hostNetwork the pod's own host name is the pod's; the DaemonSet's HOSTSTATE_HOSTNAME (spec.nodeName)
+    names the node in the snapshot and in the Hostname label that joins dcgm-exporter's NODE_NAME."""
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "HOSTSTATE_NVML_REPLAY": str(H200),
+           "HOSTSTATE_HOSTNAME": "gpu-node-7"}
+    snap = tmp_path / "node.toml"
+    subprocess.run([sys.executable, "-m", "hoststate", "snap", "-q", "--only", "system,gpu", "-o", str(snap)],
+                   check=True, env=env, timeout=120)
+    text = subprocess.run([sys.executable, "-m", "hoststate", "export", "prometheus", str(snap)], check=True,
+                          env=env, capture_output=True, text=True, timeout=60).stdout
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples if s.name.startswith("hoststate_gpu")]
+    assert samples and {s.labels["Hostname"] for s in samples} == {"gpu-node-7"}

@@ -269,16 +269,19 @@ def test_a_url_of_another_host_or_address_adopts_no_local_process(decoy_and_serv
     assert discovery.server_at(f"http://localhost:{port}", {})[0].pid == server.pid  # the check below can fail
     proc, note = discovery.server_at(f"http://{host}:{port}", {})
     assert proc is None
-    assert ("nothing listens" if host == "[::1]" else "host other than") in note  # the server listens on IPv4 only
+    assert ("could not connect" if host == "[::1]" else "host other than") in note  # it listens on IPv4 only
 
 
-def test_discovery_prefers_the_listening_server_and_says_why(tmp_path, decoy_and_server):
+def test_discovery_prefers_the_listening_server_and_says_why(tmp_path, decoy_and_server, monkeypatch):
     decoy, server, port = decoy_and_server
+    monkeypatch.setenv("SUDO_UID", str(NOBODY))  # both are nobody's: run for nobody, as sudo -u would
+    monkeypatch.delenv("SLURM_JOB_UID", raising=False)
     found, notes = discovery.select([discovery.inspect(decoy.pid, {}), discovery.inspect(server.pid, {})])
     assert [p.pid for p in found] == [server.pid]
-    assert found[0].selected_because == (f"the only discovered vLLM server that owns a listening TCP socket "
-                                         f"(port {port})")
-    assert f"pid {decoy.pid} (uid {65534}, no listening socket)" in notes[0]
+    assert found[0].selected_because == (
+        f"pid {server.pid}, vllm serve, run by the invoking user (user nobody (uid {NOBODY}), from $SUDO_UID); "
+        f"owns a listening TCP socket (port {port}) (of 2 vLLM server command lines)")
+    assert f"pid {decoy.pid} (user nobody (uid {NOBODY}), vllm serve, no listening socket)" in notes[0]
     sec = vllm_collector.collect(Context())
     described = [sec.data] if "servers" not in sec.data else list(sec.data["servers"].values())
     pids = [s.get("pid") for s in described]
@@ -292,9 +295,9 @@ def test_several_idle_lookalikes_are_all_described_and_the_note_says_so(shared_d
     (shared_dir / "serve").write_text(SLEEP)
     procs = [start(["vllm", "serve", "m", "--port", str(_free_port())], shared_dir, executable=SYSTEM_PYTHON)
              for _ in range(2)]
-    found, notes = discovery.select([discovery.inspect(p.pid, {}) for p in procs])
+    found, notes = discovery.select([discovery.inspect(p.pid, {}) for p in procs], (NOBODY, "a test"))
     assert [p.pid for p in found] == [p.pid for p in procs]
-    assert all(p.selected_because == "no discovered vLLM server command line owns a listening TCP socket"
+    assert all(p.selected_because.endswith("owns no listening TCP socket (of 2 vLLM server command lines)")
                for p in found)
     assert "none owns a listening TCP socket" in notes[0]
 

@@ -1,3 +1,16 @@
 #!/bin/sh
-# slurm.conf task-prolog: hoststate/slurm.py
-exec /usr/bin/python3 -m hoststate.slurm task-prolog --config /etc/hoststate/slurm.toml
+# slurm.conf TaskProlog (the job's user, before each task): hoststate/slurm.py, docs/fleets-engines.md "Slurm".
+# Runs hoststate-slurm from the virtualenv hoststate was installed into (README: pip install .): /opt/hoststate,
+# or the one a line HOSTSTATE_VENV=DIR in hoststate-slurm.env beside this script names (and HOSTSTATE_SLURM_CONFIG=
+# FILE another configuration). Shell built-ins only: slurmd gives scripts no PATH to rely on.
+venv=/opt/hoststate
+config=/etc/hoststate/slurm.toml
+if [ -r "${0%/*}/hoststate-slurm.env" ]; then
+    while IFS='=' read -r key value; do
+        case $key in
+            HOSTSTATE_VENV) venv=$value ;;
+            HOSTSTATE_SLURM_CONFIG) config=$value ;;
+        esac
+    done < "${0%/*}/hoststate-slurm.env"
+fi
+exec "$venv/bin/hoststate-slurm" task-prolog --config "$config"

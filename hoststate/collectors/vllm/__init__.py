@@ -23,7 +23,16 @@ from hoststate import procfiles
 from hoststate.collectors import Context, Section
 from hoststate.collectors import env as env_collector
 from hoststate.collectors import packages as packages_collector
-from hoststate.collectors.vllm.discovery import Proc, discover, inspect, select, server_at
+from hoststate.collectors.vllm.discovery import (
+    Proc,
+    discover,
+    inspect,
+    invoking_uid,
+    select,
+    server_at,
+    user_label,
+    user_name,
+)
 from hoststate.collectors.vllm.placement import SOURCES as PLACEMENT_SOURCES
 from hoststate.collectors.vllm.placement import server_facts
 from hoststate.coverage import source
@@ -304,6 +313,23 @@ def _log_table(ctx: Context, log: LogFacts) -> dict[str, Any]:
     return logdata
 
 
+def _who(proc: Proc) -> dict[str, Any]:
+    """Which process this is and why it was taken (discovery.select, discovery.server_at): pid, the user it runs
+    as, its program, and the reason, so a reader sees whose server decided the verdict."""
+    out: dict[str, Any] = {"pid": proc.pid, "program": proc.program}
+    if proc.euid is not None:
+        out["uid"] = proc.euid
+        out["user"] = user_name(proc.euid)
+    if proc.selected_because:
+        out["selected_because"] = proc.selected_because
+    return out
+
+
+def _others(procs: list[Proc]) -> dict[str, Any]:
+    """Other users' servers as ``vllm.other_users.<pid>``: who and what, never their arguments."""
+    return {str(p.pid): {k: v for k, v in _who(p).items() if k != "selected_because"} for p in procs}
+
+
 def _process_facts(proc: Proc, unreadable: dict[str, str]) -> dict[str, Any]:
     """What a running server adds: undecodable argv/environ notes, its CPU placement, the GPU libraries it
     mapped and its NCCL config files (placement.py)."""
@@ -327,9 +353,7 @@ def build(
     """The ``[vllm]`` table of one server and whether anything in it failed to parse."""
     data: dict[str, Any] = {"source": source}
     if proc is not None:
-        data["pid"] = proc.pid
-        if proc.selected_because:
-            data["selected_because"] = proc.selected_because
+        data.update(_who(proc))
     unreadable = {} if unreadable is None else unreadable
     packages, packages_from, packages_error = _packages(proc, unreadable)
     version, version_from = _version(ctx, log, url, packages, packages_from)
@@ -390,6 +414,8 @@ class _Server:
     argv: list[str] | None = None
     env: dict[str, str] | None = None
     env_from: str | None = None
+    #: Other users' servers seen by discovery (``vllm.other_users``).
+    others: list[Proc] = field(default_factory=list)
 
 
 def _from_cmd(ctx: Context, sec: Section) -> _Server | Section:
@@ -423,16 +449,28 @@ def _from_pid(ctx: Context, sec: Section) -> _Server | Section:
 def _from_discovery(ctx: Context, sec: Section) -> _Server | Section:
     if not ctx.live:
         return Section(status="skipped", reason="process discovery cannot honour --root")
-    found, notes = select(discover(sec.unreadable))  # listening servers first: an idle lookalike never decides
+    every = discover(sec.unreadable)
+    found, notes = select(every)  # the invoking user's first, then listening ones: another's never decides
+    others = [p for p in every if p.foreign]
+    if found and all(p.foreign for p in found):
+        sec.notes.extend(notes)
+        who = "; ".join(p.who() for p in found)
+        sec.data = clean({"other_users": _others(others)})
+        sec.status, sec.reason = "absent", (f"no vLLM server of the invoking user runs; another user's is recorded "
+                                            f"under vllm.other_users, not compared (name it with --vllm-pid or "
+                                            f"--vllm-url to describe it): {who}")
+        return sec
     if len(found) > 1:
         _several(ctx, found, sec)
-    sec.notes.extend(notes)
-    if len(found) > 1:
+        sec.notes.extend(notes)
+        if others:
+            sec.data["other_users"] = clean(_others(others))
         return sec
+    sec.notes.extend(notes)
     if not found:
         sec.status, sec.reason = "absent", "no vLLM server running"
         return sec
-    return _Server("discovered", proc=found[0])
+    return _Server("discovered", proc=found[0], others=others)
 
 
 def _from_url(ctx: Context, sec: Section) -> _Server:
@@ -443,6 +481,10 @@ def _from_url(ctx: Context, sec: Section) -> _Server:
         server.proc, note = server_at(ctx.vllm_url, {})
         if note:
             sec.notes.append(note)
+        me, source = invoking_uid()
+        if server.proc is not None and server.proc.euid != me:
+            sec.notes.append(f"the socket behind --vllm-url is held by another user's process: {server.proc.who()} "
+                             f"(the invoking user is {user_label(me)}, from {source})")
     return server
 
 
@@ -469,18 +511,22 @@ def collect(ctx: Context) -> Section:
         else:
             log = parse_log(text, deadline)
             log.errors[:0] = notes
+    server = _server(ctx, sec)
+    if isinstance(server, Section):
+        return server
     url = None
     if ctx.vllm_url:
         from hoststate.collectors.vllm.http import query_url
 
-        url = query_url(ctx.vllm_url)
-    server = _server(ctx, sec)
-    if isinstance(server, Section):
-        return server
+        # the process server_at found behind the URL is the one whose endpoints are read (the same socket's owner)
+        owner = server.proc if server.source in ("url", "log") else None
+        url = query_url(ctx.vllm_url, owner=(owner.pid, owner.start) if owner is not None else None)
     if server.proc is not None:
         server.argv, server.env, server.env_from = server.proc.argv, server.proc.env, None
     data, problem = build(ctx, source=server.source, argv=server.argv, env=server.env, env_from=server.env_from,
                           proc=server.proc, log=log, url=url, unreadable=sec.unreadable)
+    if server.others:
+        data["other_users"] = _others(server.others)
     sec.data = clean(data)
     if url is not None and not url.get("reachable"):
         sec.unreadable[f"--vllm-url {redact_url(ctx.vllm_url or '')}"] = url.get("error", "unreachable")

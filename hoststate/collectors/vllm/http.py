@@ -10,6 +10,7 @@ import base64
 import contextlib
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -129,9 +130,24 @@ def _number(text: str) -> Any:
     return text
 
 
-def query_url(url: str) -> dict[str, Any]:
-    """What the server's endpoints say; an unreachable server is recorded, not raised."""
+def _getter(owner: tuple[int, int | None] | None) -> Any:
+    """``_get``, or, for a server identified behind the URL (pid, start time), ``get_from_owner`` bound to it: the
+    endpoints are then read from that process's socket only, as identified (a request it does not own is an error)."""
+    if owner is None:
+        return _get
+
+    def owned(base: str, path: str) -> tuple[int | None, str | None, str | None]:
+        got = get_from_owner(base, path, expect_pid=owner[0], expect_start=owner[1])
+        return got.status, got.body if got.ok else None, got.error
+
+    return owned
+
+
+def query_url(url: str, owner: tuple[int, int | None] | None = None) -> dict[str, Any]:
+    """What the server's endpoints say; an unreachable server is recorded, not raised. ``owner`` (pid, start
+    time): read only from that process's socket."""
     data: dict[str, Any] = {"url": redact_url(url)}
+    _get = _getter(owner)
     status, body, err = _get(url, "/version")
     if err:
         data["reachable"] = status is not None
@@ -187,3 +203,158 @@ def _server_info(info: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = redact_value(value)
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# One request to the process that owns the socket
+
+
+@dataclass
+class Owned:
+    """What :func:`get_from_owner` got: the HTTP status and body, or the error; the process that holds the
+    listening socket the connection reached (None for another host's URL) and where the connection went."""
+
+    status: int | None = None
+    body: str | None = None
+    error: str | None = None
+    owner_pid: int | None = None
+    endpoint: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.status == 200
+
+
+class _Replay:
+    """The bytes of a response, for http.client.HTTPResponse to parse (status line, headers, chunked bodies)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def makefile(self, *_: Any, **__: Any) -> Any:
+        import io
+
+        return io.BytesIO(self.data)
+
+
+def _exchange(sock: Any, host: str, path: str, auth: str | None, deadline: float, max_bytes: int) -> Owned:
+    """Send one GET on the connected ``sock`` and read the whole response before ``deadline`` (monotonic)."""
+    import http.client
+    import time
+
+    lines = [f"GET {path} HTTP/1.1", f"Host: {host}", "Accept: */*", "Connection: close", "User-Agent: hoststate"]
+    if auth:
+        lines.append(f"Authorization: {auth}")
+    data = bytearray()
+    try:
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        while len(data) <= max_bytes:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return Owned(error="timeout: no whole response before the deadline")
+            sock.settimeout(left)
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except TimeoutError:
+        return Owned(error="timeout: no whole response before the deadline")
+    except OSError as err:
+        return Owned(error=f"{type(err).__name__}: {err.strerror or err}"[:200])
+    if len(data) > max_bytes:
+        return Owned(error=f"response larger than {max_bytes} bytes")
+    try:
+        resp = http.client.HTTPResponse(_Replay(bytes(data)))  # type: ignore[arg-type]
+        resp.begin()
+        body = resp.read()
+    except (http.client.HTTPException, ValueError, OSError) as err:
+        return Owned(error=f"not an HTTP response: {type(err).__name__}")
+    return Owned(status=resp.status, body=body.decode("utf-8", "replace"),
+                 error=None if resp.status == 200 else f"HTTP {resp.status}")
+
+
+def get_from_owner(url: str, path: str, *, expect_pid: int | None = None, expect_start: int | None = None,
+                   timeout: float = HTTP_TIMEOUT, max_bytes: int = HTTP_MAX_BYTES) -> Owned:
+    """GET ``url`` + ``path`` from the process that owns the socket the connection reaches, or nothing (fail closed).
+
+    The contract, for readers of a server's ``/metrics`` during a watched run:
+
+    - One TCP connection, made as urllib makes it (``socket.create_connection``: getaddrinfo's order, the first
+      address that accepts), and the request goes over that same connection: what is identified is what is read.
+    - For a loopback URL (discovery.is_local), the listening socket that accepted the connection is found from the
+      connection's own family, server address and port (getpeername) in /proc/net/tcp{,6}, ranked as the kernel's
+      listener lookup ranks them (discovery.accepting), and the processes holding it. The request is sent only
+      when ``expect_pid`` holds that socket (when given; with ``expect_start``, discovery.start_time of the server
+      taken when it was identified, only while that pid is still the same process, not a pid given to another
+      after the server exited), or when one vLLM server command line does (when not);
+      otherwise nothing is sent and ``error`` says whose socket it was. A socket that cannot be identified (several
+      users' sockets at the same rank, /proc unreadable) is an error too.
+    - For another host's URL: with ``expect_pid`` refused (a remote socket has no local owner to check); without
+      it, read as is (``owner_pid`` None).
+    - ``timeout`` is one deadline for the whole exchange (connect, identification, request, the whole response),
+      not per read: a server that sends a byte a second cannot hold the caller longer. Bodies over ``max_bytes``
+      are an error.
+    - Never raises; ``error`` never repeats a secret of the URL (user:password in it is sent as Basic auth).
+    """
+    import time
+
+    from hoststate.collectors.vllm import discovery
+
+    deadline = time.monotonic() + timeout
+    target, auth = _credentials(url)
+    host, port, err = discovery.url_host_port(target)
+    if err or host is None or port is None:
+        return Owned(error=err or "no host in the URL")
+    local = discovery.is_local(host)
+    if not local and expect_pid is not None:
+        return Owned(error=f"{redact_url(target)} is not this host's loopback: the server's process cannot be checked")
+    sock, err = discovery.connect(host, port, deadline - time.monotonic())
+    if sock is None:
+        return Owned(error=redact_mentions(err or "could not connect", url))
+    try:
+        owner, where, err = _owner_check(sock, local, expect_pid, expect_start)
+        if err:
+            return Owned(error=err, owner_pid=owner, endpoint=where)
+        if time.monotonic() >= deadline:  # /proc walked longer than the whole exchange may take
+            return Owned(error="timeout: the server's socket was identified after the deadline", owner_pid=owner)
+        if urlsplit(target).scheme == "https":
+            import ssl
+
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        base = urlsplit(target).path.rstrip("/")
+        hostport = (f"[{host}]" if ":" in host else host) + f":{port}"
+        got = _exchange(sock, hostport, base + path, auth, deadline, max_bytes)
+        got.owner_pid, got.endpoint = owner, where
+        if got.error:
+            got.error = redact_mentions(got.error, url)
+        return got
+    except OSError as err:  # the TLS handshake
+        return Owned(error=redact_mentions(f"{type(err).__name__}: {err}"[:200], url))
+    finally:
+        sock.close()
+
+
+def _owner_check(sock: Any, local: bool, expect_pid: int | None,
+                 expect_start: int | None = None) -> tuple[int | None, str | None, str | None]:
+    """(the owner's pid, where the connection went, None) or (..., why the request must not be sent)."""
+    from hoststate.collectors.vllm import discovery
+
+    if not local:
+        return None, None, None
+    end, err = discovery.endpoint_of(sock)
+    if end is None:
+        return None, None, f"the server's socket could not be identified: {err}"
+    where = end.describe()
+    if expect_pid is not None:
+        if expect_pid in end.holders:
+            if expect_start is not None and discovery.start_time(expect_pid) != expect_start:
+                return None, where, f"pid {expect_pid} is no longer the server that was identified: not read"
+            return expect_pid, where, None
+        named = "; ".join(discovery.inspect_label(pid) for pid in end.holders[:4])
+        return None, where, f"{where}, held by {named}, not by the server (pid {expect_pid}): not read"
+    proc, err = discovery.owner_of(end, {})
+    if proc is None:
+        return None, where, f"{err}: not read"
+    return proc.pid, where, None
