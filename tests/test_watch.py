@@ -240,7 +240,8 @@ def test_vllm_metrics_scraped_at_both_ends() -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        sampler = Sampler(None, root=str(WATCH), vllm_url=f"http://127.0.0.1:{server.server_port}").start()
+        sampler = Sampler(None, root=str(WATCH), vllm_url=f"http://127.0.0.1:{server.server_port}",
+                          server_pid=os.getpid()).start()
         state["text"] = METRICS_BEFORE.replace("} 2.0", "} 6.0").replace('"abort",model_name="m"} 0.0',
                                                                          '"abort",model_name="m"} 3.0')
         summary = sampler.stop().summary()
@@ -675,10 +676,37 @@ def test_a_trickling_metrics_server_never_holds_the_start_past_the_deadline(monk
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        sampler = Sampler(None, root=str(WATCH), vllm_url=f"http://127.0.0.1:{server.server_port}").start()
+        sampler = Sampler(None, root=str(WATCH), vllm_url=f"http://127.0.0.1:{server.server_port}",
+                          server_pid=os.getpid()).start()
         assert sampler.errors == ["vllm /metrics at start: no whole answer within 0.5 s"]
         summary = sampler.stop().summary()
     finally:
         stop.set()
         server.shutdown()
     assert judge(summary["metrics"])[0] == "degraded"  # sampler_errors: the counters were not read
+
+
+def test_metrics_are_read_only_from_the_described_servers_socket() -> None:
+    """The counters come from the process the snapshot described (``server_pid``); a listener held by another
+    process on the URL's port is never read: the scrape fails closed, recorded as a sampler error."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the handler's own name
+            body = METRICS_BEFORE.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        other = Sampler(None, root=str(WATCH), vllm_url=url, server_pid=1).start()  # pid 1 holds no such socket
+        ours = Sampler(None, root=str(WATCH), vllm_url=url, server_pid=os.getpid()).start()
+    finally:
+        server.shutdown()
+    assert other.host["vllm_start"] is None and other.errors[0].startswith("vllm /metrics at start: ")
+    assert ours.host["vllm_start"] == {"preemptions": 3.0, "aborted_requests": 0.0} and not ours.errors

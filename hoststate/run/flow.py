@@ -200,9 +200,13 @@ def watch_command(guard_result: GuardResult, command: Sequence[str], opts: SnapO
     else:
         source, status = open_source(live=os.path.abspath(opts.root) == "/")
     me, server = os.getpid(), opts.vllm_pid
+    described = guard_result.current.get("vllm", {}).get("pid") if isinstance(guard_result.current.get("vllm"),
+                                                                                Mapping) else None
+    metrics_from = server if server is not None else described if isinstance(described, int) else None
     sampler = Sampler(source, interval=watch.interval, checkpoint=watch.checkpoint, root=opts.root,
                       cgroup_pid=server, vllm_url=opts.vllm_url, gpu_status=status, record=bool(watch.trace),
-                      own_pids=lambda: descendants([me] + ([int(server)] if server else [])))
+                      own_pids=lambda: descendants([me] + ([int(server)] if server else [])),
+                      server_pid=metrics_from)
     sidecar = sidecar_path(watch.attach) if watch.attach else None
     full_env = {**command_env(guard_result, base=env), **metadata_env(guard_result, sidecar)}
     full_env.pop("HOSTSTATE_CURRENT", None)  # under --watch the saved snapshot is written after the run

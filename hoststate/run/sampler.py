@@ -333,7 +333,7 @@ class Sampler:
     def __init__(self, source: Any = None, *, interval: float = DEFAULT_INTERVAL,
                  checkpoint: float = DEFAULT_CHECKPOINT, root: str = "/", cgroup_pid: int | None = None,
                  vllm_url: str | None = None, gpu_status: str = "ok", record: bool = False,
-                 own_pids: Callable[[], Iterable[int]] | None = None):
+                 own_pids: Callable[[], Iterable[int]] | None = None, server_pid: int | None = None):
         if not (isinstance(interval, int | float) and math.isfinite(interval) and interval > 0):
             raise InputError(f"--watch-interval {interval!r}: must be a finite number of seconds greater than 0")
         self.source = source
@@ -342,6 +342,10 @@ class Sampler:
         self.root = root
         self.cgroup_pid = cgroup_pid if cgroup_pid is not None else os.getpid()
         self.vllm_url = vllm_url
+        #: The process whose socket /metrics is read from (the server the snapshot described), and when it started:
+        #: another process on the URL's port, or a pid given to another after the server exited, is never read.
+        self.server_pid = server_pid
+        self._server_start: int | None = None
         self.gpu_status = gpu_status if source is not None else (gpu_status if gpu_status != "ok" else "absent")
         self.record = record
         self.own_pids = own_pids
@@ -363,6 +367,10 @@ class Sampler:
 
     # -- lifecycle
     def start(self) -> Sampler:
+        if self.server_pid is not None:
+            from hoststate.collectors.vllm.discovery import start_time
+
+            self._server_start = start_time(self.server_pid)
         self.host["cgroup_start"], self.host["cgroup"] = self._cpu_stat()
         if self.vllm_url:
             self.host["vllm_start"], err = self._scrape()
@@ -406,11 +414,15 @@ class Sampler:
         return self
 
     def _scrape(self) -> tuple[dict[str, float] | None, str | None]:
-        """vLLM's counters under one deadline for the whole scrape (a server answering a byte a second is cut
-        off at :data:`SCRAPE_DEADLINE`; the read left running is a daemon thread and costs nothing more)."""
+        """vLLM's counters from the server's own socket, under one deadline for the whole scrape (a server answering
+        a byte a second is cut off at :data:`SCRAPE_DEADLINE`, by the read's own deadline and, should a step of
+        it outlast that, by the wait here: the start of the command never waits longer)."""
         box: list[tuple[dict[str, float] | None, str | None]] = []
-        worker = threading.Thread(target=lambda: box.append(scrape_vllm(str(self.vllm_url))),
-                                  name="hoststate-scrape", daemon=True)
+        def scrape() -> None:
+            box.append(scrape_vllm(str(self.vllm_url), expect_pid=self.server_pid, expect_start=self._server_start,
+                                   timeout=SCRAPE_DEADLINE))
+
+        worker = threading.Thread(target=scrape, name="hoststate-scrape", daemon=True)
         worker.start()
         worker.join(SCRAPE_DEADLINE)
         if not box:

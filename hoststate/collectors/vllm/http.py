@@ -113,12 +113,14 @@ def parse_vllm_counters(text: str) -> dict[str, float]:
     return out
 
 
-def scrape_vllm(url: str) -> tuple[dict[str, float] | None, str | None]:
-    """(counters, error) from ``URL/metrics``; never raises."""
-    status, body, err = _get(url, "/metrics")
-    if err or status != 200:
-        return None, err or f"HTTP {status}"
-    return parse_vllm_counters(body or ""), None
+def scrape_vllm(url: str, *, expect_pid: int | None = None, expect_start: int | None = None,
+                timeout: float = HTTP_TIMEOUT) -> tuple[dict[str, float] | None, str | None]:
+    """(counters, error) from ``URL/metrics``, read from the server's own socket only (:func:`get_from_owner`:
+    ``expect_pid`` the server the snapshot described, one deadline for the whole exchange); never raises."""
+    got = get_from_owner(url, "/metrics", expect_pid=expect_pid, expect_start=expect_start, timeout=timeout)
+    if got.error or got.status != 200:
+        return None, got.error or f"HTTP {got.status}"
+    return parse_vllm_counters(got.body or ""), None
 
 
 def _number(text: str) -> Any:
