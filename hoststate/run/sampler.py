@@ -424,7 +424,7 @@ class Sampler:
 
         worker = threading.Thread(target=scrape, name="hoststate-scrape", daemon=True)
         worker.start()
-        worker.join(SCRAPE_DEADLINE)
+        worker.join(SCRAPE_DEADLINE + 1.0)  # the read's own deadline ends it first; this wait bounds it regardless
         if not box:
             return None, f"no whole answer within {SCRAPE_DEADLINE:g} s"
         return box[0]
