@@ -14,27 +14,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests import docexec  # noqa: E402
-from tests.conftest import PYTHONPATH  # noqa: E402
-from tests.test_docs import DOCS, PRELUDE, standins  # noqa: E402
+from tests.test_docs import DOCS, PRELUDE, docs_env  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     with tempfile.TemporaryDirectory(prefix="hoststate-docs-") as tmp:
-        work, stand = Path(tmp) / "work", Path(tmp) / "bin"
+        work, lib = Path(tmp) / "work", Path(tmp) / "lib"
         work.mkdir()
-        env = {"PYTHONPATH": PYTHONPATH, "HS_PYTHON": sys.executable, "HS_DOCBIN": standins(stand)}
+        lib.mkdir()
+        env = docs_env(Path(tmp) / "bin", lib)
         cmds = docexec.run(DOCS, work, env=env, prelude=PRELUDE)  # as tests/test_docs.py runs them
     stale = 0
     for doc in DOCS:
         lines = doc.read_text().splitlines()
         mine = [c for c in cmds if c.doc == doc.name and c.shown is not None]
         for c in reversed(mine):  # from the end: earlier line numbers stay valid
-            if docexec.matches(c.shown, c.actual, c.prefix_only):
+            if docexec.matches(c.shown, c.actual):
                 continue
             stale += 1
             print(f"{doc.name}:{c.line}: {c.text.splitlines()[0][:100]}")
-            lines[c.out_start:c.out_end] = docexec.refreshed(c.shown, c.actual, c.prefix_only)
+            lines[c.out_start:c.out_end] = docexec.refreshed(c.shown, c.actual)
         if not check:
             doc.write_text("\n".join(lines) + "\n")
     print(f"{stale} stale output(s)" + ("" if check else " rewritten"))

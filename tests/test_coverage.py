@@ -1,142 +1,144 @@
 """Coverage by declaration: what a collector could not read is never absent, removed or a guessed value.
 
-The conformance tests inject EACCES, ENOENT and EIO on every kind of file each collector reads from a real
-fixture tree (and a stall past the collector's deadline), and NoPermission, Unknown and Timeout on every NVML
-call of a real H200 replay. Compared with the clean snapshot under a policy that reports every leaf, the faulted
-one may differ only by ``unreadable`` findings of the injected class (and the collector's status): no value is
-removed, added or changed. An ENOENT where the collector's table declares the absence observable (a probe such
-as /dev/dsa) is the one exception, and only there.
+The conformance tests find the collectors themselves: every entry of the registry
+(hoststate.collectors.COLLECTORS) must declare ``SOURCES`` and have a bench in tests/conformance.py, a way of snapping
+it from recorded input (a real fixture tree read through ``--root``, a real H200 NVML replay, the files its options
+name) in which each thing it reads can be failed in turn. A collector added to the registry without both fails here;
+one known not to conform is listed in GAPS with what it lacks, a strict xfail that fails once it conforms.
+
+Each read is failed with each class its bench can inject (denied, missing, error, timeout: EACCES, ENOENT, EIO, a
+stall past the deadline; NVML NoPermission, Unknown, Timeout). Compared with the clean snapshot under a policy that
+reports every leaf, the faulted one may differ only by ``unreadable`` findings of the injected class (and the
+collector's status): no value is removed, added or changed. An ENOENT where the collector's table declares the
+absence observable (a probe such as /dev/dsa) is the one exception, and only there.
 """
 
 from __future__ import annotations
 
-import copy
 import errno
-import json
+import os
 import re
-from pathlib import Path
-from typing import Any
+import subprocess
+import sys
 
 import pytest
 
-from hoststate import coverage
-from hoststate.capture import collect
-from hoststate.collectors import Context, dsa, system
-from hoststate.collectors import accel_config as accel
+from hoststate import collectors, coverage
 from hoststate.diff import compare
-from hoststate.nvml_replay import load as load_replay
 from hoststate.policy import Policy, parse_rules
-from tests.conftest import FIXTURES, HOSTS
-from tests.faults import reader_faults
+from tests.conformance import (
+    BENCHES,
+    GAPS,
+    TreeBench,
+    missing_conformance,
+    module,
+    params,
+    registered,
+)
+from tests.conftest import FIXTURES, PYTHONPATH, REPO
 
 EXACT = Policy(parse_rules({"rule": [{"path": "**", "severity": "invalidating", "reason": "any"},
                                      {"path": "hoststate.**", "severity": "ignore", "reason": "bookkeeping"}]},
                            "exact.toml"))
-TREE = str(HOSTS / "seed-experiment")
-MODULES = {"dsa": dsa, "system": system, "accel_config": accel}
-ERRNOS = {errno.EACCES: "denied", errno.ENOENT: "missing", errno.EIO: "error"}
+# -- the registry: every collector declares its sources and has a bench ------------------------------------------
 
 
-def _snap(name: str, fault: tuple[str, int] | None = None, seen: set[str] | None = None, **ctx: Any) -> dict:
-    with reader_faults(fault, seen):  # a negative errno stalls past the deadline: the collector is abandoned
-        snap = collect(Context(root=TREE, **ctx), (name,))
-    snap["collectors"] = {name: snap["collectors"][name]}  # this collector alone, on both sides
-    return snap
+@pytest.mark.parametrize("name", params("sources"))
+def test_each_registered_collector_declares_its_sources(name: str) -> None:
+    mod = module(name)
+    assert hasattr(mod, "SOURCES"), f"{name}: {mod.__name__} declares no SOURCES"
+    assert all(isinstance(s, coverage.Source) for s in mod.SOURCES), name
 
 
-def _shapes(paths: set[str]) -> list[str]:
-    """One path of each shape (digits folded): every kind of file, not every instance of it. The host name is
-    the snapshot's bookkeeping (hoststate.hostname), not a collector's read."""
-    out: dict[str, str] = {}
-    for rel in sorted(paths - {"proc/sys/kernel/hostname"}):
-        out.setdefault(re.sub(r"\d+", "N", rel), rel)
-    return sorted(out.values())
+@pytest.mark.parametrize("name", params("bench"))
+def test_each_registered_collector_has_a_bench_that_reads_it(name: str) -> None:
+    assert name in BENCHES, f"{name}: no bench in tests/conformance.py BENCHES (recorded input to fault it on)"
+    snap, sites = BENCHES[name].clean(name)
+    assert snap["collectors"][name]["status"] in ("ok", "partial"), snap["collectors"][name]
+    assert sites, f"{name}: its bench gives nothing to fail"
 
 
-def _declared_absent(name: str, rel: str, err: int) -> bool:
-    """Whether the table of the collector that reads ``rel`` declares this errno there an observed absence
-    (accel_config's cross-checks read the DSA tree through the dsa collector)."""
-    for module in (MODULES[name], dsa) if name == "accel_config" else (MODULES[name],):
-        _paths, src = coverage.lands(module.SOURCES, rel)
-        if src is not None and errno.errorcode[err] in src.absent:
-            return True
-    return False
+def test_a_collector_added_to_the_registry_is_found_wanting(monkeypatch) -> None:
+    """The registry is read, not a list here: a collector added to it (this one has no SOURCES, no bench) is
+    named by missing_conformance, while every shipped one that is not a known gap is not."""
+    import types
+
+    dummy = types.ModuleType("hoststate_dummy_collector")
+    dummy.collect = lambda ctx: collectors.Section(data={"x": 1})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, dummy.__name__, dummy)
+    monkeypatch.setattr(collectors, "COLLECTORS",
+                        (*collectors.COLLECTORS, collectors.CollectorInfo("dummy", dummy.__name__, "no test knows it")))
+    assert "dummy" in registered()
+    assert missing_conformance("dummy") == [
+        "dummy: its module declares no SOURCES (what it reads -> where it lands)",
+        "dummy: no bench in tests/conformance.py BENCHES (recorded input to fault it on)"]
+    known = {name for name, _test in GAPS}
+    assert [n for n in registered() if missing_conformance(n) and n not in known] == ["dummy"]
 
 
-@pytest.fixture(scope="module")
-def reads() -> dict[str, tuple[dict, list[str]]]:
-    out = {}
-    for name in MODULES:
-        seen: set[str] = set()
-        out[name] = (_snap(name, seen=seen), _shapes(seen))
-    return out
+PLUGIN = """
+import sys, types
+from hoststate import collectors
+dummy = types.ModuleType("hoststate_dummy_collector")
+dummy.collect = lambda ctx: collectors.Section(data={"x": 1})
+sys.modules[dummy.__name__] = dummy
+collectors.COLLECTORS = (*collectors.COLLECTORS, collectors.CollectorInfo("dummy", dummy.__name__, "no test knows it"))
+"""
 
 
-@pytest.mark.parametrize("name", list(MODULES))
-@pytest.mark.parametrize("err", list(ERRNOS))
-def test_every_read_failure_is_unreadable_with_its_class(reads: dict, name: str, err: int) -> None:
-    clean, shapes = reads[name]
-    assert len(shapes) >= (10 if name != "accel_config" else 2)
+def test_the_conformance_tests_parametrize_over_a_collector_added_to_the_registry(tmp_path) -> None:
+    """A pytest run whose registry holds one more collector (a plugin adds it before collection) collects the
+    conformance tests for it and fails them: a new collector cannot escape them."""
+    (tmp_path / "dummy_registry.py").write_text(PLUGIN)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), PYTHONPATH])}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "dummy_registry",
+                           "-k", "dummy and registered", "-rf", "tests/test_coverage.py"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    failed = set(re.findall(r"^FAILED tests/test_coverage.py::(\S+)", out, re.M))
+    assert failed == {"test_each_registered_collector_declares_its_sources[dummy]",
+                      "test_each_registered_collector_has_a_bench_that_reads_it[dummy]",
+                      "test_every_read_failure_is_unreadable_with_its_class_registered[dummy-any]"}, out
+
+
+# -- every read failure, for every registered collector ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "cls"), params("faults", classes=True))
+def test_every_read_failure_is_unreadable_with_its_class_registered(name: str, cls: str) -> None:
+    assert name in BENCHES, f"{name}: no bench in tests/conformance.py BENCHES"
+    bench = BENCHES[name]
+    clean, _sites = bench.clean(name)
     checked = 0
-    for rel in shapes:
-        faulted = _snap(name, (rel, err))
-        entry = faulted["collectors"][name]
-        assert entry["status"] in ("ok", "partial", "absent", "denied", "error"), (rel, entry)
-        declared = coverage.failures(entry.get("unreadable", {}))
-        if _declared_absent(name, rel, err):
-            continue  # an observed absence, declared so by the collector's table
-        assert declared.get(rel) == errno.errorcode[err], (rel, entry)
-        assert "not a declared source" not in str(entry.get("unreadable")), (rel, entry)
-        for f in compare(clean, faulted, EXACT).findings:
+    for fault in bench.faults(name, cls):
+        entry = fault.snap["collectors"][name]
+        assert entry["status"] in ("ok", "partial", "absent", "denied", "error", "timeout"), (fault.site, entry)
+        text = str(entry.get("unreadable", {}))
+        assert "not a declared source" not in text, (fault.site, entry)
+        if fault.recorded is not None:
+            key, reason = fault.recorded
+            assert coverage.failures(entry.get("unreadable", {})).get(key) == reason, (fault.site, entry)
+        for f in compare(clean, fault.snap, EXACT).findings:
             if f.change == "coverage":
                 continue
-            assert f.change == "unreadable", (rel, f)
-            assert f"({ERRNOS[err]})" in str(f.new), (rel, f)
+            assert f.change == "unreadable" and f"({cls})" in str(f.new), (fault.site, f.path, f.change, f.new)
         checked += 1
-    assert checked >= len(shapes) // 2
+    assert checked, f"{name}: nothing was failed"
 
 
-@pytest.mark.parametrize("name", list(MODULES))
-def test_a_collector_past_its_deadline_hides_everything_it_would_have_read(reads: dict, name: str) -> None:
-    clean, shapes = reads[name]
-    faulted = _snap(name, (shapes[0], -1), timeout=0.3)
+@pytest.mark.parametrize("name", [n for n in registered() if isinstance(BENCHES.get(n), TreeBench)])
+def test_a_collector_past_its_deadline_hides_everything_it_would_have_read(name: str) -> None:
+    bench = BENCHES[name]
+    clean, shapes = bench.clean(name)
+    faulted = bench.snap(name, (shapes[0], -1), timeout=0.3)
     assert faulted["collectors"][name]["status"] == "timeout"
     findings = [f for f in compare(clean, faulted, EXACT).findings if f.change != "coverage"]
     assert findings and all(f.change == "unreadable" and "(timeout)" in str(f.new) for f in findings)
 
 
-# -- NVML: every call of a real H200 replay ------------------------------------------------------------------
-
-H200 = FIXTURES / "nvml" / "h200.json"
-NVML_ERRORS = {"NoPermission": "denied", "Unknown": "error", "Timeout": "timeout"}
-
-
-def _gpu_snap(data: dict, tmp_path: Path) -> dict:
-    path = tmp_path / "replay.json"
-    path.write_text(json.dumps(data))
-    snap = collect(Context(root=TREE, nvml=load_replay(str(path))), ("gpu",))
-    snap["collectors"] = {"gpu": snap["collectors"]["gpu"]}
-    return snap
-
-
-def test_every_nvml_call_failure_is_unreadable_with_its_class(tmp_path: Path) -> None:
-    data = json.loads(H200.read_text())
-    clean = _gpu_snap(data, tmp_path)
-    assert clean["collectors"]["gpu"]["status"] in ("ok", "partial")
-    calls = [("system", k) for k in data["system"]] + [("device", k) for k in data["devices"][0]["calls"]]
-    assert len(calls) >= 30
-    for where, call in calls:
-        for error, cls in NVML_ERRORS.items():
-            broken = copy.deepcopy(data)
-            table = broken["system"] if where == "system" else broken["devices"][0]["calls"]
-            table[call] = {"error": error}
-            faulted = _gpu_snap(broken, tmp_path)
-            text = str(faulted["collectors"]["gpu"].get("unreadable", {}))
-            assert "not a declared source" not in text, (call, text)
-            for f in compare(clean, faulted, EXACT).findings:
-                if f.change == "coverage":
-                    continue
-                assert f.change == "unreadable" and f"({cls})" in str(f.new), (call, error, f)
+def _snap(name: str, fault: tuple[str, int] | None = None) -> dict:
+    return TreeBench().snap(name, fault)
 
 
 # -- the cases of the issue --------------------------------------------------------------------------------------

@@ -28,10 +28,11 @@ from typing import Any
 import pytest
 
 from hoststate import capture, procfiles, snapshot
-from hoststate.collectors import Context, dsa
-from hoststate.coverage import classify, failures
+from hoststate.collectors import COLLECTORS, Context, dsa
+from hoststate.coverage import classify, failures, lands
 from hoststate.io import MAX_BYTES
 from hoststate.nvml_replay import import_pynvml, load_data
+from tests.conformance import BENCHES, TreeBench, module, registered
 from tests.conftest import HOSTS, PYTHONPATH, REPO
 
 #: The subprocess's own timeout: a hang detector, never a timing assertion.
@@ -101,7 +102,6 @@ def _sparse(root: str, rel: str) -> None:
 TREE_FAULTS = {
     # name: (make fault, collector, unreadable key, reason)
     "fifo-wq-state": (lambda r: _fifo(r, f"{DSA0}/wq0.0/state"), "dsa", f"{DSA0}/wq0.0/state", "not a regular file"),
-    "fifo-meminfo": (lambda r: _fifo(r, "proc/meminfo"), "system", "proc/meminfo", "not a regular file"),
     "loop-wq-attr": (lambda r: _loop(r, f"{DSA0}/wq0.1/mode"), "dsa", f"{DSA0}/wq0.1/mode", "ELOOP"),
     "loop-group-dir": (lambda r: _loop(r, f"{DSA0}/group0.1"), "dsa", f"{DSA0}/group0.1", "ELOOP"),
     "loop-device-dir": (lambda r: _loop(r, f"{DSA0}/wq0.2/.."), "dsa", DSA0, "ELOOP"),
@@ -109,22 +109,79 @@ TREE_FAULTS = {
 }
 
 
+_CLEAN: dict[str, dict[str, str]] = {}
+
+
+def _clean_statuses(tree: str, tmp_path) -> dict[str, str]:
+    """Each registered collector's status on an unfaulted copy of ``tree`` (snapped once per tree)."""
+    if tree not in _CLEAN:
+        snap = snap_cli(tmp_path, "--root", copy_host(tree, tmp_path / "clean"))
+        _CLEAN[tree] = {info.name: status(snap, info.name)["status"] for info in COLLECTORS}
+    return _CLEAN[tree]
+
+
+def assert_others_untouched(snap: dict[str, Any], faulted: str, clean: dict[str, str]) -> None:
+    """Every other registered collector has its status on the clean tree; one that reads the faulted collector's
+    section (``after``) may only become partial."""
+    for info in COLLECTORS:
+        if info.name == faulted:
+            continue
+        got, want = status(snap, info.name)["status"], clean[info.name]
+        assert got == want or (faulted in info.after and (want, got) == ("ok", "partial")), (info.name, got, want)
+
+
 @pytest.mark.parametrize("fault", sorted(TREE_FAULTS))
 def test_tree_fault_is_recorded_and_the_snapshot_written(fault, tmp_path):
     make, collector, key, reason = TREE_FAULTS[fault]
     root = copy_host("seed-experiment", tmp_path)
+    clean = _clean_statuses("seed-experiment", tmp_path)
     make(root)
     snap = snap_cli(tmp_path, "--root", root)
     st = status(snap, collector)
     assert st["status"] == "partial", st
     assert failures(st["unreadable"])[key] == reason
-    for name in ("system", "dsa", "accel_config", "env"):  # the other collectors are untouched
-        assert status(snap, name)["status"] in ("ok", "partial"), status(snap, name)
+    assert_others_untouched(snap, collector, clean)
     if collector == "dsa" and key != DSA0:
         assert snap["dsa"]["devices"]["dsa2"]["wqs"]["wq2.0"]["state"]  # the rest of the tree is read
     if fault == "loop-group-dir":
         assert "group0.1" not in snap["dsa"]["devices"]["dsa0"]["groups"]
         assert "group0.0" in snap["dsa"]["devices"]["dsa0"]["groups"]
+
+
+def _wedge_own_file(name: str, root: str) -> str:
+    """Make a FIFO of the first regular file of its own that collector ``name`` reads from the tree ``root`` and
+    records as such (not a /dev node it only stats, not a file of a collector it cross-checks); its path."""
+    _clean, shapes = BENCHES[name].clean(name)
+    own = getattr(module(name), "SOURCES", ())
+    for rel in shapes:
+        path = os.path.join(root, rel)
+        if not os.path.isfile(path) or os.path.islink(path) or lands(own, rel)[1] is None:
+            continue
+        keep = path + ".keep"
+        shutil.copy2(path, keep)
+        _fifo(root, rel)
+        entry = TreeBench(root).snap(name)["collectors"][name]
+        if failures(entry.get("unreadable", {})).get(rel) == "not a regular file":
+            os.unlink(keep)
+            return rel
+        os.unlink(path)
+        os.rename(keep, path)
+    raise AssertionError(f"{name}: no file of its own that it reads from {root}")
+
+
+@pytest.mark.parametrize("name", [n for n in registered() if isinstance(BENCHES.get(n), TreeBench)])
+def test_a_wedged_file_of_every_tree_collector_is_recorded_and_the_snapshot_written(name, tmp_path):
+    """Each registered collector that reads a tree: one of its own files becomes a FIFO nobody writes (a wedged
+    device); the snapshot is written, the collector records the file, the others are untouched."""
+    tree = os.path.basename(BENCHES[name].root)
+    root = copy_host(tree, tmp_path)
+    clean = _clean_statuses(tree, tmp_path)
+    rel = _wedge_own_file(name, root)
+    snap = snap_cli(tmp_path, "--root", root)
+    st = status(snap, name)
+    assert st["status"] == "partial", (rel, st)
+    assert failures(st["unreadable"])[rel] == "not a regular file", (rel, st)
+    assert_others_untouched(snap, name, clean)
 
 
 def test_non_utf8_bytes_are_kept_visibly_in_dsa_and_system(tmp_path):
