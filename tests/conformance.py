@@ -176,16 +176,11 @@ BENCHES: dict[str, Any] = {
 #: Known not to conform, by (collector, test), each with what it lacks: a strict xfail, so the entry must go once
 #: the collector conforms. A new collector is never listed here.
 GAPS: dict[tuple[str, str], str] = {
-    ("env", "sources"): "reads only os.environ but declares no SOURCES (SOURCES = () would say it reads no file)",
-    ("packages", "sources"): "declares no SOURCES: a dist-info folder it cannot list is dropped "
-                             "(packages._local_listdir returns None), so an unreadable site-packages reads as "
-                             "'none of the inference stack is installed'",
     ("packages", "bench"): "reads this interpreter's sys.path, never a --root tree: no recorded input to fault "
                            "until it records what it could not list",
     ("packages", "faults"): "no bench (above)",
-    ("vllm", "faults"): "an unreadable --vllm-log removes vllm.cudagraph.{attention_backends,captures,config_line,"
-                        "mismatch} (SOURCES' --vllm-log row lands only observed.**, cudagraph.observed.**, version*);"
-                        " an unreadable --config adds vllm.args_error",
+    ("vllm", "faults"): "an unreadable model config.json changes vllm.cudagraph.declared_assumptions (its text names "
+                        "the failed read) instead of marking what the model's facts decide unreadable",
 }
 
 

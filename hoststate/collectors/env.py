@@ -12,6 +12,9 @@ from collections.abc import Mapping
 from hoststate.collectors import Context, Section
 from hoststate.redact import redact_env
 
+#: It reads this process's own environment (os.environ) and no file: nothing it reads can fail.
+SOURCES: tuple = ()
+
 #: Every variable with one of these prefixes: the families vLLM, PyTorch (TORCH_*, PYTORCH_*, TorchDynamo, Inductor),
 #: Triton, FlashInfer, NCCL/NVSHMEM, the CUDA runtime and its libraries (CUDA_*, cuBLAS, cuBLASLt, cuDNN), OpenMP, MKL
 #: and OpenBLAS read; default_policy.toml rates each family.

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hoststate.collectors import Context, Section
+from hoststate.coverage import source
 from hoststate.procfiles import ProcView
 from hoststate.text import clean
 
@@ -87,11 +88,28 @@ def scan(path: list[str], listdir: Lister, read: Reader) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+#: An import-path entry that cannot be listed hides every distribution in it: the section is unknown, never
+#: "none installed". A missing entry or a zip file on sys.path (ENOENT, ENOTDIR) holds no dist-info folder and
+#: is not recorded.
+SOURCES = (source(r".+", "**"),)
+_NOT_A_FOLDER = frozenset({2, 20})  # ENOENT, ENOTDIR
+
+
+def _lister(unreadable: dict[str, str] | None) -> Callable[[str], list[str] | None]:
+    def listdir(path: str) -> list[str] | None:
+        try:
+            return sorted(os.listdir(path))
+        except OSError as err:
+            if unreadable is not None and err.errno not in _NOT_A_FOLDER:
+                import errno
+
+                unreadable[path] = errno.errorcode.get(err.errno or 0, type(err).__name__)
+            return None
+    return listdir
+
+
 def _local_listdir(path: str) -> list[str] | None:
-    try:
-        return sorted(os.listdir(path))
-    except OSError:
-        return None
+    return _lister(None)(path)
 
 
 def _local_read(path: str) -> str | None:
@@ -102,9 +120,10 @@ def _local_read(path: str) -> str | None:
         return None
 
 
-def installed() -> dict[str, str]:
-    """The stack's versions in this interpreter (first distribution of a name wins, as import would)."""
-    return scan(list(sys.path), _local_listdir, _local_read)
+def installed(unreadable: dict[str, str] | None = None) -> dict[str, str]:
+    """The stack's versions in this interpreter (first distribution of a name wins, as import would); an import
+    path entry that could not be listed is added to ``unreadable`` with its errno name."""
+    return scan(list(sys.path), _lister(unreadable), _local_read)
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,7 +280,11 @@ def of_process(pid: int, argv: list[str], env: dict[str, str] | None) -> tuple[d
 def collect(ctx: Context) -> Section:
     if not ctx.live:
         return Section(status="skipped", reason="installed packages belong to this interpreter, not the --root tree")
-    packages = installed()
+    unreadable: dict[str, str] = {}
+    packages = installed(unreadable)
     if not packages:
-        return Section(status="absent", reason=f"none of the inference stack is installed for {sys.executable}")
-    return Section(data=packages)
+        sec = Section(status="absent", reason=f"none of the inference stack is installed for {sys.executable}")
+    else:
+        sec = Section(data=packages)
+    sec.unreadable.update(unreadable)
+    return sec

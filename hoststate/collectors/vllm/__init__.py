@@ -66,9 +66,11 @@ def __getattr__(name: str) -> Any:
 #: ``vllm`` table; first match names it. Anything else, such as /proc itself, hides the whole table.
 SOURCES = (
     source(r"proc/\d+/environ", "env.**", "cudagraph.**"),
-    source(r"(?:proc/\d+ )?--config .*", "args.**", "cudagraph.**"),
+    source(r"(?:proc/\d+ )?--config .*", "args.**", "args_error", "args_resolved.**", "cudagraph.**"),
     source(r"proc/\d+ packages", "packages.**", "version*"),
-    source(r"--vllm-log .*", "observed.**", "cudagraph.observed.**", "version*"),
+    source(r"--vllm-log .*", "observed.**", "cudagraph.observed.**", "cudagraph.attention_backends",
+           "cudagraph.captures", "cudagraph.config_line", "cudagraph.mismatch*", "cudagraph.observed_from",
+           "log.**", "version*"),
     *PLACEMENT_SOURCES,
 )
 
