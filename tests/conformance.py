@@ -179,8 +179,10 @@ GAPS: dict[tuple[str, str], str] = {
     ("packages", "bench"): "reads this interpreter's sys.path, never a --root tree: no recorded input to fault "
                            "until it records what it could not list",
     ("packages", "faults"): "no bench (above)",
-    ("vllm", "faults"): "an unreadable model config.json changes vllm.cudagraph.declared_assumptions (its text names "
-                        "the failed read) instead of marking what the model's facts decide unreadable",
+    ("vllm", "faults-denied"): "an unreadable model config.json changes vllm.cudagraph.declared_assumptions (its "
+                               "text names the failed read) instead of marking what the model's facts decide "
+                               "unreadable",
+    ("vllm", "faults-error"): "as faults-denied: EIO on the model's config.json",
 }
 
 
@@ -195,7 +197,8 @@ def params(test: str, classes: bool = False) -> list[Any]:
         bench = BENCHES.get(name)
         for cls in (bench.classes if bench is not None else ("any",)) if classes else (None,):
             args = (name, cls) if classes else (name,)
-            out.append(pytest.param(*args, marks=_gap(name, test), id="-".join(a for a in args if a)))
+            marks = _gap(name, f"{test}-{cls}") or _gap(name, test)  # a gap of one failure class, or of them all
+            out.append(pytest.param(*args, marks=marks, id="-".join(a for a in args if a)))
     return out
 
 
