@@ -91,3 +91,44 @@ def glob_key(pieces: tuple[str, ...], key: str) -> bool:
             return False
         pos = found + len(piece)
     return True
+
+
+class PatternIndex:
+    """Path patterns (``*``, ``**``, ``ab*`` keys) filed by their leading literal keys, so that the patterns that
+    could match a path are found without trying every one: a pattern is filed under its literal keys up to the
+    first wildcard, and a glob there under its literal first piece. ``candidates`` gives a superset of the
+    patterns that match (every one whose literal prefix and first glob piece fit the path); the caller checks
+    each exactly. A lookup costs the path's depth x the number of distinct glob prefix lengths, plus the
+    candidates: time per path no longer grows with the number of patterns that cannot match it."""
+
+    __slots__ = ("_here", "_lit", "_globs")
+
+    def __init__(self) -> None:
+        self._here: list[Any] = []
+        self._lit: dict[str, PatternIndex] = {}
+        self._globs: dict[int, dict[str, list[Any]]] = {}
+
+    def add(self, parts: Path, item: Any) -> None:
+        node = self
+        for part in parts:
+            if "*" not in part:
+                node = node._lit.setdefault(part, PatternIndex())
+                continue
+            first = part.split("*", 1)[0]
+            if first and part != "**":
+                node._globs.setdefault(len(first), {}).setdefault(first, []).append(item)
+                return
+            break
+        node._here.append(item)
+
+    def candidates(self, path: Path) -> Iterator[Any]:
+        node = self
+        for key in path:
+            yield from node._here
+            for size, by_prefix in node._globs.items():
+                yield from by_prefix.get(key[:size], ())
+            child = node._lit.get(key)
+            if child is None:
+                return
+            node = child
+        yield from node._here
