@@ -13,6 +13,7 @@ import datetime as dt
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from hoststate import coverage
@@ -372,6 +373,8 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], policy: Pol
         counts[f.severity] += 1
     if not include_ignored:
         findings = [f for f in findings if f.severity != "ignore"]
-    findings.sort(key=lambda f: (RANK[f.severity], f.path, f.change, f.rule, f.reason))
+    for field_name in ("reason", "rule", "change", "path"):  # stable passes: a total order, no key tuple per finding
+        findings.sort(key=attrgetter(field_name))
+    findings.sort(key=lambda f: RANK[f.severity])
     verdict = "invalidating" if counts["invalidating"] else "warning" if counts["warning"] else "clean"
     return DiffResult(findings, verdict, counts)

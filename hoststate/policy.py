@@ -39,7 +39,7 @@ class Pattern:
     diff take minutes.
     """
 
-    __slots__ = ("parts", "_items", "any_keys", "_sizes", "_last")
+    __slots__ = ("parts", "_items", "any_keys", "_sizes", "_last", "_closure")
 
     def __init__(self, parts: Path):
         items: list[tuple[str, Any]] = []
@@ -64,14 +64,15 @@ class Pattern:
         fewest = len(items) - self.any_keys
         self._sizes = (fewest, None if self.any_keys else fewest)
         self._last = items[-1] if items and items[-1][0] in ("key", "glob") else None
+        #: Positions reachable from each position without consuming a key (a ``**`` may match none).
+        self._closure = tuple(self._reach(i) for i in range(len(items) + 1))
 
-    def _close(self, states: set[int]) -> set[int]:
-        """Positions reachable without consuming a key: a ``**`` may match none."""
-        for i in sorted(states):
-            while i < len(self._items) and self._items[i][0] == "**":
-                i += 1
-                states.add(i)
-        return states
+    def _reach(self, i: int) -> frozenset[int]:
+        out = {i}
+        while i < len(self._items) and self._items[i][0] == "**":
+            i += 1
+            out.add(i)
+        return frozenset(out)
 
     def match(self, keys: Path) -> bool:
         fewest, most = self._sizes
@@ -80,7 +81,10 @@ class Pattern:
         if self._last is not None and not _takes(*self._last, keys[-1]):
             return False
         items, end = self._items, len(self._items)
-        states = self._close({0})
+        if not self.any_keys:  # one item per key (the sizes checked above)
+            return all(_takes(kind, arg, key) for (kind, arg), key in zip(items, keys, strict=True))
+        closure = self._closure
+        states = closure[0]
         for key in keys:
             nxt: set[int] = set()
             for i in states:
@@ -89,12 +93,12 @@ class Pattern:
                 kind, arg = items[i]
                 if kind == "**":
                     if key:
-                        nxt.add(i)
-                elif (kind == "*" and key) or (kind == "key" and key == arg) or (kind == "glob" and glob_key(arg, key)):
-                    nxt.add(i + 1)
+                        nxt |= closure[i]
+                elif _takes(kind, arg, key):
+                    nxt |= closure[i + 1]
             if not nxt:
                 return False
-            states = self._close(nxt)
+            states = frozenset(nxt)
         return end in states
 
     def _completes(self, keys: Path) -> list[list[bool]]:
@@ -149,8 +153,9 @@ class Pattern:
         return tuple(out)
 
     def _close_done(self, states: set[int], done: list[list[bool]], i: int) -> set[int]:
-        """``_close`` restricted to positions from which the rest of the path still matches."""
-        return {j for j in self._close(set(states)) if done[i][j]}
+        """Positions reachable from ``states`` without consuming a key, from which the rest of the path still
+        matches."""
+        return {j for state in states for j in self._closure[state] if done[i][j]}
 
     def first_key(self, key: str) -> bool:
         """Whether a path starting with ``key`` could match (the policy's per-first-key buckets)."""
@@ -329,7 +334,7 @@ class Policy:
     def __init__(self, rules: list[Rule]):
         self.rules = rules
         self._cache: dict[Path, Rule | None] = {}
-        self._index = PatternIndex()
+        self._index = PatternIndex(whole=True)
         for rule in rules:
             if rule.pattern is not None:
                 self._index.add(rule.pattern.parts, rule)
@@ -471,7 +476,7 @@ def unmatched_rules(rules: Iterable[Rule], *snapshots: Mapping[str, Any]) -> lis
     user = [r for r in rules if r.layer == USER_LAYER]
     if not user:
         return []
-    index = PatternIndex()
+    index = PatternIndex(whole=True)
     for rule in user:
         if rule.pattern is not None:
             index.add(rule.pattern.parts, rule)

@@ -207,3 +207,29 @@ def test_the_region_rule_is_the_same_through_policy_files_in_either_order(tmp_pa
     # the user's rules override the default under dsa.devices and at dsa.drivers; the rest of dsa (module,
     # cdevs, pci, crypto, the catch-all) still rates by the shipped rules
     assert region and region[0][2] == "invalidating" and not region[0][3].startswith("dsa.devices.")
+
+
+# -- the pattern index loses nothing ---------------------------------------------------------------------------
+
+PART = st.sampled_from(["a", "b", "ab", "abc", "*", "**", "a*", "ab*", "*b", "a*c", "x"])
+KEY = st.sampled_from(["a", "b", "ab", "abc", "ac", "x", "bb", "abcb"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(PART, min_size=1, max_size=4), min_size=1, max_size=12),
+       st.lists(st.lists(KEY, min_size=1, max_size=5), min_size=1, max_size=12))
+def test_the_pattern_index_finds_every_rule_and_region_that_matches(patterns: list, paths: list) -> None:
+    from hoststate.paths import PatternIndex
+
+    rules = parse_rules({"rule": [{"path": ".".join(p), "severity": "warning", "reason": str(n)}
+                                  for n, p in enumerate(patterns)]}, "x.toml")
+    policy = Policy(rules)
+    regions = PatternIndex()
+    for n, p in enumerate(patterns):
+        regions.add(tuple(p), n)
+    for path in map(tuple, paths):
+        found = set(map(id, policy.candidates(path)))
+        assert {id(r) for r in rules if r.matches(path)} <= found
+        ranked = [(r.precedence(path), n) for n, r in enumerate(rules) if r.matches(path)]
+        assert policy.rule_for(path) is (rules[max(ranked)[1]] if ranked else None)  # the brute-force winner
+        assert {n for n, p in enumerate(patterns) if coverage.covers(tuple(p), path)} <= set(regions.candidates(path))
