@@ -334,6 +334,8 @@ class Policy:
     def __init__(self, rules: list[Rule]):
         self.rules = rules
         self._cache: dict[Path, Rule | None] = {}
+        self._region_cache: dict[Path, Rule | None] = {}
+        self._spelling: tuple[set[str], list[tuple[str, ...]]] | None = None
         self._index = PatternIndex(whole=True)
         for rule in rules:
             if rule.pattern is not None:
@@ -367,17 +369,44 @@ class Policy:
         """The rule that rates a region whose paths are not known (everything at or below ``region``): the most
         severe of the rules that can rate some path there, leaving out a rule that a rule of a higher layer
         overrides on every path it shares with the region (a user rule covering the region, or covering the
-        rule). Ties go to the higher layer, then to the rule's text: never to the order of rules or files."""
+        rule). Ties go to the higher layer, then to the shorter pattern (nearest the region), then to the rule's
+        text: never to the order of rules or files. Regions that differ only in keys no rule spells (a GPU's bus
+        id, a WQ's name) are rated once: every rule treats such keys alike."""
+        key = tuple(k if "*" in k or self._spelt(k) else _UNSPELT for k in region)
+        try:
+            return self._region_cache[key]
+        except KeyError:
+            pass
+        if len(self._region_cache) >= self.CACHE_MAX:
+            self._region_cache.clear()
+        rule = self._region_cache[key] = self._rate_region(key)
+        return rule
+
+    def _spelt(self, key: str) -> bool:
+        """Whether some rule's pattern names ``key`` (a literal key, or a glob it matches)."""
+        if self._spelling is None:
+            parts = {part for r in self.rules if r.pattern is not None for part in r.pattern.parts}
+            self._spelling = ({p for p in parts if "*" not in p},
+                              [tuple(p.split("*")) for p in sorted(parts) if "*" in p and p not in ("*", "**")])
+        literals, globs = self._spelling
+        return key in literals or any(glob_key(g, key) for g in globs)
+
+    def _rate_region(self, region: Path) -> Rule | None:
         inside = (*region, "**")
         meeting = [r for r in self.rules if r.pattern is not None and _meets(r.pattern.parts, inside)]
+        higher = {layer: [o for o in meeting if o.layer > layer] for layer in {r.layer for r in meeting}}
         live = [r for r in meeting
-                if not any(o.layer > r.layer and (contains(o.pattern.parts, inside)  # type: ignore[union-attr]
-                                                  or contains(o.pattern.parts, r.pattern.parts))  # type: ignore[union-attr]
-                           for o in meeting)]
+                if not any(contains(o.pattern.parts, inside)  # type: ignore[union-attr]
+                           or contains(o.pattern.parts, r.pattern.parts)  # type: ignore[union-attr]
+                           for o in higher[r.layer])]
         if not live:
             return None
         return min(live, key=lambda r: (RANK[r.severity], -r.layer, len(r.pattern.parts),  # type: ignore[union-attr]
                                         r.path, r.reason, r.origin))
+
+
+#: The key a region's key is rated as when no rule spells it (no literal equals it, no glob part contains NUL).
+_UNSPELT = "\x00"
 
 
 def _meets(rule: Path, region: Path) -> bool:
