@@ -31,8 +31,12 @@ MIB = 1 << 20
 def _base(body: dict) -> dict:
     import datetime as dt
 
+    from hoststate.digest import digest
+
     meta = {"schema": 1, "version": "0.1.0", "taken_at": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)}
-    return {"hoststate": meta, "collectors": {k: {"status": "ok", "took_ms": 1.0} for k in body}, **body}
+    snap = {"hoststate": meta, "collectors": {k: {"status": "ok", "took_ms": 1.0} for k in body}, **body}
+    meta["digest"] = digest(snap)
+    return snap
 
 
 def shaped(shape: str, n: int, side: int) -> dict:

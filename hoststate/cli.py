@@ -276,7 +276,7 @@ def diff(ctx: click.Context, baseline: str, current: str, policies: tuple[str, .
     """
     from hoststate.diff import compare, only
     from hoststate.policy import load_policy
-    from hoststate.render.diff import render_diff
+    from hoststate.render.diff import iter_json, render_diff
     from hoststate.render.sources import vllm_source_note
     from hoststate.render.text import safe
 
@@ -294,6 +294,11 @@ def diff(ctx: click.Context, baseline: str, current: str, policies: tuple[str, .
         click.echo("".join(f"{safe(f.path)}\n" for f in result.findings), nl=False)
         ctx.exit(1 if result.verdict == "invalidating" else 0)
     note = vllm_source_note(base, cur) if fmt == "text" and not paths else []
+    del base, cur  # the findings hold the values they show; the two trees are not needed to render them
+    if fmt == "json":  # written as it is made: the report of a huge diff is never held whole
+        for piece in iter_json(result, baseline=baseline, current=current):
+            click.echo(piece, nl=False)
+        ctx.exit(1 if result.verdict == "invalidating" else 0)
     click.echo(render_diff(result, fmt, baseline=baseline, current=current, color=use_color(fmt, color),
                            verbose=verbose or include_ignored, note=note), nl=False, color=True)
     ctx.exit(1 if result.verdict == "invalidating" else 0)

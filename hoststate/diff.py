@@ -13,11 +13,12 @@ import datetime as dt
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from hoststate import coverage
-from hoststate.paths import Path, format_path, get, leaves, split_path
-from hoststate.policy import RANK, SEVERITIES, Policy, Rule, compile_pattern, default_policy, intersects
+from hoststate.paths import Path, PatternIndex, format_path, get, leaves, split_path
+from hoststate.policy import RANK, SEVERITIES, Policy, Rule, compile_pattern, default_policy
 from hoststate.snapshot import jsonable
 
 CHANGES = ("changed", "added", "removed", "unreadable", "coverage")
@@ -27,7 +28,7 @@ BOOKKEEPING = ("hoststate", "collectors")
 COVERAGE_RULE = "coverage"
 
 
-@dataclass
+@dataclass(slots=True)
 class Finding:
     path: str
     change: str
@@ -163,6 +164,11 @@ class Unknown:
     def why(self) -> str:
         return f"{self.cls}: {self.detail}"
 
+    def prefix(self) -> Path:
+        """The keys before the first ``**``: the region is everything at or below them (hoststate.coverage.covers
+        stops at a ``**``, so ``a.**.b`` hides all of ``a``)."""
+        return self.parts[:self.parts.index("**")] if "**" in self.parts else self.parts
+
 
 def unknowns(snap: Mapping[str, Any]) -> list[Unknown]:
     """Every region of ``snap`` that its collectors could not read. Only what the snapshot declares counts: an
@@ -188,31 +194,30 @@ def unknowns(snap: Mapping[str, Any]) -> list[Unknown]:
     return out
 
 
-def _unreadable_why(regions: list[Unknown], path: Path) -> str | None:
-    """Why ``path`` has no value on a side whose collectors declare it unknown, else None (it is absent)."""
-    for region in regions:
-        if region.covers(path):
-            return region.why()
-    return None
+class Regions:
+    """The unknown regions of one snapshot, filed by their leading keys (hoststate.paths.PatternIndex), so that
+    asking which one hides a path costs the path's depth, not the number of regions."""
+
+    def __init__(self, regions: list[Unknown]):
+        self.all = regions
+        self._index = PatternIndex()
+        for n, region in enumerate(regions):
+            self._index.add(region.parts, n)
+
+    def why(self, path: Path) -> str | None:
+        """Why ``path`` has no value on this side (the first region, in the snapshot's order, that hides it),
+        else None (it is absent)."""
+        hits = [n for n in self._index.candidates(path) if self.all[n].covers(path)]
+        return self.all[min(hits)].why() if hits else None
 
 
 def _region_rating(policy: Policy, region: Unknown) -> tuple[str, str, str]:
-    """The most severe rating any rule gives a path inside ``region`` (it cannot be told which paths are there)."""
-    best: tuple[str, str, str] = ("warning", "", "Not classified by the policy.")
-    for rule in policy.rules:
-        if rule.pattern is not None and _meet(rule.pattern.parts, (*region.parts, "**")) and (
-                RANK[rule.severity] < RANK[best[0]] or not best[1]):
-            best = (rule.severity, rule.path, rule.reason)
-    return best
-
-
-def _meet(rule: Path, region: Path) -> bool:
-    """hoststate.policy.intersects, taking a region no pattern can spell (a hostile entry's key) to meet every
-    rule: fail closed."""
-    try:
-        return intersects(rule, region)
-    except ValueError:
-        return True
+    """The most severe rating any rule gives a path inside ``region`` (it cannot be told which paths are there),
+    honouring the user's layer (Policy.region_rule); the rule and reason named never depend on rule order."""
+    rule = policy.region_rule(region.prefix())
+    if rule is None:
+        return "warning", "", "Not classified by the policy."
+    return rule.severity, rule.path, rule.reason
 
 
 def _status(snap: Mapping[str, Any], name: str) -> str | None:
@@ -251,7 +256,7 @@ def _rate(policy: Policy, path: Path) -> tuple[str, str, str, Rule | None]:
     return rule.severity, rule.path, rule.reason, rule
 
 
-def _finding(policy: Policy, path: Path, old: Any, new: Any, unknown: tuple[list[Unknown], list[Unknown]],
+def _finding(policy: Policy, path: Path, old: Any, new: Any, unknown: tuple[Regions, Regions],
              missing: object) -> Finding | None:
     severity, pattern, reason, rule = _rate(policy, path)
     if old is not missing and new is not missing:
@@ -262,12 +267,12 @@ def _finding(policy: Policy, path: Path, old: Any, new: Any, unknown: tuple[list
             severity = "ignore"
         return Finding(format_path(path), "changed", old, new, severity, pattern, reason)
     if new is missing:
-        why = _unreadable_why(unknown[1], path)
+        why = unknown[1].why(path)
         if why is not None:
             return Finding(format_path(path), "unreadable", old, _shown(why),
                            severity, pattern, _UNREADABLE.format(side="current snapshot", reason=reason))
         return Finding(format_path(path), "removed", old, None, _one_side(rule, severity), pattern, reason)
-    why = _unreadable_why(unknown[0], path)
+    why = unknown[0].why(path)
     if why is not None:
         return Finding(format_path(path), "unreadable", _shown(why), new, severity,
                        pattern, _UNREADABLE.format(side="baseline", reason=reason))
@@ -280,29 +285,21 @@ def _shown(why: str) -> str:
     return f"<unreadable ({cls}): {detail}>"
 
 
-def _regions(policy: Policy, base: Mapping[str, Any], cur: Mapping[str, Any],
-             unknown: tuple[list[Unknown], list[Unknown]]) -> list[Finding]:
-    """Fail closed where nothing can be compared: a region unknown on either side in which neither side holds a
-    value ("absent then, unknown now" is "cannot tell") is one finding, rated as the most severe rule inside it."""
+def _regions(policy: Policy, unknown: tuple[Regions, Regions]) -> list[Finding]:
+    """Fail closed where values are not known: every region unknown on either side is one finding, rated as the
+    most severe rule inside it, whatever either side holds there (a value the other side holds is compared leaf
+    by leaf as well, but cannot vouch for the paths it does not hold)."""
     out: list[Finding] = []
     seen: set[str] = set()
-    held: dict[str, list[Path]] = {}
     for side, regions in enumerate(unknown):
-        for region in regions:
-            name = region.parts[0]
-            if name not in held:
-                held[name] = [p for t in (base, cur) if name in t
-                              for p, _ in (leaves(t[name], (name,)) if isinstance(t[name], Mapping)
-                                           else [((name,), t[name])])]
-            if any(region.covers(p) for p in held[name]):
-                continue  # the values there are compared leaf by leaf
-            parts = tuple(p for p in region.parts if p != "**")
+        for region in regions.all:
+            parts = region.prefix()
             path = coverage.format_pattern(parts)
             if path in seen:
                 continue
             seen.add(path)
             severity, rule, reason = _region_rating(policy, region)
-            other = _unreadable_why(unknown[1 - side], parts)
+            other = unknown[1 - side].why(parts)
             old = _shown(region.why()) if side == 0 else (_shown(other) if other else None)
             new = _shown(region.why()) if side == 1 else (_shown(other) if other else None)
             if region.cls == "skipped" and other is not None and other.startswith("skipped: "):
@@ -310,9 +307,21 @@ def _regions(policy: Policy, base: Mapping[str, Any], cur: Mapping[str, Any],
                 continue
             sides = "either snapshot" if other else ("the baseline" if side == 0 else "the current snapshot")
             out.append(Finding(path, "unreadable", old, new, severity, rule,
-                               f"Not readable in {sides} and no value on the other side, so it cannot be told "
-                               f"whether anything here changed; rated as the most severe rule inside: {reason}"))
+                               f"Not readable in {sides}, so it cannot be told whether anything here changed; "
+                               f"rated as the most severe rule inside: {reason}"))
     return out
+
+
+def _merge(findings: list[Finding], regions: list[Finding]) -> list[Finding]:
+    """The leaf findings and the region findings, one per path: a region that is a single leaf held on one side
+    keeps that leaf's values, rated by the more severe of the two."""
+    by_path = {f.path: f for f in regions}
+    for n, found in enumerate(findings):
+        region = by_path.pop(found.path, None)
+        if region is not None and RANK[region.severity] < RANK[found.severity]:
+            findings[n] = Finding(found.path, found.change, found.old, found.new, region.severity, region.rule,
+                                  region.reason)
+    return findings + list(by_path.values())
 
 
 #: Both snapshots left the region out by scope (--only/--skip, or a source a captured tree cannot give): neither
@@ -344,21 +353,17 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], policy: Pol
     baseline, current = align(baseline, current)  # GPUs by position, not by UUID
     base = {k: v for k, v in baseline.items() if k != "collectors"}
     cur = {k: v for k, v in current.items() if k != "collectors"}
-    unknown = (unknowns(baseline), unknowns(current))
+    unknown = (Regions(unknowns(baseline)), Regions(unknowns(current)))
     missing = object()
     findings = _coverage(baseline, current)
-    seen: set[Path] = set()
-    for path in _differing(base, cur):
+    for path in _differing(base, cur):  # disjoint subtrees: no leaf is reached twice
         old_leaves, new_leaves = _leaves_at(base, path), _leaves_at(cur, path)
         for leaf in old_leaves.keys() | new_leaves.keys():
-            if leaf in seen:
-                continue
-            seen.add(leaf)
             found = _finding(policy, leaf, old_leaves.get(leaf, missing), new_leaves.get(leaf, missing),
                              unknown, missing)
             if found is not None:
                 findings.append(found)
-    findings.extend(_regions(policy, base, cur, unknown))
+    findings = _merge(findings, _regions(policy, unknown))
     from hoststate.policy import unmatched_reason, unmatched_rules  # a misspelt user rule must not do nothing
 
     findings.extend(Finding(format_path(("policy", r.origin, r.path)), "coverage", None, None, "warning",
@@ -368,7 +373,9 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], policy: Pol
         counts[f.severity] += 1
     if not include_ignored:
         findings = [f for f in findings if f.severity != "ignore"]
-    findings.sort(key=lambda f: (RANK[f.severity], f.path))
+    for field_name in ("reason", "rule", "change", "path"):  # stable passes: a total order, no key tuple per finding
+        findings.sort(key=attrgetter(field_name))
+    findings.sort(key=lambda f: RANK[f.severity])
     return DiffResult(findings, verdict_of(counts), counts)
 
 

@@ -91,3 +91,74 @@ def glob_key(pieces: tuple[str, ...], key: str) -> bool:
             return False
         pos = found + len(piece)
     return True
+
+
+class PatternIndex:
+    """Path patterns (``*``, ``**``, ``ab*`` keys) filed by their leading literal keys, so that the patterns that
+    could match a path are found without trying every one: a pattern is filed under its literal keys up to the
+    first wildcard, and a glob there under its literal first piece. With ``whole`` (a pattern matches a whole path,
+    as a policy rule does) the patterns filed at one place are split again by their last key, which the path's
+    last key must take (``vllm.**.args.port`` is tried only on paths ending in ``port``); without it (a region
+    that hides everything below it) they are not. ``candidates`` gives a superset of the patterns that match; the
+    caller checks each exactly. A lookup costs the path's depth x the number of distinct glob prefix lengths, plus
+    the candidates: time per path does not grow with the number of patterns that cannot match it."""
+
+    __slots__ = ("_whole", "_here", "_last", "_globs", "_lit")
+
+    def __init__(self, whole: bool = False) -> None:
+        self._whole = whole
+        self._here: list[Any] = []
+        self._last = _Prefixed()
+        self._globs = _Prefixed()
+        self._lit: dict[str, PatternIndex] = {}
+
+    def add(self, parts: Path, item: Any) -> None:
+        node = self
+        for part in parts:
+            if "*" not in part:
+                node = node._lit.setdefault(part, PatternIndex(self._whole))
+                continue
+            if part != "**" and part.split("*", 1)[0]:
+                node._globs.add(part.split("*", 1)[0], item)
+                return
+            break
+        last = parts[-1] if parts else "**"
+        if self._whole and last != "**" and (last.split("*", 1)[0] if "*" in last else last):
+            node._last.add(last.split("*", 1)[0] if "*" in last else last, item, exact="*" not in last)
+        else:
+            node._here.append(item)
+
+    def candidates(self, path: Path) -> Iterator[Any]:
+        node = self
+        end = path[-1] if path else ""
+        for key in path:
+            yield from node._here
+            yield from node._last.get(end)
+            yield from node._globs.get(key)
+            child = node._lit.get(key)
+            if child is None:
+                return
+            node = child
+        yield from node._here
+        yield from node._last.get(end)
+
+
+class _Prefixed:
+    """Items filed by a literal key or a key prefix: ``get`` gives those whose key is ``key`` or a prefix of it."""
+
+    __slots__ = ("_exact", "_sizes")
+
+    def __init__(self) -> None:
+        self._exact: dict[str, list[Any]] = {}
+        self._sizes: dict[int, dict[str, list[Any]]] = {}
+
+    def add(self, key: str, item: Any, exact: bool = False) -> None:
+        if exact:
+            self._exact.setdefault(key, []).append(item)
+        else:
+            self._sizes.setdefault(len(key), {}).setdefault(key, []).append(item)
+
+    def get(self, key: str) -> Iterator[Any]:
+        yield from self._exact.get(key, ())
+        for size, by_prefix in self._sizes.items():
+            yield from by_prefix.get(key[:size], ())

@@ -11,13 +11,13 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from hoststate.errors import PolicyError
 from hoststate.io import POLICY_MAX_BYTES, read_input
-from hoststate.paths import Path, glob_key, leaves, split_path
+from hoststate.paths import Path, PatternIndex, glob_key, leaves, split_path
 
 SEVERITIES = ("invalidating", "warning", "info", "ignore")
 RANK = {s: i for i, s in enumerate(SEVERITIES)}
@@ -39,7 +39,7 @@ class Pattern:
     diff take minutes.
     """
 
-    __slots__ = ("parts", "_items", "any_keys", "_sizes", "_last")
+    __slots__ = ("parts", "_items", "any_keys", "_sizes", "_last", "_closure")
 
     def __init__(self, parts: Path):
         items: list[tuple[str, Any]] = []
@@ -64,14 +64,15 @@ class Pattern:
         fewest = len(items) - self.any_keys
         self._sizes = (fewest, None if self.any_keys else fewest)
         self._last = items[-1] if items and items[-1][0] in ("key", "glob") else None
+        #: Positions reachable from each position without consuming a key (a ``**`` may match none).
+        self._closure = tuple(self._reach(i) for i in range(len(items) + 1))
 
-    def _close(self, states: set[int]) -> set[int]:
-        """Positions reachable without consuming a key: a ``**`` may match none."""
-        for i in sorted(states):
-            while i < len(self._items) and self._items[i][0] == "**":
-                i += 1
-                states.add(i)
-        return states
+    def _reach(self, i: int) -> frozenset[int]:
+        out = {i}
+        while i < len(self._items) and self._items[i][0] == "**":
+            i += 1
+            out.add(i)
+        return frozenset(out)
 
     def match(self, keys: Path) -> bool:
         fewest, most = self._sizes
@@ -80,7 +81,10 @@ class Pattern:
         if self._last is not None and not _takes(*self._last, keys[-1]):
             return False
         items, end = self._items, len(self._items)
-        states = self._close({0})
+        if not self.any_keys:  # one item per key (the sizes checked above)
+            return all(_takes(kind, arg, key) for (kind, arg), key in zip(items, keys, strict=True))
+        closure = self._closure
+        states = closure[0]
         for key in keys:
             nxt: set[int] = set()
             for i in states:
@@ -89,12 +93,12 @@ class Pattern:
                 kind, arg = items[i]
                 if kind == "**":
                     if key:
-                        nxt.add(i)
-                elif (kind == "*" and key) or (kind == "key" and key == arg) or (kind == "glob" and glob_key(arg, key)):
-                    nxt.add(i + 1)
+                        nxt |= closure[i]
+                elif _takes(kind, arg, key):
+                    nxt |= closure[i + 1]
             if not nxt:
                 return False
-            states = self._close(nxt)
+            states = frozenset(nxt)
         return end in states
 
     def _completes(self, keys: Path) -> list[list[bool]]:
@@ -149,8 +153,9 @@ class Pattern:
         return tuple(out)
 
     def _close_done(self, states: set[int], done: list[list[bool]], i: int) -> set[int]:
-        """``_close`` restricted to positions from which the rest of the path still matches."""
-        return {j for j in self._close(set(states)) if done[i][j]}
+        """Positions reachable from ``states`` without consuming a key, from which the rest of the path still
+        matches."""
+        return {j for state in states for j in self._closure[state] if done[i][j]}
 
     def first_key(self, key: str) -> bool:
         """Whether a path starting with ``key`` could match (the policy's per-first-key buckets)."""
@@ -317,20 +322,28 @@ def _finite_non_negative(value: Any) -> bool:
 
 
 class Policy:
-    """A set of rules (their order carries no meaning), matched fast: rules are bucketed by the path's first key
-    (only rules whose first pattern key can match it), each rule of the bucket is tried once, the one with the
-    largest ``Rule.precedence`` wins, and results are cached per path (snapshots repeat paths across GPUs and
-    WQs). Matching a path costs bucket size x keys x pattern steps."""
+    """A set of rules (their order carries no meaning), matched fast: rules are filed in a PatternIndex by their
+    leading literal keys (only rules that could match a path are tried), the one with the largest
+    ``Rule.precedence`` wins, and results are cached per path (snapshots repeat paths across GPUs and WQs; the
+    cache is bounded, so a diff of two huge snapshots does not keep one entry per leaf). Matching a path costs the
+    candidates x keys x pattern steps."""
+
+    #: Paths remembered by rule_for before the cache starts over.
+    CACHE_MAX = 1 << 15
 
     def __init__(self, rules: list[Rule]):
         self.rules = rules
         self._cache: dict[Path, Rule | None] = {}
-        self._buckets: dict[str, list[Rule]] = {}
+        self._region_cache: dict[Path, Rule | None] = {}
+        self._spelling: tuple[set[str], list[tuple[str, ...]]] | None = None
+        self._index = PatternIndex(whole=True)
+        for rule in rules:
+            if rule.pattern is not None:
+                self._index.add(rule.pattern.parts, rule)
 
-    def _bucket(self, first: str) -> list[Rule]:
-        if first not in self._buckets:
-            self._buckets[first] = [r for r in self.rules if r.pattern is not None and r.pattern.first_key(first)]
-        return self._buckets[first]
+    def candidates(self, parts: Path) -> Iterator[Rule]:
+        """The rules that could match ``parts`` (a superset of those that do; each checked by precedence)."""
+        return self._index.candidates(parts) if parts else iter(())
 
     def rule_for(self, parts: Path) -> Rule | None:
         try:
@@ -339,16 +352,111 @@ class Policy:
             pass
         best: tuple[Any, ...] | None = None
         rule = None
-        for candidate in self._bucket(parts[0]) if parts else []:
+        for candidate in self.candidates(parts):
             key = candidate.precedence(parts)
             if key is not None and (best is None or key > best):
                 best, rule = key, candidate
+        if len(self._cache) >= self.CACHE_MAX:
+            self._cache.clear()
         self._cache[parts] = rule
         return rule
 
     def severity(self, parts: Path) -> str:
         rule = self.rule_for(parts)
         return rule.severity if rule else "warning"
+
+    def region_rule(self, region: Path) -> Rule | None:
+        """The rule that rates a region whose paths are not known (everything at or below ``region``): the most
+        severe of the rules that can rate some path there, leaving out a rule that a rule of a higher layer
+        overrides on every path it shares with the region (a user rule covering the region, or covering the
+        rule). Ties go to the higher layer, then to the shorter pattern (nearest the region), then to the rule's
+        text: never to the order of rules or files. Regions that differ only in keys no rule spells (a GPU's bus
+        id, a WQ's name) are rated once: every rule treats such keys alike."""
+        key = tuple(k if "*" in k or self._spelt(k) else _UNSPELT for k in region)
+        try:
+            return self._region_cache[key]
+        except KeyError:
+            pass
+        if len(self._region_cache) >= self.CACHE_MAX:
+            self._region_cache.clear()
+        rule = self._region_cache[key] = self._rate_region(key)
+        return rule
+
+    def _spelt(self, key: str) -> bool:
+        """Whether some rule's pattern names ``key`` (a literal key, or a glob it matches)."""
+        if self._spelling is None:
+            parts = {part for r in self.rules if r.pattern is not None for part in r.pattern.parts}
+            self._spelling = ({p for p in parts if "*" not in p},
+                              [tuple(p.split("*")) for p in sorted(parts) if "*" in p and p not in ("*", "**")])
+        literals, globs = self._spelling
+        return key in literals or any(glob_key(g, key) for g in globs)
+
+    def _rate_region(self, region: Path) -> Rule | None:
+        inside = (*region, "**")
+        meeting = [r for r in self.rules if r.pattern is not None and _meets(r.pattern.parts, inside)]
+        higher = {layer: [o for o in meeting if o.layer > layer] for layer in {r.layer for r in meeting}}
+        live = [r for r in meeting
+                if not any(contains(o.pattern.parts, inside)  # type: ignore[union-attr]
+                           or contains(o.pattern.parts, r.pattern.parts)  # type: ignore[union-attr]
+                           for o in higher[r.layer])]
+        if not live:
+            return None
+        return min(live, key=lambda r: (RANK[r.severity], -r.layer, len(r.pattern.parts),  # type: ignore[union-attr]
+                                        r.path, r.reason, r.origin))
+
+
+#: The key a region's key is rated as when no rule spells it (no literal equals it, no glob part contains NUL).
+_UNSPELT = "\x00"
+
+
+def _meets(rule: Path, region: Path) -> bool:
+    """intersects, taking a region no pattern can spell (a hostile entry's key) to meet every rule: fail closed."""
+    try:
+        return intersects(rule, region)
+    except ValueError:
+        return True
+
+
+def contains(outer: Path, inner: Path) -> bool:
+    """Whether every path that matches ``inner`` also matches ``outer`` (both split patterns). Sound, not
+    complete: True only when each item of ``inner`` maps onto ``outer`` (a ``**`` of ``outer`` takes any run of
+    items, ``*`` any one-key item, a glob a literal key it matches or the same glob); a pattern with a malformed
+    key contains nothing."""
+    try:
+        a, b = Pattern(outer)._items, Pattern(inner)._items
+    except ValueError:
+        return False
+    seen: set[tuple[int, int]] = set()
+    todo = [(0, 0)]
+    while todo:
+        i, j = todo.pop()
+        if (i, j) in seen:
+            continue
+        seen.add((i, j))
+        if i == len(a):
+            if j == len(b):
+                return True
+            continue
+        kind, arg = a[i]
+        if kind == "**":
+            todo.append((i + 1, j))
+            if j < len(b):
+                todo.append((i, j + 1))
+            continue
+        if j < len(b) and _covers_item(kind, arg, *b[j]):
+            todo.append((i + 1, j + 1))
+    return False
+
+
+def _covers_item(kind: str, arg: Any, other_kind: str, other_arg: Any) -> bool:
+    """Whether one one-key pattern item takes every key another item takes."""
+    if other_kind == "**":
+        return False
+    if kind == "*":
+        return True
+    if other_kind == "key":
+        return _takes(kind, arg, other_arg)
+    return kind == other_kind and arg == other_arg
 
 
 def _read_toml(text: str, origin: str) -> dict[str, Any]:
@@ -397,8 +505,17 @@ def unmatched_rules(rules: Iterable[Rule], *snapshots: Mapping[str, Any]) -> lis
     user = [r for r in rules if r.layer == USER_LAYER]
     if not user:
         return []
-    paths = {path for snap in snapshots for path, _ in leaves(snap)}
-    return [r for r in user if not any(r.matches(path) for path in paths)]
+    index = PatternIndex(whole=True)
+    for rule in user:
+        if rule.pattern is not None:
+            index.add(rule.pattern.parts, rule)
+    matched: set[int] = set()
+    for snap in snapshots:
+        for path, _ in leaves(snap):
+            for rule in index.candidates(path):
+                if id(rule) not in matched and rule.matches(path):
+                    matched.add(id(rule))
+    return [r for r in user if id(r) not in matched]
 
 
 def unmatched_reason(rule: Rule) -> str:

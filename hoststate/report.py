@@ -5,7 +5,7 @@ imports from hoststate.render.* directly."""
 from __future__ import annotations
 
 from hoststate.diff import only as filter_paths
-from hoststate.render.diff import FORMATS, render_diff, render_markdown, render_text, to_json
+from hoststate.render.diff import FORMATS, iter_json, render_diff, render_markdown, render_text, to_json
 from hoststate.render.findings import (
     by_rule,
     change_parts,
@@ -37,7 +37,7 @@ from hoststate.render.text import (
 )
 
 __all__ = [
-    "COLOURS", "FORMATS", "GUARD_RULES", "RESET", "WIDTH", "Elide", "Name", "SummaryLine", "_hidden",
+    "COLOURS", "FORMATS", "iter_json", "GUARD_RULES", "RESET", "WIDTH", "Elide", "Name", "SummaryLine", "_hidden",
     "accept_patterns", "by_rule", "change_parts", "change_text", "clip", "filter_paths", "finding_line",
     "finding_lines", "fit", "headline", "importance", "list_delta", "md_code", "md_text", "next_step", "paint",
     "render_diff", "render_guard", "render_markdown", "render_text", "rule_lines", "safe", "show_value",

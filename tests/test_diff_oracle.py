@@ -71,10 +71,8 @@ def oracle(a: dict, b: dict) -> set[tuple]:
     for name in ca.keys() | cb.keys():
         if ca.get(name, {}).get("status") != cb.get(name, {}).get("status"):
             paths.add(("collectors", name, "status"))
-    held = set(fa) | set(fb)
-    for region in unread(ca) + unread(cb):
-        if not any(under(path, region) for path in held):
-            paths.add(tuple(k for k in region if k != "**"))
+    for region in unread(ca) + unread(cb):  # every unknown region, whatever either side holds there
+        paths.add(region[:region.index("**")] if "**" in region else region)  # a '**' hides all below
     return paths
 
 
@@ -92,19 +90,6 @@ def unread(collectors: dict) -> list[tuple]:
             if not str(value).startswith("absent: ") and str(value) not in ("ENOENT", "NotSupported"):
                 out.append((name, *(("**",) if "/" in key else split_path(key))))
     return out
-
-
-def under(path: tuple, region: tuple) -> bool:
-    import fnmatch
-
-    for i, part in enumerate(region):
-        if part == "**":
-            return True
-        if i >= len(path):
-            return False
-        if not (part == "*" or path[i] == part or ("*" in part and fnmatch.fnmatchcase(path[i], part))):
-            return False
-    return True
 
 
 def found(a: dict, b: dict, policy: Policy = EXACT) -> set[tuple]:

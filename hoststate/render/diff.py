@@ -8,7 +8,7 @@ once; every finding only with ``verbose``; then the verdict line. The verdict an
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from hoststate.diff import DiffResult, Finding
@@ -113,8 +113,36 @@ def to_json(result: DiffResult, *, baseline: str, current: str) -> dict[str, Any
     return report
 
 
+def iter_json(result: DiffResult, *, baseline: str, current: str, batch: int = 512) -> Iterator[str]:
+    """The text of ``to_json`` as ``json.dumps(..., indent=2)`` writes it, in pieces: one finding is turned into
+    text at a time, so a diff with a finding per leaf of two 8 MiB snapshots never holds the whole report (or a
+    dict per finding) in memory. Every finding is written."""
+    head = {"baseline": baseline, "current": current, "verdict": result.verdict,
+            "counts": {s: result.counts.get(s, 0) for s in SEVERITIES}}  # DiffResult.to_dict, less its findings
+    text = json.dumps(head, indent=2, ensure_ascii=False)
+    yield text[:-2] + ',\n  "findings": ['
+    yield from _json_items((f.to_dict() for f in result.findings), batch)
+    yield ',\n  "summary": ['
+    yield from _json_items((s.to_dict() for s in summarize(result.findings)), batch)
+    yield "\n}\n"
+
+
+def _json_items(items: Iterable[dict[str, Any]], batch: int) -> Iterator[str]:
+    """The elements of a JSON array at depth 1 of an ``indent=2`` document, then its closing bracket."""
+    chunk: list[str] = []
+    empty = True
+    for item in items:
+        chunk.append(("\n    " if empty else ",\n    ") + json.dumps(item, indent=2, ensure_ascii=False).replace(
+            "\n", "\n    "))  # a JSON string holds no raw newline: each one is a line break of the layout
+        empty = False
+        if len(chunk) >= batch:
+            yield "".join(chunk)
+            chunk = []
+    yield "".join(chunk) + ("]" if empty else "\n  ]")
+
+
 def render_json(result: DiffResult, *, baseline: str, current: str, **_ignored: Any) -> str:
-    return json.dumps(to_json(result, baseline=baseline, current=current), indent=2, ensure_ascii=False) + "\n"
+    return "".join(iter_json(result, baseline=baseline, current=current))
 
 
 #: format -> renderer; colour and the note only apply to text.

@@ -193,7 +193,8 @@ def by_rule(findings: Iterable[Finding]) -> list[Group]:
 def _example_parts(group: list[Finding]) -> list[Part]:
     """:func:`example` as parts for :func:`fit`."""
     first = change_parts(group[0])
-    same = len({change_text(f, 10**6) for f in group}) == 1
+    shown = change_text(group[0], 10**6)
+    same = all(change_text(f, 10**6) == shown for f in group)  # stops at the first that differs
     return first if same else ["e.g. ", *first]
 
 

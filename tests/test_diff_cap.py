@@ -1,0 +1,55 @@
+"""A diff at the input cap stays linear and bounded (benchmarks/bench_diff_cap.py measures the time): each leaf is
+rated by trying only the rules that could match it, and the JSON report is written a finding at a time, with
+every finding in it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from benchmarks.bench_diff_cap import shaped
+from hoststate.diff import compare
+from hoststate.paths import leaves
+from hoststate.policy import default_policy
+from hoststate.report import iter_json, render_diff, to_json
+from tests.conftest import PYTHONPATH, REPO
+from tests.test_verdict_properties import instances
+
+#: At most this many rules are tried per leaf, whatever the number of rules in the policy.
+CANDIDATES_MAX = 24
+
+
+def test_each_leaf_tries_a_bounded_number_of_rules() -> None:
+    policy = default_policy()
+    assert len(policy.rules) > 10 * CANDIDATES_MAX  # the bound means something: most rules are never tried
+    paths = [p for shape in ("wide", "deep", "lists") for p, _ in leaves(shaped(shape, 2000, 0))]
+    paths += [p for r in policy.rules for p in instances(r.pattern.parts, "leaf") if p]  # every rule's own paths
+    tried = {p: len(list(policy.candidates(p))) for p in paths}
+    worst = max(tried, key=tried.__getitem__)
+    assert tried[worst] <= CANDIDATES_MAX, (worst, tried[worst])
+
+
+def test_the_streamed_json_report_is_the_whole_report() -> None:
+    result = compare(shaped("deep", 3000, 0), shaped("deep", 3000, 1))
+    text = "".join(iter_json(result, baseline="a", current="b", batch=7))
+    assert text == json.dumps(to_json(result, baseline="a", current="b"), indent=2, ensure_ascii=False) + "\n"
+    assert text == render_diff(result, "json", baseline="a", current="b")
+    report = json.loads(text)
+    assert len(report["findings"]) == sum(report["counts"].values()) - report["counts"]["ignore"] >= 2999
+
+
+def test_diff_json_at_scale_through_the_cli_loses_no_finding(tmp_path) -> None:
+    """Every leaf differs: the report written piece by piece holds one finding per leaf, in order."""
+    from benchmarks.bench_diff_cap import write_pair
+
+    a, b, _ = write_pair(str(tmp_path), "wide", 256 * 1024)
+    done = subprocess.run([sys.executable, "-m", "hoststate", "diff", a, b, "--format", "json"], cwd=REPO,
+                          capture_output=True, text=True, env={"PYTHONPATH": PYTHONPATH, "PATH": "/usr/bin:/bin"},
+                          check=False)
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    env = [f for f in report["findings"] if f["path"].startswith("env.")]
+    assert len(env) == report["counts"]["invalidating"] and len(env) > 3000
+    assert [f["path"] for f in env] == sorted(f["path"] for f in env)
+    assert all(f["old"] != f["new"] for f in env)
