@@ -22,6 +22,8 @@ from hoststate.paths import Path, glob_key, leaves, split_path
 SEVERITIES = ("invalidating", "warning", "info", "ignore")
 RANK = {s: i for i, s in enumerate(SEVERITIES)}
 DEFAULT_POLICY = "default_policy.toml"
+#: The shipped table of environment variables (``[[variable]]`` entries), rated at every place they are read.
+DEFAULT_VARIABLES = "variables.toml"
 #: Rule layers: any matching user rule beats every shipped rule (an override must override).
 DEFAULT_LAYER, USER_LAYER = 0, 1
 #: How specific a pattern key is, by what it matched: a literal key, a glob (then its literal characters), ``*``,
@@ -31,7 +33,7 @@ _RULE_KEYS = {"path", "severity", "reason", "tolerance", "compare", "one_side", 
               "above_floor", "rated_by", "when_same", "listed_in", "unlisted_patch"}
 #: Keys of a ``[[variable]]`` entry: one environment variable (or a glob of names), rated the same wherever it
 #: is read (VARIABLE_PLACES).
-_VARIABLE_KEYS = {"name", "severity", "reason", "source"}
+_VARIABLE_KEYS = {"name", "severity", "reason", "source", "rated_by", "when_same"}
 #: Every place a process environment variable is recorded: hoststate's own environment, a server's (its environ or
 #: a --vllm-cmd's VAR=value prefixes) and the NCCL config files the server's NCCL reads (NCCL sets each KEY=VALUE
 #: there as an environment variable: nccl src/misc/param.cc). A ``[[variable]]`` becomes one rule per place.
@@ -453,13 +455,17 @@ def _read_toml(text: str, origin: str) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def default_rules() -> tuple[Rule, ...]:
+    """The shipped rules: default_policy.toml and the environment variable table (variables.toml), one layer."""
     from hoststate.parsed import parse_once
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), DEFAULT_POLICY)  # shipped beside this module
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    doc = parse_once(path, text, lambda t: _read_toml(t, DEFAULT_POLICY))  # parsed once per content, not per process
-    return tuple(parse_rules(doc, DEFAULT_POLICY, DEFAULT_LAYER))
+    rules: list[Rule] = []
+    for name in (DEFAULT_VARIABLES, DEFAULT_POLICY):
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name)  # shipped beside this module
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        doc = parse_once(path, text, lambda t, n=name: _read_toml(t, n))  # parsed once per content
+        rules.extend(parse_rules(doc, name, DEFAULT_LAYER))
+    return tuple(rules)
 
 
 def load_policy(files: list[str] | tuple[str, ...] = ()) -> Policy:
