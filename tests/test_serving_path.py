@@ -51,7 +51,7 @@ def test_a_patch_release_off_the_serving_path_is_a_warning_on_it_invalidating(tm
     for package, new, expected in (
             ("xformers", "0.0.33", "warning"),  # not loaded, patch release
             ("nvidia-cufft-cu12", "11.3.3.90", "warning"),
-            ("xformers", "0.1.0", "invalidating"),  # not loaded, but a minor release may be chosen where the old was not
+            ("xformers", "0.1.0", "invalidating"),  # a minor release may be chosen where the old was not
             ("nvidia-nccl-cu12", "2.27.5", "invalidating"),  # loaded: any release
             ("torch", "2.8.1", "invalidating"), ("transformers", "4.57.2", "invalidating")):  # always imported
         after = _server({**PACKAGES, package: new}, MAPS, tmp_path, f"{package}-{new}")
