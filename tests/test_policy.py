@@ -100,7 +100,9 @@ def test_every_default_rule_is_reachable():
     """A rule shadowed by an earlier, more general one is dead data: each rule must win for its own path."""
     policy = default_policy()
     for rule in default_rules():
-        probe = tuple("x" if k in ("*", "**") else k.replace("*", "x") for k in rule.path.replace('"', "").split("."))
+        from hoststate.paths import split_path
+
+        probe = tuple("x" if k in ("*", "**") else k.replace("*", "x") for k in split_path(rule.path))
         probe = tuple(k for k in probe if k != "x") if rule.path == "**" else probe
         assert policy.rule_for(probe or ("zzz",)) is not None
         if "**" not in rule.path:
