@@ -118,7 +118,7 @@ def _packages(ctx: Context, proc: Proc | None, unreadable: dict[str, str]) -> tu
     """(packages, where from, error): a process's own, read from its files; else this interpreter's, which is the
     server's when a --vllm-cmd runs from here; never under --root (a fact the tree cannot give is skipped)."""
     if proc is None and not ctx.live:
-        unreadable[SKIPPED_PACKAGES] = "skipped: a captured tree (--root) holds no interpreter of the server's"
+        unreadable[SKIPPED_PACKAGES] = "NotInTree: a captured tree (--root) holds no interpreter of the server's"
         return {}, "not read: a captured tree (--root) holds no interpreter of the server's", None
     if proc is not None:
         packages, where, err = packages_collector.of_process(proc.pid, proc.argv, proc.env)
