@@ -187,6 +187,10 @@ class Corpus:
         before = _server_snap(tree("base", base_edit), SERVER_PACKAGES)
         new = case.get("new", case.get("rename"))
         after = _server_snap(tree("changed", new), {**SERVER_PACKAGES, **case.get("packages", {})})
+        if "interpreter" in case:  # hoststate's own interpreter (packages.*), beside the server it reads
+            for snap, extra in ((before, {}), (after, case["interpreter"])):
+                snap["collectors"]["packages"] = {"status": "ok"}
+                snap["packages"] = {**SERVER_PACKAGES, **extra}
         return before, after
 
     # -- a real child process read with --vllm-pid -----------------------------------------------------------
