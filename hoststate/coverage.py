@@ -31,6 +31,7 @@ _BY_REASON = {
     "ENOENT": "missing", "ENOTDIR": "missing", "NotFound": "missing",
     "ETIMEDOUT": "timeout", "Timeout": "timeout", "timeout": "timeout",
     "NotSupported": "absent",
+    "NotInTree": "skipped",  # left out by design: a source a captured tree (--root) cannot give
 }
 #: What snapshots written before classes were recorded meant by these bare reasons: the thing does not exist.
 _LEGACY_ABSENT = frozenset({"ENOENT", "ENOTDIR", "NotSupported"})
@@ -130,8 +131,12 @@ def described(unreadable: Any) -> str:
     such as NotSupported, are not failures), or ``""``."""
     if not isinstance(unreadable, Mapping) or not unreadable:
         return ""
-    absent = sum(1 for value in unreadable.values() if parse_entry(value)[0] not in UNKNOWN)
-    parts = [f"{len(unreadable) - absent} unreadable"] if len(unreadable) > absent else []
+    classes = [parse_entry(value)[0] for value in unreadable.values()]
+    absent = sum(1 for cls in classes if cls not in UNKNOWN)
+    skipped = classes.count("skipped")
+    failed = len(classes) - absent - skipped
+    parts = [f"{failed} unreadable"] if failed else []
+    parts += [f"{skipped} skipped"] if skipped else []
     parts += [f"{absent} not present"] if absent else []
     return "  " + ", ".join(parts)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -18,7 +19,7 @@ from typing import Any
 
 from hoststate import coverage
 from hoststate.paths import Path, PatternIndex, format_path, get, leaves, split_path
-from hoststate.policy import RANK, SEVERITIES, Policy, Rule, compile_pattern, default_policy
+from hoststate.policy import RANK, SEVERITIES, Policy, Rule, _meets, compile_pattern, default_policy
 from hoststate.snapshot import jsonable
 
 CHANGES = ("changed", "added", "removed", "unreadable", "coverage")
@@ -108,11 +109,80 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _within_tolerance(rule: Rule | None, old: Any, new: Any) -> bool:
-    """|new - old| <= tolerance * |old|: relative to the baseline, the side a reviewer trusts."""
-    if rule is None or rule.tolerance is None or not (_is_number(old) and _is_number(new)):
+def _within_tolerance(rule: Rule | None, old: Any, new: Any) -> str | None:
+    """How a change is within the rule's tolerance, else None: |new - old| <= tolerance * |old| (relative to the
+    baseline, the side a reviewer trusts, never to the larger value) or <= absolute (in the value's unit)."""
+    if rule is None or not (_is_number(old) and _is_number(new)):
+        return None
+    if rule.tolerance is not None and abs(new - old) <= rule.tolerance * abs(old):
+        return f"{rule.tolerance:g} relative to the baseline"
+    if rule.absolute is not None and abs(new - old) <= rule.absolute:
+        return f"{rule.absolute:g} absolute from the baseline {old:g}"
+    return None
+
+
+def _above_floor(rule: Rule | None, *values: Any) -> bool:
+    """Whether every value given (those present) is a number at or above the rule's floor: a size that is enough
+    on both sides."""
+    if rule is None or rule.floor is None:
         return False
-    return abs(new - old) <= rule.tolerance * abs(old)
+    return all(_is_number(v) and v >= rule.floor for v in values)
+
+
+# -- ratings that read other facts ------------------------------------------------------------------------------
+
+
+def _evidence(pattern: str, snap: Mapping[str, Any], regions: Regions) -> dict[Path, Any] | None:
+    """The leaves matching ``pattern`` in one snapshot; None when there are none or a region that could hold one
+    is unknown (the evidence is not there to read)."""
+    parts = split_path(pattern)
+    if any(_meets(parts, (*r.parts, "**")) for r in regions.all):
+        return None
+    matcher = compile_pattern(parts)
+    found = {p: v for p, v in leaves(snap) if matcher.match(p)}
+    return found or None
+
+
+def _both(pattern: str, sides: tuple[Mapping[str, Any], Mapping[str, Any]],
+          unknown: tuple[Regions, Regions]) -> tuple[dict[Path, Any], dict[Path, Any]] | None:
+    """The evidence of both sides, or None when either side has none to read."""
+    old, new = _evidence(pattern, sides[0], unknown[0]), _evidence(pattern, sides[1], unknown[1])
+    return None if old is None or new is None else (old, new)
+
+
+def _evidence_rating(finding: Finding, rule: Rule | None, sides: tuple[Mapping[str, Any], Mapping[str, Any]],
+                     unknown: tuple[Regions, Regions]) -> Finding:
+    """A change rated by what it did elsewhere: ``rated_by`` (the leaves that show its effect, equal on both
+    sides) or ``listed_in`` (a package that neither side's serving path names, moved by a patch release only)."""
+    if rule is None or finding.change == "unreadable" or finding.severity == "ignore":
+        return finding
+    if rule.rated_by and rule.when_same and (both := _both(rule.rated_by, sides, unknown)):
+        old, new = both
+        if old.keys() == new.keys() and all(_equal_leaf(old[k], new[k]) for k in old):
+            finding.severity = rule.when_same
+            finding.reason = (f"What it changes is recorded at {rule.rated_by} and is the same on both sides "
+                              f"({len(old)} values): {finding.reason}")
+    if (rule.listed_in and rule.unlisted_patch and finding.change == "changed"
+            and _patch_only(finding.old, finding.new) and (both := _both(rule.listed_in, sides, unknown))):
+        name = split_path(finding.path)[-1]
+        listed = [v for side in both for v in side.values() if isinstance(v, list)]
+        if listed and not any(name in v for v in listed):
+            finding.severity = rule.unlisted_patch
+            finding.reason = (f"A patch release of a package the server does not load (not in {rule.listed_in} "
+                              f"on either side): {finding.reason}")
+    return finding
+
+
+_VERSION = re.compile(r"(\d+(?:\.\d+)+?)\.(\d+)([^\d.].*)?")
+
+
+def _patch_only(old: Any, new: Any) -> bool:
+    """Whether two versions differ in their last dotted component only, the ones before it equal and numeric
+    (``2.27.3`` -> ``2.27.5``; ``0.2.8`` -> ``0.3.0`` is not; a local suffix such as ``+cu128`` must match)."""
+    if not (isinstance(old, str) and isinstance(new, str)):
+        return False
+    a, b = _VERSION.fullmatch(old), _VERSION.fullmatch(new)
+    return bool(a and b and a[1] == b[1] and a[3] == b[3] and a[2] != b[2])
 
 
 # -- the engine --------------------------------------------------------------------------------------------------
@@ -262,20 +332,27 @@ def _finding(policy: Policy, path: Path, old: Any, new: Any, unknown: tuple[Regi
     if old is not missing and new is not missing:
         if _same(old, new, rule):
             return None
-        if _within_tolerance(rule, old, new):
-            reason = f"Within tolerance ({rule.tolerance:g} relative to the baseline): {reason}"  # type: ignore[union-attr]
+        within = _within_tolerance(rule, old, new)
+        if within:
+            reason = f"Within tolerance ({within}): {reason}"
             severity = "ignore"
+        elif _above_floor(rule, old, new):
+            severity, reason = rule.above_floor, f"Both at or above {rule.floor:g}: {reason}"  # type: ignore[union-attr]
         return Finding(format_path(path), "changed", old, new, severity, pattern, reason)
     if new is missing:
         why = unknown[1].why(path)
         if why is not None:
             return Finding(format_path(path), "unreadable", old, _shown(why),
                            severity, pattern, _UNREADABLE.format(side="current snapshot", reason=reason))
+        if _above_floor(rule, old):
+            severity, reason = rule.above_floor, f"At or above {rule.floor:g}: {reason}"  # type: ignore[union-attr]
         return Finding(format_path(path), "removed", old, None, _one_side(rule, severity), pattern, reason)
     why = unknown[0].why(path)
     if why is not None:
         return Finding(format_path(path), "unreadable", _shown(why), new, severity,
                        pattern, _UNREADABLE.format(side="baseline", reason=reason))
+    if _above_floor(rule, new):
+        severity, reason = rule.above_floor, f"At or above {rule.floor:g}: {reason}"  # type: ignore[union-attr]
     return Finding(format_path(path), "added", None, new, _one_side(rule, severity), pattern, reason)
 
 
@@ -362,7 +439,7 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], policy: Pol
             found = _finding(policy, leaf, old_leaves.get(leaf, missing), new_leaves.get(leaf, missing),
                              unknown, missing)
             if found is not None:
-                findings.append(found)
+                findings.append(_evidence_rating(found, policy.rule_for(leaf), (base, cur), unknown))
     findings = _merge(findings, _regions(policy, unknown))
     from hoststate.policy import unmatched_reason, unmatched_rules  # a misspelt user rule must not do nothing
 

@@ -22,12 +22,22 @@ from hoststate.paths import Path, PatternIndex, glob_key, leaves, split_path
 SEVERITIES = ("invalidating", "warning", "info", "ignore")
 RANK = {s: i for i, s in enumerate(SEVERITIES)}
 DEFAULT_POLICY = "default_policy.toml"
+#: The shipped table of environment variables (``[[variable]]`` entries), rated at every place they are read.
+DEFAULT_VARIABLES = "variables.toml"
 #: Rule layers: any matching user rule beats every shipped rule (an override must override).
 DEFAULT_LAYER, USER_LAYER = 0, 1
 #: How specific a pattern key is, by what it matched: a literal key, a glob (then its literal characters), ``*``,
 #: and last a key taken by ``**``.
 _LITERAL, _GLOB, _STAR, _ANY = 3, 2, 1, 0
-_RULE_KEYS = {"path", "severity", "reason", "tolerance", "compare", "one_side"}
+_RULE_KEYS = {"path", "severity", "reason", "tolerance", "compare", "one_side", "absolute", "source", "floor",
+              "above_floor", "rated_by", "when_same", "listed_in", "unlisted_patch"}
+#: Keys of a ``[[variable]]`` entry: one environment variable (or a glob of names), rated the same wherever it
+#: is read (VARIABLE_PLACES).
+_VARIABLE_KEYS = {"name", "severity", "reason", "source", "rated_by", "when_same"}
+#: Every place a process environment variable is recorded: hoststate's own environment, a server's (its environ or
+#: a --vllm-cmd's VAR=value prefixes) and the NCCL config files the server's NCCL reads (NCCL sets each KEY=VALUE
+#: there as an environment variable: nccl src/misc/param.cc). A ``[[variable]]`` becomes one rule per place.
+VARIABLE_PLACES = ("env.{name}", "vllm.**.env.{name}", "vllm.**.nccl_conf.*.settings.{name}")
 
 
 class Pattern:
@@ -243,6 +253,22 @@ class Rule:
     one_side: str | None = None
     #: USER_LAYER (a --policy file) or DEFAULT_LAYER (the shipped policy): any matching user rule wins.
     layer: int = USER_LAYER
+    #: Absolute tolerance in the value's unit: |new - baseline| <= absolute is rated ignore.
+    absolute: float | None = None
+    #: Where the judgement comes from (vLLM file and version, NVIDIA/NCCL/PyTorch documentation, a measurement).
+    source: str = ""
+    #: A number: the rating applies when a value on either side is below it; with both at or above it the change
+    #: is rated ``above_floor`` (a size that is enough either way).
+    floor: float | None = None
+    above_floor: str | None = None
+    #: A pattern of other leaves that show the change's effect: when they are present and readable on both sides
+    #: and equal, the change is rated ``when_same`` (LD_LIBRARY_PATH against the libraries actually mapped).
+    rated_by: str | None = None
+    when_same: str | None = None
+    #: A pattern of list leaves naming what is in use (a server's serving path): a change of only the last
+    #: version component of a key named in neither side's lists, both read, is rated ``unlisted_patch``.
+    listed_in: str | None = None
+    unlisted_patch: str | None = None
 
     def matches(self, parts: Path) -> bool:
         return self.pattern is not None and self.pattern.match(parts)
@@ -258,19 +284,24 @@ class Rule:
         if spec is None:
             return None
         return (self.layer, spec, -self.pattern.any_keys, -RANK[self.severity],
-                -RANK[self.one_side or self.severity], -(self.tolerance or 0.0), self.compare == "sequence",
-                self.path, self.reason, self.origin)
+                -RANK[self.one_side or self.severity], -(self.tolerance or 0.0), -(self.absolute or 0.0),
+                self.compare == "sequence", self.path, self.reason, self.origin, self.source, repr(self._extras()))
+
+    def _extras(self) -> tuple[Any, ...]:
+        return (self.floor, self.above_floor, self.rated_by, self.when_same, self.listed_in, self.unlisted_patch)
 
 
 def parse_rules(doc: dict[str, Any], origin: str, layer: int = USER_LAYER) -> list[Rule]:
     """Rules of one policy document; every defect raises PolicyError naming the rule."""
-    unknown_top = set(doc) - {"rule"}
+    unknown_top = set(doc) - {"rule", "variable"}
     if unknown_top:
         raise PolicyError(f"unknown top-level key(s) {sorted(unknown_top)}; rules go in [[rule]] tables", origin)
     raw = doc.get("rule", [])
     if not isinstance(raw, list):
         raise PolicyError("'rule' must be an array of tables ([[rule]])", origin)
     rules = []
+    rules.extend(_parse_rule(item, f"variable {name} ({item['path']})", origin, layer)
+                 for name, item in _variable_rules(doc.get("variable", []), origin))
     for n, item in enumerate(raw, 1):
         where = f"rule {n}"
         if not isinstance(item, dict):
@@ -278,37 +309,99 @@ def parse_rules(doc: dict[str, Any], origin: str, layer: int = USER_LAYER) -> li
         if "path" in item and isinstance(item["path"], str):
             shown = item["path"] if item["path"].isprintable() else repr(item["path"])  # one line, always
             where = f"rule {n} ({shown})"
-        extra = set(item) - _RULE_KEYS
+        rules.append(_parse_rule(item, where, origin, layer))
+    return rules
+
+
+def _severity_key(item: dict[str, Any], key: str, where: str, origin: str) -> str | None:
+    value = item.get(key)
+    if value is not None and value not in SEVERITIES:
+        raise PolicyError(f"{where}: {key} {value!r} is not one of {', '.join(SEVERITIES)}", origin)
+    return value
+
+
+def _number_key(item: dict[str, Any], key: str, where: str, origin: str) -> float | None:
+    value = item.get(key)
+    if value is not None and not _finite_non_negative(value):
+        raise PolicyError(f"{where}: '{key}' must be a non-negative number (finite: not inf or nan), "
+                          f"found {str(value)[:40]}", origin)
+    return None if value is None else float(value)
+
+
+def _pattern_key(item: dict[str, Any], key: str, where: str, origin: str) -> str | None:
+    value = item.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise PolicyError(f"{where}: '{key}' must be a path pattern", origin)
+    try:
+        Pattern(split_path(value))
+    except ValueError as err:
+        raise PolicyError(f"{where}: bad '{key}' pattern: {err}", origin) from err
+    return value
+
+
+def _paired(item: dict[str, Any], pairs: tuple[tuple[str, str], ...], where: str, origin: str) -> None:
+    """Keys that only mean something together (floor and above_floor, ...) come together."""
+    for a, b in pairs:
+        if (a in item) != (b in item):
+            raise PolicyError(f"{where}: '{a}' and '{b}' go together", origin)
+
+
+def _parse_rule(item: dict[str, Any], where: str, origin: str, layer: int) -> Rule:
+    """One ``[[rule]]`` table (or a ``[[variable]]`` entry at one place); every defect raises PolicyError naming
+    the rule."""
+    extra = set(item) - _RULE_KEYS
+    if extra:
+        raise PolicyError(f"{where}: unknown key(s) {sorted(extra)}", origin)
+    path = item.get("path")
+    if not isinstance(path, str) or not path:
+        raise PolicyError(f"{where}: 'path' is missing or not a string", origin)
+    severity = item.get("severity")
+    if severity not in SEVERITIES:
+        raise PolicyError(f"{where}: severity {severity!r} is not one of {', '.join(SEVERITIES)}", origin)
+    for key in ("reason", "source"):
+        if not isinstance(item.get(key, ""), str):
+            raise PolicyError(f"{where}: '{key}' must be a string", origin)
+    compare = item.get("compare", "sequence")
+    if compare not in ("sequence", "set"):
+        raise PolicyError(f"{where}: 'compare' must be 'sequence' or 'set'", origin)
+    _paired(item, (("floor", "above_floor"), ("rated_by", "when_same"), ("listed_in", "unlisted_patch")), where,
+            origin)
+    try:
+        pattern = Pattern(split_path(path))
+    except ValueError as err:
+        raise PolicyError(f"{where}: bad pattern: {err}", origin) from err
+    return Rule(path, severity, item.get("reason", ""), _number_key(item, "tolerance", where, origin), compare,
+                origin, pattern, _severity_key(item, "one_side", where, origin), layer,
+                absolute=_number_key(item, "absolute", where, origin), source=item.get("source", ""),
+                floor=_number_key(item, "floor", where, origin),
+                above_floor=_severity_key(item, "above_floor", where, origin),
+                rated_by=_pattern_key(item, "rated_by", where, origin),
+                when_same=_severity_key(item, "when_same", where, origin),
+                listed_in=_pattern_key(item, "listed_in", where, origin),
+                unlisted_patch=_severity_key(item, "unlisted_patch", where, origin))
+
+
+def _variable_rules(raw: Any, origin: str) -> list[tuple[str, dict[str, Any]]]:
+    """``[[variable]]`` entries as rule tables, one per place a variable is recorded (VARIABLE_PLACES): the same
+    setting gets the same rating wherever it is read."""
+    if not isinstance(raw, list):
+        raise PolicyError("'variable' must be an array of tables ([[variable]])", origin)
+    out: list[tuple[str, dict[str, Any]]] = []
+    for n, item in enumerate(raw, 1):
+        where = f"variable {n}"
+        if not isinstance(item, dict):
+            raise PolicyError(f"{where}: must be a table", origin)
+        extra = set(item) - _VARIABLE_KEYS
         if extra:
             raise PolicyError(f"{where}: unknown key(s) {sorted(extra)}", origin)
-        path = item.get("path")
-        if not isinstance(path, str) or not path:
-            raise PolicyError(f"{where}: 'path' is missing or not a string", origin)
-        severity = item.get("severity")
-        if severity not in SEVERITIES:
-            raise PolicyError(f"{where}: severity {severity!r} is not one of {', '.join(SEVERITIES)}", origin)
-        reason = item.get("reason", "")
-        if not isinstance(reason, str):
-            raise PolicyError(f"{where}: 'reason' must be a string", origin)
-        tolerance = item.get("tolerance")
-        if tolerance is not None and not _finite_non_negative(tolerance):
-            raise PolicyError(f"{where}: 'tolerance' must be a non-negative number (finite: not inf or nan), "
-                              f"found {str(tolerance)[:40]}", origin)
-        compare = item.get("compare", "sequence")
-        if compare not in ("sequence", "set"):
-            raise PolicyError(f"{where}: 'compare' must be 'sequence' or 'set'", origin)
-        one_side = item.get("one_side")
-        if one_side is not None and one_side not in SEVERITIES:
-            raise PolicyError(f"{where}: one_side {one_side!r} is not one of {', '.join(SEVERITIES)}", origin)
-        try:
-            pattern = Pattern(split_path(path))
-        except ValueError as err:
-            raise PolicyError(f"{where}: bad pattern: {err}", origin) from err
-        rules.append(
-            Rule(path, severity, reason, None if tolerance is None else float(tolerance), compare, origin, pattern,
-                 one_side, layer)
-        )
-    return rules
+        name = item.get("name")
+        if not isinstance(name, str) or not name or "." in name or "**" in name:
+            raise PolicyError(f"{where}: 'name' must be one variable name or a glob of names", origin)
+        rule = {k: v for k, v in item.items() if k != "name"}
+        out.extend((name, {**rule, "path": place.format(name=name)}) for place in VARIABLE_PLACES)
+    return out
 
 
 def _finite_non_negative(value: Any) -> bool:
@@ -470,13 +563,17 @@ def _read_toml(text: str, origin: str) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def default_rules() -> tuple[Rule, ...]:
+    """The shipped rules: default_policy.toml and the environment variable table (variables.toml), one layer."""
     from hoststate.parsed import parse_once
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), DEFAULT_POLICY)  # shipped beside this module
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    doc = parse_once(path, text, lambda t: _read_toml(t, DEFAULT_POLICY))  # parsed once per content, not per process
-    return tuple(parse_rules(doc, DEFAULT_POLICY, DEFAULT_LAYER))
+    rules: list[Rule] = []
+    for name in (DEFAULT_VARIABLES, DEFAULT_POLICY):
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name)  # shipped beside this module
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        doc = parse_once(path, text, lambda t, n=name: _read_toml(t, n))  # parsed once per content
+        rules.extend(parse_rules(doc, name, DEFAULT_LAYER))
+    return tuple(rules)
 
 
 def load_policy(files: list[str] | tuple[str, ...] = ()) -> Policy:

@@ -117,10 +117,10 @@ CASES: tuple[Case, ...] = (
     _file("system", "OS display name only (PRETTY_NAME)", "etc/os-release", 'PRETTY_NAME="Ubuntu 22.04.5 LTS"',
           'PRETTY_NAME="Ubuntu 22.04.5 LTS (lab image)"', "info"),
     _file("system", "host name", "proc/sys/kernel/hostname", None, "bench-node-2\n", "info"),
-    _file("system", "host memory 0.5 % smaller (within tolerance)", "proc/meminfo", "MemTotal:       2113407448 kB",
-          "MemTotal:       2102840411 kB", "ignore"),
-    _file("system", "host memory 25 % smaller", "proc/meminfo", "MemTotal:       2113407448 kB",
-          "MemTotal:       1585055586 kB", "warning"),
+    _file("system", "host memory 1 GiB smaller (kernel reservations)", "proc/meminfo",
+          "MemTotal:       2113407448 kB", "MemTotal:       2112358872 kB", "ignore"),
+    _file("system", "host memory 16 GiB smaller (a DIMM lost)", "proc/meminfo", "MemTotal:       2113407448 kB",
+          "MemTotal:       2096630232 kB", "invalidating"),
     _file("system", "one IOMMU unit fewer", "sys/class/iommu/dmar3", None, None, "invalidating"),
     # -- DSA ---------------------------------------------------------------------------------------------------
     _file("dsa", "work queue disabled -> enabled", f"{WQ}/state", None, "enabled\n", "invalidating"),
@@ -172,7 +172,7 @@ CASES: tuple[Case, ...] = (
          "info"),
     _gpu("board part number revision", "nvmlDeviceGetBoardPartNumber", "692-2G520-0282-002", "warning"),
     _gpu("HGX module slot 5 -> 6", "nvmlDeviceGetModuleId", 6, "info"),
-    _gpu("InfoROM image version", "nvmlDeviceGetInforomImageVersion", "G520.0282.02.03", "invalidating"),
+    _gpu("InfoROM image version", "nvmlDeviceGetInforomImageVersion", "G520.0282.02.03", "info"),
     _gpu("driver 580.159.04 -> 580.160.01", "nvmlSystemGetDriverVersion", "580.160.01", "invalidating",
          device=None),
     _gpu("CUDA driver API 13.0 -> 12.9", "nvmlSystemGetCudaDriverVersion_v2", 12090, "invalidating", device=None),
@@ -218,7 +218,7 @@ CASES: tuple[Case, ...] = (
     _env("TORCHINDUCTOR_MAX_AUTOTUNE=1", {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"}, "invalidating"),
     _env("TRITON_PTXAS_PATH=/opt/cuda-12.9/bin/ptxas", {"TRITON_PTXAS_PATH": "/opt/cuda-12.9/bin/ptxas"},
          "invalidating"),
-    _env("FLASHINFER_CUDA_ARCH_LIST=9.0a", {"FLASHINFER_CUDA_ARCH_LIST": "9.0a"}, "invalidating"),
+    _env("FLASHINFER_CUDA_ARCH_LIST=9.0a", {"FLASHINFER_CUDA_ARCH_LIST": "9.0a"}, "warning"),
     _env("LD_LIBRARY_PATH at another NCCL", {"LD_LIBRARY_PATH": "/opt/nccl-2.27/lib"}, "invalidating"),
     _env("LD_PRELOAD=libjemalloc.so.2", {"LD_PRELOAD": "libjemalloc.so.2"}, "invalidating"),
     _env("NCCL_ALGO=Ring", {"NCCL_ALGO": "Ring"}, "invalidating"),
@@ -270,16 +270,16 @@ class Row:
 
         where = f"{md_code(self.path)} ({md_code(self.rule)})" if self.path else "no finding"
         return (f"| {self.n} | {self.case.collector} | {cell(self.case.change)} | {self.rating} | {cell(where)} | "
-                f"{cell(self.reason)} |")
+                f"{cell(self.reason)} | {cell(source_of(self.rule))} |")
 
 
 class Workspace:
     """A temporary copy of the seed host tree and the NVML replays; edits are undone after each case."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: pathlib.Path = HOST) -> None:
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="hoststate-precision-"))
         self.root = self.dir / "host"
-        shutil.copytree(HOST, self.root, symlinks=True)
+        shutil.copytree(host, self.root, symlinks=True)
         self.site = self.dir / "site"
         self._base: dict[tuple[Any, ...], dict[str, Any]] = {}
 
@@ -316,6 +316,8 @@ class Workspace:
                 yield Context(root=str(self.root)), ("env",)
             elif case.kind == "package" and case.edit[0] == "packages":
                 yield Context(), ("packages",)  # packages are read only from the live interpreter
+            elif case.kind == "package":  # a --vllm-cmd server runs from this interpreter: read live, never --root
+                yield Context(vllm_cmd=CMD, vllm_version=VERSION), ("vllm",)
             else:
                 cmd = case.edit[0] if case.kind == "cmd" and changed else CMD
                 version = case.edit[0] if case.kind == "version" and changed else VERSION
@@ -437,8 +439,26 @@ def rows() -> list[Row]:
         ws.close()
 
 
+def source_of(pattern: str) -> str:
+    """The source of the shipped rule written ``pattern`` (a finding names its rule by pattern); "-" for none."""
+    from hoststate.policy import default_rules
+
+    if not pattern:
+        return "-"
+    found = next((r.source for r in default_rules() if r.path == pattern and r.source), None)
+    if found is None and pattern.startswith("vllm.**.args."):
+        return ARGS_SOURCE
+    return found or "-"
+
+
+#: Where the ratings of vLLM's own arguments come from, for their rules that carry no source yet.
+ARGS_SOURCE = ("vLLM's serve parser and EngineArgs of each recorded version, as real vLLM reads them "
+               "(fixtures/vllm/oracle/options/<version>.json, scripts/vllm_oracle.py)")
+
+
 def table(found: list[Row]) -> str:
-    head = ["| # | collector | one change | rating | deciding finding (rule) | why |", "|---|---|---|---|---|---|"]
+    head = ["| # | collector | one change | rating | deciding finding (rule) | why | source |",
+            "|---|---|---|---|---|---|---|"]
     return "\n".join(head + [r.markdown() for r in found])
 
 

@@ -183,6 +183,8 @@ GAPS: dict[tuple[str, str], str] = {
                                "text names the failed read) instead of marking what the model's facts decide "
                                "unreadable",
     ("vllm", "faults-error"): "as faults-denied: EIO on the model's config.json",
+    ("vllm", "faults-missing"): "a missing --vllm-log leaves vllm.packages' skip entry (packages under --root) on "
+                                "one side only: the skip is recorded under the log's server, not the section",
 }
 
 

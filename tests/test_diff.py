@@ -135,14 +135,26 @@ def test_typed_values_1_vs_1_0_differ():
 
 
 def test_tolerance_downgrades_small_relative_changes_to_ignore():
+    policy = Policy(parse_rules({"rule": [{"path": "system.memory.total_bytes", "severity": "warning",
+                                           "tolerance": 0.01, "reason": "memory"}]}, "t.toml"))
     base = _minimal(system={"memory": {"total_bytes": 1_000_000}})
     small, big = copy.deepcopy(base), copy.deepcopy(base)
     small["system"]["memory"]["total_bytes"] = 1_009_000  # 0.9 % < 1 %
     big["system"]["memory"]["total_bytes"] = 1_020_000
-    assert compare(base, small).findings == []
-    f = by_path(compare(base, small, include_ignored=True))["system.memory.total_bytes"]
+    assert compare(base, small, policy).findings == []
+    f = by_path(compare(base, small, policy, include_ignored=True))["system.memory.total_bytes"]
     assert f.severity == "ignore" and f.reason.startswith("Within tolerance")
-    assert by_path(compare(base, big))["system.memory.total_bytes"].severity == "warning"
+    assert by_path(compare(base, big, policy))["system.memory.total_bytes"].severity == "warning"
+
+
+def test_host_memory_within_4_gib_is_jitter_a_lost_dimm_refuses():
+    gib = 1 << 30
+    base = _minimal(system={"memory": {"total_bytes": 2016 * gib}})
+    for delta, severity in ((-gib, "ignore"), (3 * gib, "ignore"), (-8 * gib, "invalidating"),
+                            (16 * gib, "invalidating")):
+        after = copy.deepcopy(base)
+        after["system"]["memory"]["total_bytes"] += delta
+        assert by_path(compare(base, after, include_ignored=True))["system.memory.total_bytes"].severity == severity
 
 
 def test_user_rule_before_default_first_match_wins(seed):

@@ -342,7 +342,7 @@ def test_init_failure(error, status):
 def test_shutdown_even_when_reading_raises(monkeypatch):
     nvml = load(str(NVML / "h200.json"))
 
-    def boom(*_a: Any) -> None:
+    def boom(*_a: Any, **_k: Any) -> None:
         raise RuntimeError("collector bug")
 
     monkeypatch.setattr(gpu_collector, "_collect", boom)

@@ -190,7 +190,8 @@ def test_the_policy_rates_each_fact() -> None:
         "vllm.servers.8000.placement.cpu_budget", "vllm.env.LD_PRELOAD")}
     assert rated == {
         "vllm.placement.cpu_budget": "invalidating", "vllm.placement.cpu_quota_cpus": "invalidating",
-        "vllm.placement.dev_shm.size_bytes": "warning", "vllm.placement.throttling.nr_throttled": "info",
+        "vllm.placement.dev_shm.size_bytes": "invalidating",  # below 1 GiB on a side; above: info (its floor)
+        "vllm.placement.throttling.nr_throttled": "info",
         "vllm.placement.threads": "info", "vllm.libraries.nccl.version": "invalidating",
         "vllm.libraries.nccl.path": "warning", "vllm.nccl_conf.user.settings.NCCL_P2P_LEVEL": "invalidating",
         "vllm.servers.8000.placement.cpu_budget": "invalidating", "vllm.env.LD_PRELOAD": "invalidating",

@@ -43,6 +43,14 @@ def test_the_table_covers_every_collector_with_at_least_80_cases():
     assert len({(c.collector, c.change) for c in CASES}) == len(CASES)
 
 
+def test_every_row_names_the_reason_and_the_source_of_its_rule():
+    for n, line in _doc_rows().items():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        reason, source = cells[5], cells[6]
+        if cells[3] != "clean":
+            assert len(reason) >= 30 and source not in ("", "-"), (n, line)
+
+
 @pytest.mark.parametrize("flag", ["--port 8001", "--host 0.0.0.0", "--api-key sk-test-0123456789abcdef",
                                   "--uvicorn-log-level warning", "--ssl-keyfile key.pem", "--enable-log-requests",
                                   "--allowed-headers '[\"x\"]'"])

@@ -191,7 +191,7 @@ def test_arguments_that_change_the_engine_stay_invalidating(base, prefix, name, 
 @pytest.mark.parametrize("section", [("env",), ("vllm", "env"), ("vllm", "servers", "8000", "env")])
 @pytest.mark.parametrize("name, value, severity", [
     ("TORCHDYNAMO_DISABLE", "1", "invalidating"), ("TORCHINDUCTOR_MAX_AUTOTUNE", "1", "invalidating"),
-    ("TRITON_PTXAS_PATH", "/opt/ptxas", "invalidating"), ("FLASHINFER_CUDA_ARCH_LIST", "9.0a", "invalidating"),
+    ("TRITON_PTXAS_PATH", "/opt/ptxas", "invalidating"), ("FLASHINFER_CUDA_ARCH_LIST", "9.0a", "warning"),
     ("LD_LIBRARY_PATH", "/opt/nccl-2.27/lib", "invalidating"), ("LD_PRELOAD", "libjemalloc.so.2", "invalidating"),
     ("NVSHMEM_DISABLE_P2P", "1", "invalidating"), ("CUBLASLT_WORKSPACE_SIZE", "1024", "invalidating"),
     ("KMP_AFFINITY", "compact", "invalidating"), ("OPENBLAS_NUM_THREADS", "4", "invalidating"),

@@ -99,7 +99,8 @@ def settle_coverage(section: Section, sources: tuple[Any, ...]) -> Section:
     section.unreadable = coverage.settle(sources, section.unreadable)
     hidden = coverage.patterns(section.unreadable)
     section.data = coverage.prune(section.data, [parts for parts, _cls, _detail in hidden])
-    if not hidden:
+    if not hidden or all(cls == "skipped" for _parts, cls, _detail in hidden):
+        # nothing failed: an observed absence, or a fact left out by design (what a captured tree cannot give)
         if section.status == "partial" and not section.reason:
             section.status = "ok"
         return section

@@ -18,7 +18,7 @@ import uuid as uuidlib
 from collections.abc import Callable
 from typing import Any
 
-from hoststate.collectors import Context, Section
+from hoststate.collectors import Context, Section, gpu_occupancy
 from hoststate.coverage import source
 from hoststate.io import Reader
 from hoststate.nvml import EVENT_REASONS
@@ -37,6 +37,7 @@ SOURCES = (
     source(rf"{_U}/mig_devices(?:/.*)?", "devices.{u}.mig_devices.**"),
     source(rf"{_U}/fabric", "fabric.{u}.**"),
     source(rf"{_U}/observed(?:/.*)?", "devices.{u}.observed.**"),
+    source(rf"{_U}/occupancy(?:/.*)?", "devices.{u}.occupancy.**"),
     source(rf"{_U}/power_min_max_limit_mw", "devices.{u}.power_min_limit_mw", "devices.{u}.power_max_limit_mw"),
     source(rf"{_U}/pci_bus_id", "devices.{u}.pci_*"),
     source(rf"{_U}/gsp_firmware_mode", "devices.{u}.gsp_firmware_mode", "devices.{u}.gsp_firmware_default_mode"),
@@ -240,14 +241,15 @@ def collect(ctx: Context) -> Section:
         return Section(status="denied" if name == "NoPermission" else "error", reason=f"nvmlInit: {name}")
     try:
         live_module = ctx.live and isinstance(nvml, type(os))
-        return _collect(nvml, Reader("/") if live_module else None)
+        return _collect(nvml, Reader("/") if live_module else None, server_pid=ctx.vllm_pid)
     finally:
         with contextlib.suppress(Exception):  # a failing shutdown must not cost the snapshot
             nvml.nvmlShutdown()
 
 
-def _collect(nvml: Any, sysfs: Reader | None = None) -> Section:
-    """Read everything; ``sysfs`` (live hosts with the real pynvml only) serves the CPU affinity."""
+def _collect(nvml: Any, sysfs: Reader | None = None, server_pid: int | None = None) -> Section:
+    """Read everything; ``sysfs`` (live hosts with the real pynvml only) serves the CPU affinity and the parents
+    of GPU processes (which of them descend from the server ``server_pid``)."""
     unreadable: dict[str, str] = {}
     r = _Reader(nvml, unreadable)
     data: dict[str, Any] = {}
@@ -298,6 +300,9 @@ def _collect(nvml: Any, sysfs: Reader | None = None) -> Section:
     for _index, handle, uid, dev in handles:
         try:
             dev["observed"] = _observed(nvml, r, handle, uid)
+            occupied = _occupancy(r, handle, uid, dev["observed"], server_pid, sysfs)
+            if occupied:
+                dev["occupancy"] = occupied
         except _Lost as err:
             lost.append(f"{uid}: GpuIsLost ({err})")
 
@@ -657,6 +662,23 @@ def _topology(nvml: Any, r: _Reader, handles: list[tuple[int, Any, str, dict[str
     p2p = {k: v for k, v in p2p.items() if v}
     if p2p:
         data["p2p"] = p2p
+
+
+def _occupancy(r: _Reader, h: Any, uid: str, observed: dict[str, Any], server_pid: int | None,
+               sysfs: Reader | None) -> dict[str, Any]:
+    """Memory in use and compute processes that are not the benchmark's (hoststate.collectors.gpu_occupancy)."""
+    p = f"{uid}/occupancy"
+    if "processes" not in observed:  # the process list failed: who occupies the GPU is not known
+        r.unreadable[p] = r.unreadable.get(f"{uid}/observed/processes", "unreadable")
+        return {}
+    memory = r.call(f"{p}/memory_used_bytes", "nvmlDeviceGetMemoryInfo", h)
+    parent_of = gpu_occupancy.parent_reader(sysfs.read) if sysfs is not None else (lambda _pid: None)
+    table, unattributed = gpu_occupancy.occupancy(
+        None if memory is None else int(memory.used), observed["processes"],
+        lambda pid, name: gpu_occupancy.is_own(pid, name, server_pid, parent_of))
+    if unattributed:
+        r.unreadable[f"{p}/memory_used_bytes"] = unattributed
+    return table
 
 
 def _observed(nvml: Any, r: _Reader, h: Any, uid: str) -> dict[str, Any]:

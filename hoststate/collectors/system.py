@@ -37,10 +37,21 @@ CPUINFO_KEYS = {
     "CPU implementer": "implementer",  # arm64
     "CPU part": "part",
 }
+#: Boot parameters that switch one CPU vulnerability mitigation (kernel-parameters.txt; what mitigations=off does
+#: all at once): syscall, context-switch and indirect-branch costs.
+MITIGATION_KEYS = ("spectre_v1", "nospectre_v1", "spectre_v2", "nospectre_v2", "spectre_v2_user", "spectre_bhi",
+                   "spectre_bhb", "pti", "nopti", "kpti", "mds", "tsx", "tsx_async_abort", "l1tf", "retbleed", "srbds",
+                   "mmio_stale_data", "gather_data_sampling", "reg_file_data_sampling", "spec_store_bypass_disable",
+                   "nospec_store_bypass_disable", "ssbd", "spec_rstack_overflow", "noibrs", "noibpb", "ibt")
+#: Boot parameters that change scheduling, interrupts, timekeeping or how much of the machine the kernel uses.
+SCHEDULING_KEYS = ("preempt", "nohz", "skew_tick", "rcu_nocb_poll", "irqaffinity", "threadirqs", "kthread_cpus",
+                   "clocksource", "tsc", "numa", "mem", "maxcpus", "nr_cpus", "cpufreq.default_governor")
+#: Boot parameters recorded for review (power management of links, watchdogs, PCI and cgroup options).
+REVIEW_KEYS = ("pcie_aspm", "nmi_watchdog", "pci", "cgroup_disable", "audit")
 CMDLINE_KEYS = ("isolcpus", "nohz_full", "rcu_nocbs", "intel_iommu", "amd_iommu", "iommu", "iommu.passthrough",
                 "iommu.strict", "intel_pstate", "amd_pstate", "transparent_hugepage", "default_hugepagesz",
                 "hugepages", "hugepagesz", "numa_balancing", "processor.max_cstate", "intel_idle.max_cstate",
-                "idle", "mitigations", "nosmt")
+                "idle", "mitigations", "nosmt", *MITIGATION_KEYS, *SCHEDULING_KEYS, *REVIEW_KEYS)
 
 _CPU = "sys/devices/system/cpu"
 _IOMMU_PARAMS = ("iommu.intel_iommu", "iommu.amd_iommu", "iommu.iommu", "iommu.iommu_passthrough", "iommu.iommu_strict")

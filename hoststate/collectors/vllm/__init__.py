@@ -62,12 +62,17 @@ def __getattr__(name: str) -> Any:
 # Assembling one server
 
 
+#: Where a server's packages were not read from: a captured tree has no interpreter of the server's to scan.
+SKIPPED_PACKAGES = "packages under --root"
+
+
 #: What this collector reads (process files, a log, a URL, as failures are recorded) -> where it lands in the
 #: ``vllm`` table; first match names it. Anything else, such as /proc itself, hides the whole table.
 SOURCES = (
     source(r"proc/\d+/environ", "env.**", "cudagraph.**"),
     source(r"(?:proc/\d+ )?--config .*", "args.**", "args_error", "args_resolved.**", "cudagraph.**"),
     source(r"proc/\d+ packages", "packages.**", "version*"),
+    source(SKIPPED_PACKAGES, "packages.**"),
     source(r"--vllm-log .*", "observed.**", "cudagraph.observed.**", "cudagraph.attention_backends",
            "cudagraph.captures", "cudagraph.config_line", "cudagraph.mismatch*", "cudagraph.observed_from",
            "log.**", "version*"),
@@ -120,8 +125,12 @@ def _config_loader(proc: Proc | None, unreadable: dict[str, str]) -> ConfigLoade
     return load
 
 
-def _packages(proc: Proc | None, unreadable: dict[str, str]) -> tuple[dict[str, str], str, str | None]:
-    """(packages, where from, error): a process's own, read from its files; else this interpreter's."""
+def _packages(ctx: Context, proc: Proc | None, unreadable: dict[str, str]) -> tuple[dict[str, str], str, str | None]:
+    """(packages, where from, error): a process's own, read from its files; else this interpreter's, which is the
+    server's when a --vllm-cmd runs from here; never under --root (a fact the tree cannot give is skipped)."""
+    if proc is None and not ctx.live:
+        unreadable[SKIPPED_PACKAGES] = "NotInTree: a captured tree (--root) holds no interpreter of the server's"
+        return {}, "not read: a captured tree (--root) holds no interpreter of the server's", None
     if proc is not None:
         packages, where, err = packages_collector.of_process(proc.pid, proc.argv, proc.env)
         if err is not None:
@@ -332,11 +341,11 @@ def _others(procs: list[Proc]) -> dict[str, Any]:
     return {str(p.pid): {k: v for k, v in _who(p).items() if k != "selected_because"} for p in procs}
 
 
-def _process_facts(proc: Proc, unreadable: dict[str, str]) -> dict[str, Any]:
+def _process_facts(proc: Proc, unreadable: dict[str, str], packages: dict[str, str]) -> dict[str, Any]:
     """What a running server adds: undecodable argv/environ notes, its CPU placement, the GPU libraries it
-    mapped and its NCCL config files (placement.py)."""
+    mapped, which of its packages it loaded and its NCCL config files (placement.py)."""
     out: dict[str, Any] = {"decode_notes": proc.decode_notes} if proc.decode_notes else {}
-    out.update(server_facts(proc.pid, proc.env, unreadable))
+    out.update(server_facts(proc.pid, proc.env, unreadable, packages=packages))
     return out
 
 
@@ -357,7 +366,7 @@ def build(
     if proc is not None:
         data.update(_who(proc))
     unreadable = {} if unreadable is None else unreadable
-    packages, packages_from, packages_error = _packages(proc, unreadable)
+    packages, packages_from, packages_error = _packages(ctx, proc, unreadable)
     version, version_from = _version(ctx, log, url, packages, packages_from)
     if version:
         data["version"], data["version_from"] = version, version_from
@@ -388,7 +397,7 @@ def build(
     if packages_error:
         data["packages_error"] = packages_error
     if proc is not None:
-        data.update(_process_facts(proc, unreadable))
+        data.update(_process_facts(proc, unreadable, packages))
     return data, parsed.problem
 
 

@@ -39,7 +39,7 @@ _ROWS = (
     (rf"{_CG}/cpuset\.(?P<k>cpus|mems)\.effective", ("placement.cpuset_{k}",), ("ENOENT",)),  # no cpuset controller
     (rf"{_CG}/cpu\.stat", ("placement.throttling.**",), ()),
     (rf"{_P}/mountinfo", ("placement.dev_shm.**",), ()),
-    (rf"{_P}/maps", ("libraries.**",), ()),
+    (rf"{_P}/maps", ("libraries.**", "serving_path"), ()),
     (r".*-packages", ("libraries.*.version",), ()),
     (rf"{_P} nccl (?P<k>user|system)", ("nccl_conf.{k}.**",), ()),
     (rf"{_P} nccl", ("nccl_conf.**",), ()),
@@ -65,6 +65,18 @@ _WHEEL_LIB = re.compile(r"(?P<site>.*/(?:site|dist)-packages)/nvidia/[\w-]+/lib/
 #: The wheel that ships each library (``nvidia_nccl_cu12-2.27.3.dist-info``, ``nvidia_cublas-13.1.0.3.dist-info``).
 WHEELS = {"nccl": "nvidia_nccl", "cudart": "nvidia_cuda_runtime", "cublas": "nvidia_cublas",
           "cublaslt": "nvidia_cublas", "cudnn": "nvidia_cudnn", "nvshmem": "nvidia_nvshmem"}
+#: Packages vLLM imports at start whatever the model and backends (vllm's requirements/common.txt and cuda.txt:
+#: the engine, PyTorch and its Triton, the Hugging Face config/tokenizer stack): always on the serving path, also
+#: where their files are read rather than mapped (pure Python).
+ALWAYS_SERVING = ("vllm", "torch", "triton", "pytorch-triton", "transformers", "tokenizers", "huggingface-hub",
+                  "safetensors", "numpy")
+#: Library file stems of NVIDIA's wheels -> the distribution name they start (CUDA 13 wheels share nvidia/cu13/lib).
+_NVIDIA_LIBS = {"cudart": "cuda-runtime", "nvrtc": "cuda-nvrtc", "cupti": "cuda-cupti", "nvJitLink": "nvjitlink",
+                "nvjitlink": "nvjitlink", "cusparseLt": "cusparselt", "nvshmem_host": "nvshmem", "nvToolsExt": "nvtx",
+                "cublasLt": "cublas"}
+#: Path components that name no distribution (a namespace or a system directory).
+_NOT_NAMES = frozenset({"nvidia", "lib", "lib64", "usr", "opt", "local", "site-packages", "dist-packages", "bin",
+                        "python3", "home", "root", "cache", "venv", "x86-64-linux-gnu", "aarch64-linux-gnu", "cuda"})
 #: Keys of cpu.stat worth recording: throttling (counters since the cgroup was made).
 THROTTLE_KEYS = ("nr_periods", "nr_throttled", "throttled_usec")
 #: A server's maps runs to a few thousand lines (~1 MiB with every Python extension); beyond this it is not read.
@@ -175,6 +187,40 @@ def mapped_libraries(maps: str) -> dict[str, list[str]]:
     return out
 
 
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _mapped_names(paths: set[str]) -> set[str]:
+    """Every name a mapped file's path offers for a distribution: each directory and file stem on the path
+    (``site-packages/flash_attn_2_cuda.cpython-312...so`` -> ``flash-attn-2-cuda``, a FlashInfer JIT cache under
+    ``~/.cache/flashinfer/`` -> ``flashinfer``), and ``nvidia-<lib>`` for a library of NVIDIA's wheels."""
+    out: set[str] = set()
+    for path in paths:
+        parts = path.removesuffix(" (deleted)").strip("/").split("/")
+        out.update(_norm(part.split(".", 1)[0]) for part in parts if part)
+        if "nvidia" in parts:
+            stem = re.sub(r"^lib|(?:-[0-9a-f]{8})?\.so.*$", "", parts[-1])
+            out.add("nvidia-" + _norm(_NVIDIA_LIBS.get(stem, stem)))
+            out.update("nvidia-" + _norm(p) for p in parts[parts.index("nvidia") + 1:-1] if p != "lib")
+    return out
+
+
+def serving_path(maps: str, packages: Mapping[str, str]) -> list[str]:
+    """The recorded packages on the server's serving path: those vLLM always imports (ALWAYS_SERVING) and those with
+    a file mapped into the server (``/proc/PID/maps``): a wheel's directory, a top-level extension module or a JIT
+    cache named after it. Matching is by name and errs towards "loaded" (a venv under /opt/torch counts for
+    torch): a package wrongly counted is only rated as if it ran."""
+    paths = {f[5] for line in maps.splitlines() if len(f := line.split(maxsplit=5)) == 6 and f[5].startswith("/")}
+    names = {n for n in _mapped_names(paths) if len(n) > 2 and n not in _NOT_NAMES}
+    out = []
+    for dist in packages:
+        d = _norm(dist)
+        if d in ALWAYS_SERVING or any(n == d or n.startswith(d + "-") or d.startswith(n + "-") for n in names):
+            out.append(dist)
+    return sorted(out)
+
+
 def version_of(key: str, path: str, listdir: Callable[[str], list[str] | None]) -> str | None:
     """A library's version: its pip wheel's (``nvidia_nccl_cu12-2.27.3.dist-info`` beside ``nvidia/``), else
     the file name's (``libnccl.so.2.21.5`` -> 2.21.5; a bare soname major such as ``.so.12`` says less)."""
@@ -273,13 +319,17 @@ def _cgroup(r: Reader, text: str, out: dict[str, Any]) -> float | None:
     return quota
 
 
-def libraries(r: Reader, pid: int, listdir: Callable[[str], list[str] | None]) -> dict[str, Any]:
-    """``[vllm.libraries]``: each library mapped, its path(s) and version; ``{}`` when maps was not read."""
+def libraries(r: Reader, pid: int, listdir: Callable[[str], list[str] | None],
+              packages: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``[vllm.libraries]``: each library mapped, its path(s) and version; ``{}`` when maps was not read. With the
+    server's ``packages``, also ``serving_path`` (under the key ``__serving_path``, taken out by server_facts)."""
     data = r.read_bytes(f"proc/{pid}/maps", max_bytes=MAX_MAPS_BYTES)
     if data is None:
         return {}
     maps = decode(data)
     out: dict[str, Any] = {}
+    if packages:
+        out["__serving_path"] = serving_path(maps, packages)
     for key, paths in mapped_libraries(maps).items():
         entry: dict[str, Any] = {"path": paths[0] if len(paths) == 1 else paths}
         version = version_of(key, paths[0], listdir)
@@ -320,9 +370,10 @@ def home_of(passwd: str | None, uid: int) -> str | None:
 
 
 def server_facts(pid: int, env: Mapping[str, str] | None, unreadable: dict[str, str], root: str = "/",
-                 ) -> dict[str, Any]:
+                 packages: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``placement``, ``libraries`` and ``nccl_conf`` of server ``pid``: /proc and /sys under ``root``; what the
-    server itself would open (its libraries' wheels, NCCL's files) in its own view, with its rights (live only)."""
+    server itself would open (its libraries' wheels, NCCL's files) in its own view, with its rights (live only).
+    With the server's ``packages``: ``serving_path``, the ones it loaded (serving_path())."""
     before = set(unreadable)
     r = Reader(root, unreadable)
     out: dict[str, Any] = {}
@@ -335,7 +386,9 @@ def server_facts(pid: int, env: Mapping[str, str] | None, unreadable: dict[str, 
             return entries
 
         out["placement"] = placement(r, pid)
-        out["libraries"] = libraries(r, pid, listdir)
+        out["libraries"] = libraries(r, pid, listdir, packages)
+        if "__serving_path" in out["libraries"]:
+            out["serving_path"] = out["libraries"].pop("__serving_path")
         if view is not None:
             if view.error:
                 unreadable[f"proc/{pid} nccl"] = view.error
