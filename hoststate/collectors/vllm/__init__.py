@@ -33,7 +33,7 @@ from hoststate.redact import redact_argv, redact_command_line, redact_text, reda
 if TYPE_CHECKING:  # the parsers are imported where a server is read: a host without vLLM never loads them
     from hoststate.collectors.vllm.argv import Command, ConfigLoader
     from hoststate.collectors.vllm.log import LogFacts
-    from hoststate.collectors.vllm.model import Read
+    from hoststate.collectors.vllm.model import ModelFacts, Read
 
 DEFAULT_PORT = 8000
 
@@ -142,6 +142,11 @@ class _Args:
     env: dict[str, str] | None = None
     refusals: list[str] = field(default_factory=list)
     problem: bool = False
+    #: What resolved the arguments: the parser defaults' source and the dests left out as spelled at default.
+    defaults_source: str = ""
+    at_default: list[str] = field(default_factory=list)
+    #: The model's facts, once read for the declared mode (None: not read).
+    facts: ModelFacts | None = None
 
 
 def _arguments(data: dict[str, Any], argv: list[str] | None, env: dict[str, str] | None, source: str,
@@ -171,7 +176,7 @@ def _arguments(data: dict[str, Any], argv: list[str] | None, env: dict[str, str]
     if parsed.notes:
         data["args_notes"] = [redact_text(note) for note in parsed.notes]
     env = {**(env or {}), **command.env} if source == "cmd" else env
-    return _Args(parsed.args, env, parsed.refusals, bool(problems))
+    return _Args(parsed.args, env, parsed.refusals, bool(problems), parsed.defaults_source, parsed.at_default)
 
 
 def _identity(ctx: Context, data: dict[str, Any], args: dict[str, Any] | None, log: LogFacts | None,
@@ -238,6 +243,7 @@ def _declared(ctx: Context, parsed: _Args, version: str | None, proc: Proc | Non
     with _model_reader(ctx, proc) as read:
         facts = read_facts(model if isinstance(model, str) else None, parsed.env or {}, read,
                            revision if isinstance(revision, str) else None)
+    parsed.facts = facts
     declared = declare(parsed.args, parsed.env or {}, version, facts, gpus=_host_gpus(ctx))
     out: dict[str, Any] = {"rules_version": declared.rules_version, "declared_because": declared.because}
     if declared.refused:
@@ -251,6 +257,25 @@ def _declared(ctx: Context, parsed: _Args, version: str | None, proc: Proc | Non
     if declared.assumes:
         out["declared_assumes"] = [redact_text(a) for a in declared.assumes]
     return out
+
+
+def _resolved(parsed: _Args, version: str | None) -> dict[str, Any]:
+    """``args`` as the engine resolves them (defaults.py): what was spelled at the version's parser default, or
+    resolves against the model or engine to the same setting as no argument, is left out, and
+    ``args_resolved`` says what and why, so a spelling-only change leaves ``args`` alone."""
+    from hoststate.collectors.vllm.defaults import resolve
+    from hoststate.collectors.vllm.model import UNKNOWN
+    from hoststate.collectors.vllm.versions import rules_for
+
+    assert parsed.args is not None
+    rules = rules_for(version)[0]
+    resolved = resolve(parsed.args, parsed.facts or UNKNOWN, parsed.env or {}, rules.seed_unset)
+    same = {dest: "its parser default" for dest in parsed.at_default}
+    same.update(resolved.same_as_unset)
+    how: dict[str, Any] = {"defaults": parsed.defaults_source or "vLLM's own non-default args, from the log"}
+    if same:
+        how["same_as_unset"] = redact_value(same)
+    return {"args": redact_value(resolved.args), "args_resolved": how}
 
 
 def _observed(cudagraph: dict[str, Any], log: LogFacts) -> None:
@@ -336,10 +361,10 @@ def build(
     if version:
         data["version"], data["version_from"] = version, version_from
     parsed = _arguments(data, argv, env, source, version, log, _config_loader(proc, unreadable))
-    if parsed.args is not None:
-        data["args"] = redact_value(parsed.args)
     _identity(ctx, data, parsed.args, log, url)
     cudagraph = _cudagraph(ctx, parsed, version, log, proc)
+    if parsed.args is not None:
+        data.update(_resolved(parsed, version))
     if log is not None and (log.ran or log.attention_backends):
         ran = dict(log.ran)
         if log.attention_backends:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoststate.collectors.vllm.defaults import defaults_for, drop_defaults
 from hoststate.collectors.vllm.modes import parse_cg_mode, parse_comp_mode
 from hoststate.collectors.vllm.options import (
     BOOL,
@@ -104,6 +105,10 @@ class Normalised:
     refusals: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Where the parser defaults used to leave out arguments spelled at their default come from (defaults.py).
+    defaults_source: str = ""
+    #: Dests given at exactly their version's parser default, left out as vLLM's non-default args leave them.
+    at_default: list[str] = field(default_factory=list)
 
     @property
     def model(self) -> str | None:
@@ -549,6 +554,9 @@ def normalise(
     _model(_pass2(tokens, rules, out), program, out)
     _version_values(out, rules)
     _compilation_keys(out, rules)
+    known = defaults_for(version)
+    out.defaults_source = known.source
+    out.at_default = drop_defaults(out.args, known.defaults)
     return out
 
 

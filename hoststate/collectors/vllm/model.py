@@ -58,6 +58,10 @@ class ModelFacts:
     architectures: tuple[str, ...] = ()
     #: Attention heads, maximum length, checkpoint quantization: what vLLM checks the arguments against.
     limits: ConfigLimits = ConfigLimits()
+    #: The checkpoint's dtype (``torch_dtype``, or ``dtype`` in newer configs), as a torch dtype name.
+    dtype: str | None = None
+    #: Whether config.json names remote model code (``auto_map``): only then does ``--trust-remote-code`` matter.
+    remote_code: bool | None = None
     source: str = "the model's config.json was not read"
 
     @property
@@ -105,6 +109,15 @@ def _runner_is_pooling(architectures: tuple[str, ...], sentence_transformers: bo
     return False
 
 
+def _dtype(config: Mapping[str, Any]) -> str | None:
+    for cfg in (_text_config(config), config):
+        for key in ("torch_dtype", "dtype"):
+            value = cfg.get(key)
+            if isinstance(value, str) and value:
+                return value.removeprefix("torch.")
+    return None
+
+
 def facts_from_config(config: Mapping[str, Any], modules: Any = None, source: str = "config.json") -> ModelFacts:
     """Facts from a parsed config.json (and modules.json when the model has one)."""
     archs = tuple(a for a in config.get("architectures") or () if isinstance(a, str))
@@ -114,7 +127,9 @@ def facts_from_config(config: Mapping[str, Any], modules: Any = None, source: st
     return ModelFacts(moe=_num_experts(config) > 1, pooling=_runner_is_pooling(archs, st_pooling),
                       encoder_decoder=encdec, kv_heads=_kv_heads(config),
                       mla=_text_config(config).get("kv_lora_rank") is not None, architectures=archs,
-                      limits=config_limits(config), source=source)
+                      limits=config_limits(config), dtype=_dtype(config),
+                      remote_code=isinstance(config.get("auto_map"), Mapping) and bool(config["auto_map"]),
+                      source=source)
 
 
 #: Reads one file: (content, None) or (None, reason). Whose rights and which root is the caller's choice.

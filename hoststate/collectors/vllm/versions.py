@@ -176,6 +176,9 @@ class Rules:
     #: Flags of options.FALSE_BY_DEFAULT whose parser default is None in this version (vLLM decides when
     #: unset, 0.33): ``--no-X`` / ``--disable-X`` is then a setting vLLM records as non-default, not the default.
     none_default_flags: frozenset[str] = frozenset()
+    #: The seed the engine takes when ``--seed`` is not given, where the parser default (None) does not say it:
+    #: the V1 engine's ModelConfig.__post_init__ sets 0 (0.10-0.11; from 0.12 the parser default is 0 itself).
+    seed_unset: int | None = None
 
 
 _ALIASES_010 = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
@@ -321,7 +324,7 @@ _DISABLE_FLAGS_033 = {("--disable-" + d[7:] if d.startswith("enable_") else "--e
 #: The rows, oldest first. The first row names every field; each later one only what changed.
 ROWS: tuple[dict[str, Any], ...] = (
     {"version": "0.10.0", "family": "v10.0", "o_number": "full", "o_values": frozenset("01234"), "o_any_int": False,
-     "o_dotted": "ok",
+     "o_dotted": "ok", "seed_unset": 0,
      "mode_key": "level", "level_accepted": True, "aliases": _ALIASES_010, "graphs_without_compile": "refused",
      "empty_splitting_ops": "piecewise-to-full", "legacy_graph_flags": True, "legacy_flags_in_config": False,
      "context_parallel_piecewise": False, "torch_compile_disable": False, "all2all_env": True,
@@ -369,6 +372,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "rope_scaling"}) | _GONE_0111 | _NEW_AFTER_0111,
      "no_negation": _NO_NEGATION_0110 | {"aggregate_engine_logging"}},
     {"version": "0.12.0", "family": "opt", "o_number": "optimization_level", "o_dotted": "deprecated",
+     "seed_unset": None,
      "aliases": _ALIASES_012, "graphs_without_compile": "none", "pcp_refused": True,
      "attn_fusion_keys": ("fuse_attn_quant", "enable_attn_fusion"), "pass_config_renamed": True,
      "missing_options": frozenset({"performance_mode", "attention_config", "attention_backend",
