@@ -90,7 +90,7 @@ def _config_loader(proc: Proc | None, unreadable: dict[str, str]) -> ConfigLoade
     cwd, its root, its user's rights); the user's own ``--vllm-cmd`` file from here, regular files only."""
 
     def load(path: str) -> Mapping[str, Any]:
-        from hoststate.collectors.vllm.argv import parse_config_text
+        from hoststate.collectors.vllm.configfile import parse_config_text
 
         if proc is not None:
             with procfiles.ProcView(proc.pid) as view:
@@ -104,7 +104,7 @@ def _config_loader(proc: Proc | None, unreadable: dict[str, str]) -> ConfigLoade
                 err = "ESRCH"  # it exited meanwhile
             unreadable[where] = err or "unreadable"
             raise ValueError(f"not read ({err})")
-        return parse_config_text(decode(data), path)
+        return parse_config_text(decode(data))
 
     return load
 

@@ -179,6 +179,9 @@ class Rules:
     #: The seed the engine takes when ``--seed`` is not given, where the parser default (None) does not say it:
     #: the V1 engine's ModelConfig.__post_init__ sets 0 (0.10-0.11; from 0.12 the parser default is 0 itself).
     seed_unset: int | None = None
+    #: How a ``--config`` YAML file becomes arguments (configfile.py): "str" (nested mappings written with str(),
+    #: false keys dropped; up to 0.12) or "json" (json.dumps, false keys as ``--no-<key>`` where the parser has it).
+    config_file_style: str = "str"
 
 
 _ALIASES_010 = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
@@ -397,7 +400,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "spec_methods": _SPEC_METHODS_033, "spec_refused_methods": frozenset(),
      "async_spec_methods": _EAGLE_033 | {"ngram_gpu", "draft_model", "dspark"},
      "attn_fusion_keys": ("fuse_attn_quant",), "pass_old_spellings_dropped": True,
-     "unknown_compilation_keys": "refused", "missing_options": _MISSING_033 | _GONE_033,
+     "unknown_compilation_keys": "refused", "missing_options": _MISSING_033 | _GONE_033, "config_file_style": "json",
      "none_default_flags": frozenset({"async_scheduling", "disable_cascade_attn", "disable_hybrid_kv_cache_manager",
                                       "disable_nccl_for_dp_synchronization"})},
 )
