@@ -15,6 +15,7 @@ from typing import Any
 
 from hoststate.collectors.vllm.model import UNKNOWN, ModelFacts
 from hoststate.collectors.vllm.modes import COMP_NAMES, has_full, has_piecewise, parse_cg_mode, parse_comp_mode
+from hoststate.collectors.vllm.speculative import MTP_LAYER_KEYS, detect, is_mtp
 from hoststate.collectors.vllm.versions import DEFAULT_OPT_LEVEL, OPT_LEVEL_CUDAGRAPH, Rules, rules_for
 
 VLLM_COMPILE = 3
@@ -95,9 +96,9 @@ def _int(value: Any, default: int = 1) -> int:
 
 
 def _spec_method(r: Resolution) -> str | None:
+    """The speculative method vLLM runs: the one given, else the one it detects from the draft model's name."""
     spec = r.args.get("speculative_config")
-    method = spec.get("method") if isinstance(spec, Mapping) else None
-    return method if isinstance(method, str) else None
+    return detect(spec, r.rules.spec_detects_new_names)[0] if isinstance(spec, Mapping) else None
 
 
 # -- steps that refuse ------------------------------------------------------------------------
@@ -117,7 +118,11 @@ def _memory_fraction(r: Resolution) -> None:
 
 
 def _speculative_method(r: Resolution) -> None:
-    """A speculative method the version does not know, or knows and does not run, is refused."""
+    """A speculative method the version does not know, or knows and does not run, is refused; one detected from a
+    draft model given without a method is checked alike (speculative.detect)."""
+    spec = r.args.get("speculative_config")
+    if isinstance(spec, Mapping) and (assumed := detect(spec, r.rules.spec_detects_new_names)[1]):
+        r.assumes.append(assumed)
     method = _spec_method(r)
     if method is not None and method not in r.rules.spec_methods:
         raise Refused(f"speculative_config.method {method!r} is not a method of {r.tag}")
@@ -396,6 +401,37 @@ def _quantization(r: Resolution) -> None:
         raise Refused(f"Quantization method specified in the model config ({checkpoint}) does not match the "
                       f"quantization method specified in the `quantization` argument ({given})")
     r.assumes.append(f"--quantization {given} assumed to take over the checkpoint's {checkpoint}")
+
+
+def _mtp_layers(r: Resolution) -> None:
+    """An MTP method with no draft model drafts with the model's own MTP layers: a model naming none is refused
+    (0.11.0+; 0.10.2 checks the model type itself, spec_draft_target_types)."""
+    spec = r.args.get("speculative_config")
+    if not (isinstance(spec, Mapping) and spec.get("model") is None and is_mtp(_spec_method(r))):
+        return
+    if r.rules.spec_draft_target_types or spec.get("num_speculative_tokens") is None:
+        return
+    if not r.fact("mtp_layers", r.model.mtp_layers, assumed=True):
+        raise Refused(f"speculative method {_spec_method(r)!r} drafts with the model's MTP layers, and its config.json "
+                      f"names none ({', '.join(MTP_LAYER_KEYS)}): no MTP draft model can be built from it")
+
+
+def _chunked_prefill_off(r: Resolution) -> None:
+    """Without chunked prefill a step must hold a whole prompt: max_num_batched_tokens below max_model_len is
+    refused (SchedulerConfig; 0.11.1+, where an explicit --no-enable-chunked-prefill is kept)."""
+    batched = r.args.get("max_num_batched_tokens")
+    if not r.rules.chunked_prefill_off_checked or r.args.get("enable_chunked_prefill") is not False:
+        return
+    if not isinstance(batched, int) or isinstance(batched, bool):
+        return  # the default is then max(max_model_len, 2048): never below
+    given = r.args.get("max_model_len")
+    length = given if isinstance(given, int) and given > 0 else _derived_max_len(r)
+    if length is None:
+        r.assumes.append(f"max_num_batched_tokens {batched} assumed to hold max_model_len ({r.model.source})")
+    elif batched < length:
+        raise Refused(f"max_num_batched_tokens ({batched}) is smaller than max_model_len ({int(length)}). This "
+                      "effectively limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject "
+                      "longer sequences. Please increase max_num_batched_tokens or decrease max_model_len.")
 
 
 def _prefill_context_parallel(r: Resolution) -> None:
@@ -808,8 +844,9 @@ def _capture_max_matches(r: Resolution, largest: int, sizes: list[Any]) -> None:
 #: vLLM normalises graphs without VLLM_COMPILE twice (0.33): before and after the model rules.
 STEPS: tuple[Step, ...] = (
     _speculative_flags, _memory_fraction, _scheduler_sizes, _batched_tokens, _capture_options, _speculative_method,
-    _draft_model, _v1_required, _speculative_on_v0, _world_size, _prefill_context_parallel, _attention_heads,
-    _max_model_len, _quantization, _lora_speculative, _kv_expandable_segments,
+    _draft_model, _mtp_layers, _chunked_prefill_off, _v1_required, _speculative_on_v0, _world_size,
+    _prefill_context_parallel, _attention_heads, _max_model_len, _quantization, _lora_speculative,
+    _kv_expandable_segments,
     _expert_parallel, _decode_context_parallel, _model_runner, _async_scheduling, _enforce_eager, _optimization_level,
     _compilation_mode, _torch_compile_disable, _breakable_cudagraph, _default_mode, _explicit_mode, _legacy_flags,
     _dynamic_speculation, _graphs_without_compile, _context_parallel, _pooling, _encoder_decoder, _kv_connector,

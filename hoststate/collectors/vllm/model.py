@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hoststate.collectors.vllm.limits import ConfigLimits, config_limits
+from hoststate.collectors.vllm.speculative import has_mtp_layers
 
 #: Largest config file read.
 MAX_BYTES = 1 << 20
@@ -62,6 +63,8 @@ class ModelFacts:
     dtype: str | None = None
     #: Whether config.json names remote model code (``auto_map``): only then does ``--trust-remote-code`` matter.
     remote_code: bool | None = None
+    #: Whether the config names MTP layers vLLM can draft with (speculative.has_mtp_layers).
+    mtp_layers: bool | None = None
     source: str = "the model's config.json was not read"
 
     @property
@@ -129,6 +132,7 @@ def facts_from_config(config: Mapping[str, Any], modules: Any = None, source: st
                       mla=_text_config(config).get("kv_lora_rank") is not None, architectures=archs,
                       limits=config_limits(config), dtype=_dtype(config),
                       remote_code=isinstance(config.get("auto_map"), Mapping) and bool(config["auto_map"]),
+                      mtp_layers=has_mtp_layers(config),
                       source=source)
 
 

@@ -182,6 +182,11 @@ class Rules:
     #: How a ``--config`` YAML file becomes arguments (configfile.py): "str" (nested mappings written with str(),
     #: false keys dropped; up to 0.12) or "json" (json.dumps, false keys as ``--no-<key>`` where the parser has it).
     config_file_style: str = "str"
+    #: SpeculativeConfig detects dflash/dspark draft models by name too (0.33; eagle/eagle3 in every version).
+    spec_detects_new_names: bool = False
+    #: ``--no-enable-chunked-prefill`` is kept, so SchedulerConfig refuses max_num_batched_tokens below max_model_len
+    #: (0.11.1+; earlier V1 engines turn chunked prefill back on for generative models).
+    chunked_prefill_off_checked: bool = False
 
 
 _ALIASES_010 = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
@@ -366,7 +371,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "spec_methods": _SPEC_METHODS, "serve_model_option": "moved", "attn_fusion_keys": ("enable_attn_fusion",),
      "model_rules_default_only": False, "capture_size_checks": True, "async_spec_methods": _EAGLE_MTP,
      "dcp_head_check": True, "capture_options_exclusive": True, "scheduler_sizes_checked": True,
-     "world_size_checked": True, "lora_spec_budget": True,
+     "world_size_checked": True, "lora_spec_budget": True, "chunked_prefill_off_checked": True,
      "spec_self_drafting": frozenset({"ngram", "suffix"}) | (_EAGLE_MTP - {"eagle", "eagle3"}),
      "aliases": {**_ALIASES_0102, "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
                  "-n": "nnodes", "-r": "node_rank"},
@@ -401,6 +406,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "async_spec_methods": _EAGLE_033 | {"ngram_gpu", "draft_model", "dspark"},
      "attn_fusion_keys": ("fuse_attn_quant",), "pass_old_spellings_dropped": True,
      "unknown_compilation_keys": "refused", "missing_options": _MISSING_033 | _GONE_033, "config_file_style": "json",
+     "spec_detects_new_names": True,
      "none_default_flags": frozenset({"async_scheduling", "disable_cascade_attn", "disable_hybrid_kv_cache_manager",
                                       "disable_nccl_for_dp_synchronization"})},
 )
