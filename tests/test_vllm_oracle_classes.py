@@ -25,6 +25,8 @@ vLLM's own code or data, and the derivation is stated with its class:
   (``num_nextn_predict_layers`` for DeepSeek-V3, recorded as 1), so Llama-3.1 with method mtp has no MTP draft and
   is refused (0.33: "Unsupported speculative method: 'mtp'"; 0.11-0.12: the draft-model refusal); 0.10.2 takes
   ``deepseek_mtp`` only for its listed model types.
+- **Quantization overrides** (ModelConfig._verify_quantization and each method's override_quantization_method): see
+  the table QUANT below.
 - **Scheduler limits with chunked prefill off** (SchedulerConfig._verify_args / verify_max_model_len): with
   ``--no-enable-chunked-prefill`` kept, ``max_num_batched_tokens`` below ``max_model_len`` raises ValueError; the
   Llama-3.1 config's derived length is 131072 (llama3 RoPE is not scaled further). Expected for 0.11.1, 0.12 and 0.33,
@@ -244,3 +246,39 @@ def test_without_chunked_prefill_a_step_must_hold_the_whole_context(version, tai
     assert bool(refused) is expected, refused
     if expected:
         assert "is smaller than max_model_len" in refused
+
+
+# -- quantization overrides take over only a checkpoint of their own format -------------------------------------------
+# ModelConfig._verify_quantization asks every override method whether it takes over the checkpoint
+# (override_quantization_method): awq_marlin only an "awq" checkpoint, gptq_marlin / gptq_marlin_24 / gptq_bitblas
+# only "gptq", moe_wna16 either (and only when named); when none does, the checkpoint's own method stands and a
+# different --quantization is "does not match ... the `quantization` argument" (ValueError). The checkpoints below are
+# Llama-3.1-8B's recorded config with the quantization_config a 4-bit AutoAWQ / GPTQ export writes (float16, so the
+# dtype check of the AWQ kernels passes), and DeepSeek-V3's recorded fp8 one.
+
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True, "desc_act": False}
+QUANT = [  # (checkpoint, --quantization, refused?)
+    ("awq", "awq_marlin", False), ("awq", "moe_wna16", False), ("awq", "gptq_marlin", True),
+    ("awq", "gptq_marlin_24", True), ("gptq", "gptq_marlin", False), ("gptq", "awq_marlin", True),
+    ("fp8", "awq_marlin", True), ("fp8", "gptq_marlin", True),
+]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("checkpoint", "given", "refused"), QUANT)
+def test_a_quantization_override_takes_over_only_its_own_checkpoint_format(version, checkpoint, given, refused):
+    data = _data(version)
+    if checkpoint == "fp8":
+        model, tail = DSV3, "-tp 8"
+    else:
+        model, tail = f"org/llama-{checkpoint}", ""
+        config = {**data["models"][LLAMA8]["config"], "torch_dtype": "float16",
+                  "quantization_config": AWQ if checkpoint == "awq" else GPTQ}
+        data = {**data, "models": {**data["models"], model: {"config": config}}}
+    argv = shlex.split(f"vllm serve {model} {tail} --quantization {given}")
+    parsed, declared = hoststate_view(data, {"argv": argv, "env": {}, "model": model})
+    assert not parsed.refusals
+    assert bool(declared.refused) is refused, declared.refused
+    if refused:
+        assert "does not match the quantization method specified in the `quantization` argument" in declared.refused

@@ -390,17 +390,29 @@ _QUANT_OVERRIDES = frozenset({
     "bitblas", "gptq_marlin_24", "gptq_marlin", "gptq_bitblas", "awq_marlin", "ipex", "moe_wna16", "modelopt",
     "modelopt_fp4", "petit_nvfp4", "mxfp4", "cpu_gptq", "cpu_awq", "auto_gptq", "gptq", "auto_awq", "awq", "inc",
     "modelopt_mxfp8", "mxfp8", "modelopt_mixed", "gpt_oss_mxfp4", "deepseek_v4_fp8", "humming"})
+#: The checkpoint formats an override method takes over (its ``override_quantization_method`` returns its own name
+#: only for a checkpoint whose quant_method is one of these): any other checkpoint keeps its own method, which then
+#: does not match the argument, and ModelConfig._verify_quantization refuses.
+QUANT_TAKES_OVER: dict[str, frozenset[str]] = {
+    "awq_marlin": frozenset({"awq"}), "gptq_marlin": frozenset({"gptq"}), "gptq_marlin_24": frozenset({"gptq"}),
+    "gptq_bitblas": frozenset({"gptq"}), "moe_wna16": frozenset({"awq", "gptq"}),
+}
 
 
 def _quantization(r: Resolution) -> None:
-    """A ``--quantization`` other than the checkpoint's quantization method is refused (ModelConfig)."""
+    """A ``--quantization`` other than the checkpoint's quantization method is refused (ModelConfig), unless it is
+    an override that takes over a checkpoint of that format (QUANT_TAKES_OVER)."""
     given, checkpoint = r.args.get("quantization"), r.model.limits.quant_method
     if not isinstance(given, str) or checkpoint in (None, "", given):
         return
-    if checkpoint in _PLAIN_CHECKPOINTS and given not in _QUANT_OVERRIDES:
+    takes = QUANT_TAKES_OVER.get(given)
+    refused = (checkpoint not in takes) if takes is not None else (
+        checkpoint in _PLAIN_CHECKPOINTS and given not in _QUANT_OVERRIDES)
+    if refused:
         raise Refused(f"Quantization method specified in the model config ({checkpoint}) does not match the "
                       f"quantization method specified in the `quantization` argument ({given})")
-    r.assumes.append(f"--quantization {given} assumed to take over the checkpoint's {checkpoint}")
+    r.assumes.append(f"--quantization {given} assumed to take over the checkpoint's {checkpoint}" +
+                     (" (its kernel's limits on bits and group size are not checked)" if takes else ""))
 
 
 def _mtp_layers(r: Resolution) -> None:
