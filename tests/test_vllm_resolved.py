@@ -69,6 +69,24 @@ SAME_SETTING = [
 ]
 
 
+@pytest.mark.parametrize(("before", "after"), [
+    ("--max-model-len 8192", "--max-model 8192"),  # argparse reads the unique prefix as the option
+    ("--max-num-seqs 64 -tp 1", "--max_num_seqs=64"),
+    ("-cc.cudagraph_mode=PIECEWISE", "--compilation-config '{\"cudagraph_mode\": \"PIECEWISE\"}'"),
+])
+def test_another_spelling_of_the_same_arguments_is_not_a_change(root, before, after):
+    verdict, findings = _verdict(root, f"{BASE} {before}", f"{BASE} {after}", "0.12.0")
+    assert verdict == "clean", findings
+
+
+def test_the_same_options_from_another_config_file_are_not_a_change(root, tmp_path):
+    for name in ("a.yaml", "b.yaml"):
+        (tmp_path / name).write_text("max-num-seqs: 64\n")
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    verdict, findings = _verdict(root, f"{BASE} --config {a}", f"{BASE} --config {b}", "0.12.0")
+    assert verdict == "clean" and findings["vllm.args.config"] == "info", findings
+
+
 @pytest.mark.parametrize(("version", "extra"), SAME_SETTING)
 def test_a_setting_spelled_at_what_the_engine_takes_anyway_is_not_a_change(root, version, extra):
     verdict, findings = _verdict(root, BASE, f"{BASE} {extra}", version)
