@@ -771,3 +771,16 @@ def test_options_vllm_reads_with_json_loads_take_any_json_value(version: str, op
     dest = option[2:].replace("-", "_")
     assert OPTIONS[dest] == JSONVAL
     assert convert(dest, JSONVAL, value) == json.loads(value)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("plain-text", "plain-text"),  # not in braces: vLLM's union_dict_and_str keeps the string
+    ('{"max_position_embeddings": 4096}', {"max_position_embeddings": 4096}),
+    ("{'max_position_embeddings': 4096}", None),  # in braces but not JSON (a --config file's str() on 0.12): refused
+])
+def test_dict_or_string_options_read_as_vllms_union_dict_and_str(value, expected):
+    parsed = normalise(["M", "--hf-overrides", value], "0.12.0")
+    if expected is None:
+        assert any("--hf-overrides: invalid JSON" in r for r in parsed.refusals)
+    else:
+        assert parsed.refusals == [] and parsed.args["hf_overrides"] == expected
