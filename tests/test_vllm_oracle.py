@@ -143,7 +143,8 @@ def args_agree(data: dict[str, Any], case: dict[str, Any], args: dict[str, Any])
     the object that differs from its default was set by hoststate."""
     rules = rules_for(data["vllm_version"])[0]
     theirs = {k: v for k, v in case["non_default_args"].items() if k not in VLLM_ONLY_DESTS}
-    mine = {k: v for k, v in args.items() if k not in HOSTSTATE_ONLY_DESTS}
+    # ``--config=FILE`` is an ordinary option vLLM keeps (it pulls only ``--config FILE``): then both have it
+    mine = {k: v for k, v in args.items() if k not in HOSTSTATE_ONLY_DESTS or k in theirs}
     if isinstance(mine.get("compilation_config"), dict):
         mine["compilation_config"] = compilation_config_view(mine["compilation_config"], rules)
         if not mine["compilation_config"]:

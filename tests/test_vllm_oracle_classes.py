@@ -1,7 +1,10 @@
 """The vLLM oracle grown by the classes of command line hoststate used to read unlike vLLM, for every recorded version.
 
-These lines were not run through vLLM here (no vLLM is installed on this machine); each expectation is derived from
-vLLM's own code or data, and the derivation is stated with its class:
+Each expectation below is derived from vLLM's own code or data, and the derivation is stated with its class. The same
+command lines (scripts/vllm_oracle_classes.json, generated from this module's tables) were then run through real,
+unmodified vLLM by scripts/vllm_oracle.py --cases, and fixtures/vllm/oracle/classes/<version>.json records what it did
+(the last tests compare hoststate with those records; for 0.12.0 every derived outcome was what vLLM did). Versions
+without a record are held to the derivations only:
 
 - **Abbreviations** (vLLM's FlexibleArgumentParser keeps argparse's ``allow_abbrev=True``): the expected outcome is
   what Python's own argparse does with a parser holding exactly the option strings recorded from that version's
@@ -47,7 +50,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_vllm_oracle import hoststate_view
+from tests.test_vllm_oracle import args_agree, hoststate_view
 
 REPO = Path(__file__).resolve().parent.parent
 ORACLE = REPO / "fixtures" / "vllm" / "oracle"
@@ -282,3 +285,38 @@ def test_a_quantization_override_takes_over_only_its_own_checkpoint_format(versi
     assert bool(declared.refused) is refused, declared.refused
     if refused:
         assert "does not match the quantization method specified in the `quantization` argument" in declared.refused
+
+
+# -- the same classes run through real vLLM (scripts/vllm_oracle.py --cases scripts/vllm_oracle_classes.json) ----------
+# fixtures/vllm/oracle/classes/<version>.json holds what unmodified vLLM did with the command lines above (the cases
+# file is generated from this module's tables): hoststate must read each as vLLM did, as for the main corpus.
+
+CLASSES = ORACLE / "classes"
+
+
+def _class_cases() -> list[Any]:
+    params = []
+    for path in sorted(CLASSES.glob("*.json")):
+        data = json.loads(path.read_text())
+        for case in data["cases"]:
+            params.append(pytest.param(data, case, id=f"{data['vllm_version']}::{case['id']}"))
+    return params
+
+
+def test_the_classes_were_run_through_real_vllm():
+    recorded = {json.loads(p.read_text())["vllm_version"] for p in CLASSES.glob("*.json")}
+    assert "0.12.0" in recorded, recorded
+    for path in CLASSES.glob("*.json"):
+        cases = json.loads(path.read_text())["cases"]
+        assert len(cases) >= 40 and all(c["outcome"] in ("ok", "refused") for c in cases), path.name
+
+
+@pytest.mark.parametrize(("data", "case"), _class_cases())
+def test_hoststate_reads_each_class_as_real_vllm_did(data, case):
+    parsed, declared = hoststate_view(data, case)
+    if case["outcome"] == "refused":
+        assert parsed.refusals or declared.refused, f"vLLM refuses ({case['stage']}: {case['error']})"
+        return
+    assert not parsed.refusals and not declared.refused, (parsed.refusals, declared.refused)
+    assert declared.mode == case["cudagraph_mode"], declared.because
+    assert args_agree(data, case, parsed.args) == []
