@@ -198,6 +198,18 @@ def test_how_the_config_token_is_written_decides_whether_vllm_reads_it(tmp_path,
     assert bool(_refused(version, cmd)) is refused
 
 
+#: The --config command lines run through real vLLM (scripts/vllm_oracle_classes.py): {c} the configs directory.
+CONFIG_CASES = [
+    ("config-nested-mapping", "{model} --config {c}nested.yaml"),
+    ("config-false-keys", "{model} --config {c}false-keys.yaml"),
+    ("config-equals-not-pulled", "{model} --config={c}tp3.yaml"),
+    ("config-twice", "{model} --config {c}with-model.yaml --config {c}seqs9.yaml"),
+    ("config-json-extension", "{model} --config {c}seqs8.json"),
+    ("config-no-model", "--config {c}no-model.yaml"),
+    ("config-model-in-file", "--config {c}with-model.yaml"),
+]
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_serve_without_a_model_anywhere_is_refused(tmp_path, version):
     cfg = tmp_path / "nomodel.yaml"
@@ -301,6 +313,16 @@ def _class_cases() -> list[Any]:
         for case in data["cases"]:
             params.append(pytest.param(data, case, id=f"{data['vllm_version']}::{case['id']}"))
     return params
+
+
+def test_the_cases_file_holds_this_modules_command_lines():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("vllm_oracle_classes", REPO / "scripts" / "vllm_oracle_classes.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--check"]) == 0, "run: python scripts/vllm_oracle_classes.py"
 
 
 def test_the_classes_were_run_through_real_vllm():
