@@ -37,6 +37,8 @@ def derive() -> dict[str, Any]:
     for ckpt, given, _ in t.QUANT:
         model, tail = (t.DSV3, "-tp 8") if ckpt == "fp8" else (f"org/llama-{ckpt}", "")
         add(f"quant-{ckpt}-{given}", f"vllm serve {model} {tail} --quantization {given}", model)
+    for case_id, model, tail in t.PROBED:
+        add(f"probe-{case_id}", f"vllm serve {model} {tail}", model)
     extras: dict[str, list[dict[str, Any]]] = {}
     for version, tail, _ in t.O_CASES:
         rows = extras.setdefault(version, [])

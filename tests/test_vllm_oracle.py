@@ -71,7 +71,8 @@ def hoststate_view(data: dict[str, Any], case: dict[str, Any]) -> tuple[Any, Any
     command = locate(case["argv"])
     parsed = normalise(command.args, version, program=command.program or "", config_loader=_config_loader)
     model = data["models"].get(case["model"], {})
-    facts = facts_from_config(model.get("config", {}), model.get("files", {}).get("modules.json"))
+    files = model.get("files", {})  # the recorded snapshot holds config.json and exactly these
+    facts = facts_from_config(model.get("config", {}), files.get("modules.json"), files=frozenset(files))
     gpus = data["platform"]["device_count"]  # the GPUs the oracle's stubbed host answered with
     declared = declare(parsed.args, {**command.env, **case["env"]}, version, facts, gpus=gpus)
     return parsed, declared

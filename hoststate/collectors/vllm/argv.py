@@ -253,7 +253,9 @@ def _config_file(tokens: list[str], program: str, rules: Rules, loader: ConfigLo
     if (refused := check_path(path)) is not None:
         out.refusals.append(refused)
         return tokens[:idx] + tokens[idx + 2:]
-    pulled = _pulled(path, rules, loader, out)
+    # the parser that pulls the file: the api_server's own, or for ``vllm serve`` the top-level ``vllm`` parser,
+    # which has none of serve's options (so 0.33's ``--no-<key>`` for a false key never applies there)
+    pulled = _pulled(path, rules, option_table(rules) if program == "api_server" else {}, loader, out)
     model_in_cli = bool(tokens) and not _is_option(tokens[0]) and idx > 0
     if program == "vllm serve" and pulled is not None and not model_in_cli and "--model" not in pulled:
         out.refusals.append("--config: No model specified! Please specify model either as a positional argument "
@@ -262,10 +264,11 @@ def _config_file(tokens: list[str], program: str, rules: Rules, loader: ConfigLo
     return tokens[:head] + (pulled or []) + tokens[head:idx] + tokens[idx + 2:]
 
 
-def _pulled(path: str, rules: Rules, loader: ConfigLoader, out: Normalised) -> list[str] | None:
+def _pulled(path: str, rules: Rules, parser_options: Mapping[str, Any], loader: ConfigLoader,
+            out: Normalised) -> list[str] | None:
     """The file's options as this version writes them; None when it could not be used (recorded)."""
     try:
-        return config_tokens(loader(path), rules.config_file_style, option_table(rules))
+        return config_tokens(loader(path), rules.config_file_style, parser_options)
     except ConfigError as err:
         (out.refusals if err.vllm_refuses else out.errors).append(f"--config {path}: {err}")
     except OSError as err:
@@ -499,6 +502,13 @@ def _version_values(out: Normalised, rules: Rules) -> None:
         out.refusals.append(f"--max-model-len: invalid human_readable_int value: 'auto' (vLLM {rules.version})")
     elif out.args.get("max_model_len") == "auto":
         out.args["max_model_len"] = -1  # vLLM's human_readable_int_or_auto
+    kv = out.args.get("kv_cache_dtype")
+    if rules.kv_cache_dtypes and kv is not None and kv not in rules.kv_cache_dtypes:
+        out.refusals.append(f"--kv-cache-dtype: invalid choice: {kv!r} (choose from "
+                            f"{', '.join(sorted(rules.kv_cache_dtypes))})")
+    quant = out.args.get("quantization")
+    if rules.quantization_methods and quant is not None and quant not in rules.quantization_methods:
+        out.refusals.append(f"--quantization: Unknown quantization method: {quant!r} (vLLM {rules.version})")
     for dest, allowed in CHOICES.items():
         if dest in out.args and out.args[dest] not in allowed:
             out.refusals.append(f"--{dest.replace('_', '-')}: invalid choice: {out.args[dest]!r} "

@@ -7,8 +7,10 @@ file. It then writes each key as ``--<key>`` tokens, by version (``Rules.config_
 
 - "str" (up to 0.12): true -> ``--key``; false -> nothing; a list -> ``--key item ...`` (empty: nothing); anything
   else, a nested mapping included, -> ``--key str(value)`` (a Python repr, which a JSON option then refuses);
-- "json" (0.33): as above, but false -> ``--no-<key>`` when the parser has exactly that option string (else
-  nothing), and a nested mapping -> ``--key json.dumps(value)``.
+- "json" (0.33): as above, but false -> ``--no-<key>`` when the parser that pulls the file has exactly that option
+  string (else nothing), and a nested mapping -> ``--key json.dumps(value)``. For ``vllm serve`` that parser is the
+  top-level ``vllm`` one, which has none of serve's options, so a false key writes nothing there either (recorded
+  on 0.33.0: fixtures/vllm/oracle/classes/0.33.0.json, config-false-keys); the api_server's own parser has them.
 
 The file is untrusted: parsed by PyYAML's safe loader only after a scan bounds its nesting depth and the number
 of values its aliases expand to, so neither a deep file nor an alias bomb can exhaust the collector.

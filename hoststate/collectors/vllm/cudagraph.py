@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoststate.collectors.vllm.defaults import DTYPE_NAMES
 from hoststate.collectors.vllm.model import UNKNOWN, ModelFacts
 from hoststate.collectors.vllm.modes import COMP_NAMES, has_full, has_piecewise, parse_cg_mode, parse_comp_mode
 from hoststate.collectors.vllm.speculative import MTP_LAYER_KEYS, detect, is_mtp
@@ -396,7 +397,30 @@ _QUANT_OVERRIDES = frozenset({
 QUANT_TAKES_OVER: dict[str, frozenset[str]] = {
     "awq_marlin": frozenset({"awq"}), "gptq_marlin": frozenset({"gptq"}), "gptq_marlin_24": frozenset({"gptq"}),
     "gptq_bitblas": frozenset({"gptq"}), "moe_wna16": frozenset({"awq", "gptq"}),
+    "awq": frozenset(), "gptq": frozenset(),  # no takeover: only a checkpoint of their own format
 }
+#: Methods that read their settings from the checkpoint: with no quantization_config in config.json vLLM looks for
+#: these files beside it and refuses without one (get_quant_config: "Cannot find the config file for ...").
+QUANT_CONFIG_FILES: dict[str, tuple[str, ...]] = {
+    "awq": ("quant_config.json", "quantize_config.json"), "gptq": ("quantize_config.json",),
+    "awq_marlin": ("quantize_config.json",), "gptq_marlin": ("quantize_config.json",),
+    "gptq_marlin_24": ("quantize_config.json",), "gptq_bitblas": ("quantize_config.json",),
+    "modelopt": ("hf_quant_config.json",), "modelopt_fp4": ("hf_quant_config.json",),
+}
+
+
+def _quantization_files(r: Resolution) -> None:
+    """A --quantization method that needs the checkpoint's settings, on a checkpoint without any, is refused."""
+    given = r.args.get("quantization")
+    needs = QUANT_CONFIG_FILES.get(given) if isinstance(given, str) else None
+    if needs is None or r.model.limits.quant_method is not None or not r.model.known:
+        return
+    if r.model.quant_files is None:
+        r.assumes.append(f"--quantization {given}: a quantization config file beside config.json assumed "
+                         f"({', '.join(needs)})")
+    elif not set(needs) & r.model.quant_files:
+        raise Refused(f"Cannot find the config file for {given}: the checkpoint is not quantized (no "
+                      f"quantization_config in config.json, no {' or '.join(needs)})")
 
 
 def _quantization(r: Resolution) -> None:
@@ -426,6 +450,38 @@ def _mtp_layers(r: Resolution) -> None:
     if not r.fact("mtp_layers", r.model.mtp_layers, assumed=True):
         raise Refused(f"speculative method {_spec_method(r)!r} drafts with the model's MTP layers, and its config.json "
                       f"names none ({', '.join(MTP_LAYER_KEYS)}): no MTP draft model can be built from it")
+
+
+def _eagle_targets(r: Resolution) -> None:
+    """EAGLE-3 drafts only for the target model types the version lists (a substring of the text config's
+    model_type: SpeculativeConfig._verify_args), and an EAGLE draft model has no pipeline-parallel support
+    (ModelConfig.verify_with_parallel_config of the draft: it does not implement SupportsPP)."""
+    method = _spec_method(r)
+    if method in r.rules.spec_pp_refused_methods and _int(r.args.get("pipeline_parallel_size")) > 1:
+        raise Refused(f"Pipeline parallelism is not supported for this model (the {method} draft model): supported "
+                      "models implement the `SupportsPP` interface")
+    targets = r.rules.eagle3_targets
+    if method != "eagle3" or not targets:
+        return
+    model_type = r.model.limits.model_type
+    if model_type is None:
+        r.assumes.append(f"the target model type assumed one EAGLE-3 supports ({r.model.source})")
+    elif not any(t in model_type for t in targets):
+        raise Refused(f"Eagle3 is only supported for {list(targets)} models; got model_type {model_type!r}")
+
+
+def _kv_dtype_model(r: Resolution) -> None:
+    """0.33: a 16-bit KV cache dtype must be the model's own dtype (VllmConfig: "is incompatible with dtype")."""
+    kv = r.args.get("kv_cache_dtype")
+    if not r.rules.kv_dtype_matches_model or kv not in ("float16", "bfloat16"):
+        return
+    given = DTYPE_NAMES.get(str(r.args.get("dtype", "auto")).lower())
+    dtype = given or (r.model.dtype if r.model.dtype != "float32" else None)
+    if dtype is None:
+        r.assumes.append(f"--kv-cache-dtype {kv} assumed to be the model's dtype ({r.model.source})")
+    elif dtype != kv:
+        raise Refused(f'kv_cache_dtype="{kv}" is incompatible with dtype="{dtype}". Please set `--kv-cache-dtype` to '
+                      f"`auto` or `{dtype}`.")
 
 
 def _chunked_prefill_off(r: Resolution) -> None:
@@ -856,8 +912,10 @@ def _capture_max_matches(r: Resolution, largest: int, sizes: list[Any]) -> None:
 #: vLLM normalises graphs without VLLM_COMPILE twice (0.33): before and after the model rules.
 STEPS: tuple[Step, ...] = (
     _speculative_flags, _memory_fraction, _scheduler_sizes, _batched_tokens, _capture_options, _speculative_method,
-    _draft_model, _mtp_layers, _chunked_prefill_off, _v1_required, _speculative_on_v0, _world_size,
-    _prefill_context_parallel, _attention_heads, _max_model_len, _quantization, _lora_speculative,
+    _draft_model, _mtp_layers, _eagle_targets, _kv_dtype_model, _chunked_prefill_off, _v1_required,
+    _speculative_on_v0, _world_size,
+    _prefill_context_parallel, _attention_heads, _max_model_len, _quantization, _quantization_files,
+    _lora_speculative,
     _kv_expandable_segments,
     _expert_parallel, _decode_context_parallel, _model_runner, _async_scheduling, _enforce_eager, _optimization_level,
     _compilation_mode, _torch_compile_disable, _breakable_cudagraph, _default_mode, _explicit_mode, _legacy_flags,

@@ -65,6 +65,8 @@ class ModelFacts:
     remote_code: bool | None = None
     #: Whether the config names MTP layers vLLM can draft with (speculative.has_mtp_layers).
     mtp_layers: bool | None = None
+    #: The quantization config files found beside config.json (QUANT_FILES), None when not looked for.
+    quant_files: frozenset[str] | None = None
     source: str = "the model's config.json was not read"
 
     @property
@@ -121,8 +123,16 @@ def _dtype(config: Mapping[str, Any]) -> str | None:
     return None
 
 
-def facts_from_config(config: Mapping[str, Any], modules: Any = None, source: str = "config.json") -> ModelFacts:
-    """Facts from a parsed config.json (and modules.json when the model has one)."""
+#: Files vLLM's get_quant_config looks for when config.json holds no quantization_config (each method's
+#: get_config_filenames: AWQ quant_config.json or quantize_config.json, GPTQ and the Marlin kernels
+#: quantize_config.json, ModelOpt hf_quant_config.json).
+QUANT_FILES = ("quant_config.json", "quantize_config.json", "hf_quant_config.json")
+
+
+def facts_from_config(config: Mapping[str, Any], modules: Any = None, source: str = "config.json",
+                      files: frozenset[str] | None = None) -> ModelFacts:
+    """Facts from a parsed config.json (and modules.json when the model has one); ``files``: the QUANT_FILES
+    beside it, when looked for."""
     archs = tuple(a for a in config.get("architectures") or () if isinstance(a, str))
     st_pooling = isinstance(modules, list) and any(
         isinstance(m, Mapping) and str(m.get("type", "")).endswith("Pooling") for m in modules)
@@ -132,7 +142,7 @@ def facts_from_config(config: Mapping[str, Any], modules: Any = None, source: st
                       mla=_text_config(config).get("kv_lora_rank") is not None, architectures=archs,
                       limits=config_limits(config), dtype=_dtype(config),
                       remote_code=isinstance(config.get("auto_map"), Mapping) and bool(config["auto_map"]),
-                      mtp_layers=has_mtp_layers(config),
+                      mtp_layers=has_mtp_layers(config), quant_files=files,
                       source=source)
 
 
@@ -193,7 +203,10 @@ def read_facts(model: str | None, env: Mapping[str, str], read: Read, revision: 
         config, why = _read_json(read, os.path.join(directory, "config.json"))
         if isinstance(config, dict):
             modules, _ = _read_json(read, os.path.join(directory, "modules.json"))
-            return facts_from_config(config, modules, source=os.path.join(directory, "config.json"))
+            files = None
+            if not isinstance(config.get("quantization_config"), Mapping):  # only then does vLLM look for them
+                files = frozenset(n for n in QUANT_FILES if read(os.path.join(directory, n))[0] is not None)
+            return facts_from_config(config, modules, source=os.path.join(directory, "config.json"), files=files)
         reasons.append(why or f"{directory}/config.json: not a JSON object")
     why = (reasons[1:] or reasons)[0]  # a hub id's cache says more than the same name as a directory
     return ModelFacts(source=f"{model}'s config.json could not be read ({why})")
