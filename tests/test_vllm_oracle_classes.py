@@ -3,8 +3,9 @@
 Each expectation below is derived from vLLM's own code or data, and the derivation is stated with its class. The same
 command lines (scripts/vllm_oracle_classes.json, generated from this module's tables) were then run through real,
 unmodified vLLM by scripts/vllm_oracle.py --cases, and fixtures/vllm/oracle/classes/<version>.json records what it did
-(the last tests compare hoststate with those records; for 0.12.0 every derived outcome was what vLLM did). Versions
-without a record are held to the derivations only:
+(the last tests compare hoststate with those records). On 0.12.0 every derived outcome was what vLLM did; on 0.33.0
+one was not (a false key of a ``vllm serve`` config file writes nothing there either, because the top-level parser
+pulls the file; the derivation below now says so). Versions without a record are held to the derivations only:
 
 - **Abbreviations** (vLLM's FlexibleArgumentParser keeps argparse's ``allow_abbrev=True``): the expected outcome is
   what Python's own argparse does with a parser holding exactly the option strings recorded from that version's
@@ -16,7 +17,9 @@ without a record are held to the derivations only:
   ``-cc.x=y`` (deprecated) and ``-O2`` to the level: both hold.
 - **--config YAML** (FlexibleArgumentParser._pull_args_from_config / load_config_file; 0.33 read in
   vllm/utils/argparse_utils.py; up to 0.12 the older load_config_file that writes ``str(value)`` for anything that is
-  not a bool or a list and drops false keys): the file is pulled only for the exact token ``--config``; a second
+  not a bool or a list and drops false keys; 0.33 writes ``--no-<key>`` only where the pulling parser has it, which
+  for ``vllm serve`` is the top-level parser, without serve's options): the file is pulled only for the exact token
+  ``--config``; a second
   ``--config`` fails its assertion; a non-YAML extension and, for ``vllm serve``, no model on the command line or in
   the file raise ValueError. A nested mapping is ``str()`` up to 0.12, which ``parse_dataclass`` (``validate_json``)
   refuses for --compilation-config, and JSON in 0.33, which starts.
