@@ -786,9 +786,20 @@ def redact_value(value: Any, key: str | None = None, depth: int = 0) -> Any:
     return value
 
 
+class Own(str):
+    """Words hoststate wrote itself, with every value they quote already redacted where it was taken in (a
+    collector's message built from the redacted command line): the last pass leaves them as written, so
+    hoststate's own wording ("key: value", "--api-key: expected one argument") is never taken for a secret."""
+
+    __slots__ = ()
+
+
 def redact_strings(value: Any, depth: int = 0) -> Any:
     """Any nested value with every string passed through redact_text (shapes and ``key = value`` pairs in
-    text), keys left alone: the last pass over a whole snapshot, whatever collector produced it."""
+    text), keys left alone: the last pass over a whole snapshot, whatever collector produced it. An ``Own`` string
+    is hoststate's own message over redacted values and is kept."""
+    if isinstance(value, Own):
+        return value
     if isinstance(value, Mapping | list | tuple) and depth > MAX_NESTING:
         return NESTED_TOO_DEEPLY
     if isinstance(value, Mapping):

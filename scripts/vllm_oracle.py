@@ -538,7 +538,11 @@ def main() -> int:
     ap.add_argument("--cases", default=str(CASES_FILE))
     opts = ap.parse_args()
     data = json.loads(Path(opts.cases).read_text())
-    models = data["models"]
+    # a cases file may take the models of another one (``models_from``, beside it) and add its own
+    shared = {}
+    if "models_from" in data:
+        shared = json.loads((Path(opts.cases).parent / data["models_from"]).read_text())["models"]
+    models = data["models"] = {**shared, **data.get("models", {})}
     prepare_environment(models)
     install_platform_stub()
     import vllm

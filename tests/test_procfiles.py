@@ -192,15 +192,19 @@ def test_a_relative_config_is_resolved_in_the_process_cwd(tmp_path, shared_dir, 
 
 @pytest.mark.parametrize("target", ["/dev/zero", "fifo", "/proc/self/environ", "link-to-shadow", "dir"])
 def test_a_config_that_is_not_a_regular_readable_file_is_refused_at_once(tmp_path, shared_dir, children, target):
+    # every name ends in .yaml: vLLM reads no other config file, and neither does hoststate
+    name = f"{target.strip('/').replace('/', '-')}.yaml"
     if target == "fifo":
-        os.mkfifo(shared_dir / "fifo")
+        os.mkfifo(shared_dir / name)
     elif target == "link-to-shadow":
-        os.symlink("../../../../../../etc/shadow", shared_dir / target)
+        os.symlink("../../../../../../etc/shadow", shared_dir / name)
     elif target == "dir":
-        (shared_dir / "dir").mkdir()
-    child = _config_server(children, shared_dir, target, user=65534)
+        (shared_dir / name).mkdir()
+    else:
+        os.symlink(target, shared_dir / name)
+    child = _config_server(children, shared_dir, name, user=65534)
     snap, _ = _snap(tmp_path, "--vllm-pid", str(child.pid))  # a hang would time the run out
-    reason = _unreadable(snap, f"--config {target}")
+    reason = _unreadable(snap, f"--config {name}")
     expected = {
         "/dev/zero": "not a regular file", "fifo": "not a regular file", "dir": "not a regular file",
         "/proc/self/environ": "a kernel pseudo-file, not a regular file",

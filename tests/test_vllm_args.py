@@ -235,7 +235,13 @@ def test_what_vllm_refuses_is_recorded(argv, error):
 
 
 def test_O_dotted_is_an_error_on_0_33_and_deprecated_on_0_12():
-    assert any("-O.<key> is an error" in e for e in normalise(["M", "-O.mode=3"], "0.33.0").refusals)
+    """0.33 reads ``-O.x=y`` as ``--optimization-level .x=y``, refused when it builds its config (a later ``-O2``
+    replaces it first, and the server starts); 0.12 reads it as ``-cc.x=y``."""
+    alone = normalise(["M", "-O.mode=3"], "0.33.0")
+    assert alone.refusals == [] and alone.args["optimization_level"] == ".mode=3"
+    assert "optimization_level '.mode=3'" in (declare(alone.args, {}, "0.33.0").refused or "")
+    replaced = normalise(["M", "-O.mode=3", "-O2"], "0.33.0")
+    assert replaced.refusals == [] and declare(replaced.args, {}, "0.33.0").mode == "FULL_AND_PIECEWISE"
     parsed = normalise(["M", "-O.cudagraph_mode=FULL"], "0.12.0")
     assert parsed.args["compilation_config"] == {"cudagraph_mode": "FULL"}
     assert any("deprecated" in n for n in parsed.notes)
@@ -257,8 +263,12 @@ def test_config_file_is_below_the_command_line(tmp_path):
     assert parsed.args["tensor_parallel_size"] == 4
     assert parsed.args["max_model_len"] == 4096
     assert parsed.args["enforce_eager"] is True
-    assert parsed.args["enable_prefix_caching"] is False
+    assert "enable_prefix_caching" not in parsed.args  # up to 0.12 a false key writes nothing
     assert parsed.args["model"] == "M"
+    # 0.33's api_server parser pulls its own file and has --no-enable-prefix-caching; `vllm serve`'s top-level one not
+    assert normalise(["--model", "M", "--config", str(cfg)], "0.33.0", program="api_server").args[
+        "enable_prefix_caching"] is False
+    assert "enable_prefix_caching" not in normalise(["M", "--config", str(cfg)], "0.33.0").args
 
 
 def test_missing_config_file_is_recorded(tmp_path):
@@ -764,3 +774,16 @@ def test_options_vllm_reads_with_json_loads_take_any_json_value(version: str, op
     dest = option[2:].replace("-", "_")
     assert OPTIONS[dest] == JSONVAL
     assert convert(dest, JSONVAL, value) == json.loads(value)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("plain-text", "plain-text"),  # not in braces: vLLM's union_dict_and_str keeps the string
+    ('{"max_position_embeddings": 4096}', {"max_position_embeddings": 4096}),
+    ("{'max_position_embeddings': 4096}", None),  # in braces but not JSON (a --config file's str() on 0.12): refused
+])
+def test_dict_or_string_options_read_as_vllms_union_dict_and_str(value, expected):
+    parsed = normalise(["M", "--hf-overrides", value], "0.12.0")
+    if expected is None:
+        assert any("--hf-overrides: invalid JSON" in r for r in parsed.refusals)
+    else:
+        assert parsed.refusals == [] and parsed.args["hf_overrides"] == expected

@@ -327,11 +327,13 @@ def test_what_ran_on_one_side_only_is_a_warning(tmp_path):
 
 
 def test_a_vllm_cmd_config_that_is_not_a_regular_file_is_refused(tmp_path):
-    fifo = tmp_path / "fifo"
+    fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
+    zero = tmp_path / "zero.yml"
+    zero.symlink_to("/dev/zero")
     good = tmp_path / "ok.yaml"
     good.write_text("tensor-parallel-size: 4\n")
-    for path, reason in ((fifo, "not a regular file"), ("/dev/zero", "not a regular file"), (good, None)):
+    for path, reason in ((fifo, "not a regular file"), (zero, "not a regular file"), (good, None)):
         sec = vllm_collector.collect(Context(root="/nonexistent", vllm_cmd=f"vllm serve m --config {path}",
                                              vllm_version="0.12.0"))
         read = {k: v for k, v in sec.unreadable.items() if k != vllm_collector.SKIPPED_PACKAGES}  # under --root
@@ -339,6 +341,11 @@ def test_a_vllm_cmd_config_that_is_not_a_regular_file_is_refused(tmp_path):
             assert sec.data["args"]["tensor_parallel_size"] == 4 and not read
         else:
             assert read == {f"--config {path}": reason} and "not read" in sec.data["args_error"]
+    # a path vLLM would not read (not .yaml/.yml) is vLLM's refusal, and hoststate does not open it either
+    sec = vllm_collector.collect(Context(root="/nonexistent", vllm_cmd="vllm serve m --config /dev/zero",
+                                         vllm_version="0.12.0"))
+    assert set(sec.unreadable) <= {vllm_collector.SKIPPED_PACKAGES}
+    assert "must be of a yaml/yml type" in sec.data["cudagraph"]["refused"]
 
 
 def test_an_unreadable_log_leaves_what_ran_unreadable_not_removed(tmp_path):

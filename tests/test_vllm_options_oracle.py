@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hoststate.collectors.vllm.argv import _dest_of, locate, normalise
+from hoststate.collectors.vllm.argv import _dest_of, locate, normalise, option_table
 from hoststate.collectors.vllm.options import BOOL, FALSE_BY_DEFAULT, OPTIONS
 from hoststate.collectors.vllm.versions import Rules, rules_for
 
@@ -167,3 +167,13 @@ def test_a_flag_off_is_a_setting_where_vllm_decides_by_default(version, flag, de
     parsed = normalise(command.args, version, program=command.program or "")
     assert parsed.refusals == []
     assert parsed.args.get(dest, "unset") == (False if kept else "unset")
+
+
+@pytest.mark.parametrize("path", _recorded(), ids=lambda p: p.stem)
+def test_the_abbreviation_table_is_the_recorded_parsers_option_table(path: Path) -> None:
+    """argparse matches an abbreviation against every option string of the parser (``allow_abbrev=True``), so the
+    table hoststate matches against must be exactly the recorded one: a string missing would turn an ambiguous
+    prefix into a unique one, an extra string a unique prefix into an ambiguous one."""
+    data, rules = _load(path)
+    assert set(option_table(rules)) == set(data["options"]), rules.version
+    assert all(option_table(rules)[o][0] == d for o, d in data["options"].items() if o not in VLLM_ONLY)

@@ -71,7 +71,8 @@ def hoststate_view(data: dict[str, Any], case: dict[str, Any]) -> tuple[Any, Any
     command = locate(case["argv"])
     parsed = normalise(command.args, version, program=command.program or "", config_loader=_config_loader)
     model = data["models"].get(case["model"], {})
-    facts = facts_from_config(model.get("config", {}), model.get("files", {}).get("modules.json"))
+    files = model.get("files", {})  # the recorded snapshot holds config.json and exactly these
+    facts = facts_from_config(model.get("config", {}), files.get("modules.json"), files=frozenset(files))
     gpus = data["platform"]["device_count"]  # the GPUs the oracle's stubbed host answered with
     declared = declare(parsed.args, {**command.env, **case["env"]}, version, facts, gpus=gpus)
     return parsed, declared
@@ -143,7 +144,8 @@ def args_agree(data: dict[str, Any], case: dict[str, Any], args: dict[str, Any])
     the object that differs from its default was set by hoststate."""
     rules = rules_for(data["vllm_version"])[0]
     theirs = {k: v for k, v in case["non_default_args"].items() if k not in VLLM_ONLY_DESTS}
-    mine = {k: v for k, v in args.items() if k not in HOSTSTATE_ONLY_DESTS}
+    # ``--config=FILE`` is an ordinary option vLLM keeps (it pulls only ``--config FILE``): then both have it
+    mine = {k: v for k, v in args.items() if k not in HOSTSTATE_ONLY_DESTS or k in theirs}
     if isinstance(mine.get("compilation_config"), dict):
         mine["compilation_config"] = compilation_config_view(mine["compilation_config"], rules)
         if not mine["compilation_config"]:

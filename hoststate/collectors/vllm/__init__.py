@@ -15,7 +15,7 @@ import stat
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -37,12 +37,12 @@ from hoststate.collectors.vllm.placement import SOURCES as PLACEMENT_SOURCES
 from hoststate.collectors.vllm.placement import server_facts
 from hoststate.coverage import source
 from hoststate.io import Reader, decode, reason_of
-from hoststate.redact import redact_argv, redact_command_line, redact_text, redact_url, redact_value
+from hoststate.redact import Own, redact_argv, redact_command_line, redact_env, redact_text, redact_url, redact_value
 
 if TYPE_CHECKING:  # the parsers are imported where a server is read: a host without vLLM never loads them
     from hoststate.collectors.vllm.argv import Command, ConfigLoader
     from hoststate.collectors.vllm.log import LogFacts
-    from hoststate.collectors.vllm.model import Read
+    from hoststate.collectors.vllm.model import ModelFacts, Read
 
 DEFAULT_PORT = 8000
 
@@ -106,7 +106,7 @@ def _config_loader(proc: Proc | None, unreadable: dict[str, str]) -> ConfigLoade
     cwd, its root, its user's rights); the user's own ``--vllm-cmd`` file from here, regular files only."""
 
     def load(path: str) -> Mapping[str, Any]:
-        from hoststate.collectors.vllm.argv import parse_config_text
+        from hoststate.collectors.vllm.configfile import parse_config_text
 
         if proc is not None:
             with procfiles.ProcView(proc.pid) as view:
@@ -120,7 +120,7 @@ def _config_loader(proc: Proc | None, unreadable: dict[str, str]) -> ConfigLoade
                 err = "ESRCH"  # it exited meanwhile
             unreadable[where] = err or "unreadable"
             raise ValueError(f"not read ({err})")
-        return parse_config_text(decode(data), path)
+        return parse_config_text(decode(data))
 
     return load
 
@@ -162,36 +162,50 @@ class _Args:
     env: dict[str, str] | None = None
     refusals: list[str] = field(default_factory=list)
     problem: bool = False
+    #: What resolved the arguments: the parser defaults' source and the dests left out as spelled at default.
+    defaults_source: str = ""
+    at_default: list[str] = field(default_factory=list)
+    #: The model's facts, once read for the declared mode (None: not read).
+    facts: ModelFacts | None = None
+    #: The same arguments and refusals read from the redacted command line (messages.py): what is said about them.
+    shown: dict[str, Any] | None = None
+    shown_refusals: list[str] = field(default_factory=list)
 
 
 def _arguments(data: dict[str, Any], argv: list[str] | None, env: dict[str, str] | None, source: str,
                version: str | None, log: LogFacts | None, loader: ConfigLoader) -> _Args:
-    """The command line (pid, cmd, discovered) first, else the log's non-default args."""
+    """The command line (pid, cmd, discovered) first, else the log's non-default args. The command line is read
+    as given and again redacted; what is said about it comes from the second reading (messages.py)."""
     from hoststate.collectors.vllm.argv import locate, normalise
+    from hoststate.collectors.vllm.messages import Replay, own
 
     if argv is None:
         if log and log.non_default_args is not None:
             data["args_from"] = "log non-default args"
-            return _Args({k: v for k, v in log.non_default_args.items() if k != "model_tag"}, env)
+            args = {k: v for k, v in log.non_default_args.items() if k != "model_tag"}
+            return _Args(args, env, shown=redact_value(args))
         return _Args(None, env)
     data["argv"] = redact_argv(argv)
     command: Command = locate(argv)
     if command.program is None:
-        data["args_error"] = "not a vLLM server command (no 'vllm serve' or vLLM server module)"
+        data["args_error"] = Own("not a vLLM server command (no 'vllm serve' or vLLM server module)")
         return _Args(None, env, problem=True)
     data["program"] = command.program
     cut = next((n for n, tok in enumerate(command.launcher)
                 if tok.rsplit("/", 1)[-1] == "vllm" or tok.rsplit("/", 1)[-1].startswith("python")), 0)
     if cut:  # a wrapper before the server (numactl, taskset, nsys): rated on its own, vllm.argv is only the text
         data["launcher"] = redact_argv(command.launcher[:cut])
-    parsed = normalise(command.args, version, program=command.program, config_loader=loader)
+    replay = Replay(loader)
+    parsed = normalise(command.args, version, program=command.program, config_loader=replay.load)
+    shown = normalise(redact_argv(command.args), version, program=command.program, config_loader=replay.again)
     problems = parsed.errors + parsed.refusals
-    if problems:  # messages may quote argument values
-        data["args_error"] = redact_text("; ".join(problems))
+    if problems:
+        data["args_error"] = Own("; ".join(own(problems, shown.errors + shown.refusals, "problem")))
     if parsed.notes:
-        data["args_notes"] = [redact_text(note) for note in parsed.notes]
+        data["args_notes"] = own(parsed.notes, shown.notes, "note")
     env = {**(env or {}), **command.env} if source == "cmd" else env
-    return _Args(parsed.args, env, parsed.refusals, bool(problems))
+    return _Args(parsed.args, env, parsed.refusals, bool(problems), parsed.defaults_source, parsed.at_default,
+                 shown=shown.args, shown_refusals=own(parsed.refusals, shown.refusals, "refusal"))
 
 
 def _identity(ctx: Context, data: dict[str, Any], args: dict[str, Any] | None, log: LogFacts | None,
@@ -243,34 +257,63 @@ def _host_gpus(ctx: Context) -> int | None:
 
 
 def _declared(ctx: Context, parsed: _Args, version: str | None, proc: Proc | None) -> dict[str, Any]:
-    """The declared mode from arguments + environment + version + model facts, or vLLM's refusal."""
+    """The declared mode from arguments + environment + version + model facts, or vLLM's refusal. The mode comes
+    from the arguments as given; the words (why, what was assumed, the refusal) from the redacted ones."""
     from hoststate.collectors.vllm.cudagraph import declare
+    from hoststate.collectors.vllm.messages import own, own_text
     from hoststate.collectors.vllm.model import read_facts
     from hoststate.collectors.vllm.versions import rules_for
 
     assert parsed.args is not None
     rules_version = rules_for(version)[0].version
     if parsed.refusals:
-        return {"refused": redact_text(f"vLLM {rules_version} refuses: " + "; ".join(parsed.refusals)),
+        return {"refused": Own(f"vLLM {rules_version} refuses: " + "; ".join(parsed.shown_refusals)),
                 "rules_version": rules_version}
     model = parsed.args.get("model")
     revision = parsed.args.get("revision")
     with _model_reader(ctx, proc) as read:
         facts = read_facts(model if isinstance(model, str) else None, parsed.env or {}, read,
                            revision if isinstance(revision, str) else None)
-    declared = declare(parsed.args, parsed.env or {}, version, facts, gpus=_host_gpus(ctx))
-    out: dict[str, Any] = {"rules_version": declared.rules_version, "declared_because": declared.because}
+    parsed.facts = facts
+    gpus = _host_gpus(ctx)
+    declared = declare(parsed.args, parsed.env or {}, version, facts, gpus=gpus)
+    said = declare(parsed.shown or {}, redact_env(parsed.env or {}), version,
+                   replace(facts, source=redact_text(facts.source)), gpus=gpus)
+    alike = (said.mode, said.refused is None) == (declared.mode, declared.refused is None)
+    out: dict[str, Any] = {"rules_version": declared.rules_version,
+                           "declared_because": own_text(declared.because, said.because if alike else None, "why")}
     if declared.refused:
-        out["refused"] = redact_text(declared.refused)
+        out["refused"] = own_text(declared.refused, said.refused if alike else None, "vLLM's reason")
     else:
         out["declared"] = declared.mode
     if declared.compilation_mode:
         out["compilation_mode"] = declared.compilation_mode
     if declared.problems:
-        out["declared_problems"] = declared.problems
+        out["declared_problems"] = own(declared.problems, said.problems if alike else [], "problem")
     if declared.assumes:
-        out["declared_assumes"] = [redact_text(a) for a in declared.assumes]
+        out["declared_assumes"] = own(declared.assumes, said.assumes if alike else [], "assumption")
     return out
+
+
+def _resolved(parsed: _Args, version: str | None) -> dict[str, Any]:
+    """``args`` as the engine resolves them (defaults.py): what was spelled at the version's parser default, or
+    resolves against the model or engine to the same setting as no argument, is left out, and
+    ``args_resolved`` says what and why, so a spelling-only change leaves ``args`` alone."""
+    from hoststate.collectors.vllm.defaults import resolve
+    from hoststate.collectors.vllm.model import UNKNOWN
+    from hoststate.collectors.vllm.versions import rules_for
+
+    assert parsed.args is not None
+    rules = rules_for(version)[0]
+    facts = parsed.facts or UNKNOWN  # the reasons quote where the facts came from: redacted there
+    resolved = resolve(parsed.args, replace(facts, source=redact_text(facts.source)), parsed.env or {},
+                       rules.seed_unset)
+    same = {dest: "its parser default" for dest in parsed.at_default}
+    same.update(resolved.same_as_unset)
+    how: dict[str, Any] = {"defaults": parsed.defaults_source or "vLLM's own non-default args, from the log"}
+    if same:
+        how["same_as_unset"] = {dest: Own(why) for dest, why in same.items()}
+    return {"args": redact_value(resolved.args), "args_resolved": how}
 
 
 def _observed(cudagraph: dict[str, Any], log: LogFacts) -> None:
@@ -371,10 +414,10 @@ def build(
     if version:
         data["version"], data["version_from"] = version, version_from
     parsed = _arguments(data, argv, env, source, version, log, _config_loader(proc, unreadable))
-    if parsed.args is not None:
-        data["args"] = redact_value(parsed.args)
     _identity(ctx, data, parsed.args, log, url)
     cudagraph = _cudagraph(ctx, parsed, version, log, proc)
+    if parsed.args is not None:
+        data.update(_resolved(parsed, version))
     if log is not None and (log.ran or log.attention_backends):
         ran = dict(log.ran)
         if log.attention_backends:
@@ -436,7 +479,7 @@ def _from_cmd(ctx: Context, sec: Section) -> _Server | Section:
     try:
         argv = split_command(ctx.vllm_cmd)
     except ValueError as err:
-        data = {"source": "cmd", "argv_raw": redact_command_line(ctx.vllm_cmd), "args_error": redact_text(str(err))}
+        data = {"source": "cmd", "argv_raw": redact_command_line(ctx.vllm_cmd), "args_error": Own(str(err))}
         if ctx.vllm_version:
             data.update(version=ctx.vllm_version, version_from="option --vllm-version")
         sec.data = clean(data)

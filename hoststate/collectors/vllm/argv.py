@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoststate.collectors.vllm.configfile import ConfigError, check_path, config_tokens, parse_config_text
+from hoststate.collectors.vllm.defaults import defaults_for, drop_defaults
 from hoststate.collectors.vllm.modes import parse_cg_mode, parse_comp_mode
 from hoststate.collectors.vllm.options import (
     BOOL,
@@ -104,6 +106,10 @@ class Normalised:
     refusals: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Where the parser defaults used to leave out arguments spelled at their default come from (defaults.py).
+    defaults_source: str = ""
+    #: Dests given at exactly their version's parser default, left out as vLLM's non-default args leave them.
+    at_default: list[str] = field(default_factory=list)
 
     @property
     def model(self) -> str | None:
@@ -113,55 +119,17 @@ class Normalised:
 
 ConfigLoader = Callable[[str], Mapping[str, Any]]
 
+#: Largest ``--config`` file read.
+MAX_CONFIG_BYTES = 1 << 20
+
 
 def load_yaml_config(path: str) -> Mapping[str, Any]:
-    """A ``--config`` YAML file as a mapping: PyYAML when installed, else flat ``key: value`` lines."""
-    with open(path, encoding="utf-8") as fh:
-        return parse_config_text(fh.read(), path)
-
-
-def parse_config_text(text: str, path: str) -> Mapping[str, Any]:
-    """The text of a ``--config`` YAML file as a mapping (``path`` names it in errors)."""
-    try:
-        import yaml  # optional: not a runtime dependency
-    except ImportError:
-        return _flat_yaml(text, path)
-    data = yaml.safe_load(text) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"--config {path}: not a mapping")
-    return data
-
-
-def _flat_yaml(text: str, path: str) -> dict[str, Any]:
-    data: dict[str, Any] = {}
-    for raw in text.splitlines():
-        line = raw.split(" #", 1)[0].rstrip()
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        if line.startswith((" ", "\t", "-")) or ":" not in line:
-            raise ValueError(f"--config {path}: only flat 'key: value' lines can be read without PyYAML")
-        key, _, value = line.partition(":")
-        value = value.strip().strip("'\"") if value.strip()[:1] in "'\"" else value.strip()
-        data[key.strip()] = {"true": True, "false": False}.get(value.lower(), value)
-    return data
-
-
-def _config_tokens(data: Mapping[str, Any]) -> list[str]:
-    """Config-file keys as option tokens, the way vLLM's ``_pull_args_from_config`` writes them."""
-    tokens: list[str] = []
-    for key, value in data.items():
-        flag = "--" + str(key).replace("_", "-")
-        if value is True:
-            tokens.append(flag)
-        elif value is False:
-            tokens.append("--no-" + flag[2:])
-        elif isinstance(value, list):
-            tokens += [flag, *(str(v) for v in value)]
-        elif isinstance(value, dict):
-            tokens += [flag, json.dumps(value)]
-        else:
-            tokens += [flag, str(value)]
-    return tokens
+    """A ``--config`` YAML file as a mapping (configfile.parse_config_text), at most MAX_CONFIG_BYTES."""
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"larger than {MAX_CONFIG_BYTES} bytes: not read", vllm_refuses=False)
+    return parse_config_text(data.decode("utf-8", "replace"))
 
 
 def _dash_key(token: str) -> str:
@@ -188,7 +156,7 @@ def _merge(original: dict[str, Any], update: dict[str, Any], prefix: str, dups: 
 
 
 def _dest_of(option: str, rules: Rules) -> tuple[str | None, bool]:
-    """(dest, negated) for an option string, or (None, False) when unknown."""
+    """(dest, negated) for an option string of any version, or (None, False) when unknown."""
     if option in rules.aliases:
         return rules.aliases[option], False
     if option in rules.disable_flags:
@@ -202,25 +170,112 @@ def _dest_of(option: str, rules: Rules) -> tuple[str | None, bool]:
     return None, False
 
 
-def _config_file(tokens: list[str], program: str, loader: ConfigLoader, out: Normalised) -> list[str]:
-    """``--config FILE``: its options go first (right after a positional model), so the command line wins."""
-    for idx, tok in enumerate(tokens):
-        if tok != "--config" and not tok.startswith("--config="):
-            continue
-        path = tok.split("=", 1)[1] if "=" in tok else (tokens[idx + 1] if idx + 1 < len(tokens) else "")
-        end = idx + 1 if "=" in tok else idx + 2
-        try:
-            pulled = _config_tokens(loader(path))
-        except (OSError, ValueError) as err:
-            out.errors.append(f"--config {path}: {err}")
-            pulled = []
-        except Exception as err:  # a YAML parser error is not an OSError/ValueError
-            out.errors.append(f"--config {path}: {type(err).__name__}: {err}".splitlines()[0])
-            pulled = []
-        out.args["config"] = path
-        head = 1 if program == "vllm serve" and tokens and not _is_option(tokens[0]) and idx > 0 else 0
-        return tokens[:head] + pulled + tokens[head:idx] + tokens[end:]
-    return tokens
+#: argparse's own options, which take part in abbreviation matching like any other.
+_HELP = {"-h": ("help", False), "--help": ("help", False)}
+_OPTION_TABLES: dict[str, dict[str, tuple[str, bool]]] = {}
+
+
+def option_table(rules: Rules) -> dict[str, tuple[str, bool]]:
+    """Every option string this version's parser has -> (dest, negated): what argparse matches an abbreviation
+    against (tests/test_vllm_options_oracle.py holds it equal to each recorded parser's table)."""
+    table = _OPTION_TABLES.get(rules.version)
+    if table is None:
+        strings = [*rules.aliases, *rules.disable_flags]
+        for dest, kind in OPTIONS.items():
+            strings.append("--" + dest.replace("_", "-"))
+            if kind == BOOL:
+                strings.append("--no-" + dest.replace("_", "-"))
+        table = dict(_HELP)
+        for option in strings:
+            dest, negated = _dest_of(option, rules)
+            if dest is not None and dest not in rules.missing_options and not (option == "-O" and
+                                                                               rules.o_number == "optimization_level"):
+                table[option] = (dest, negated)
+        _OPTION_TABLES[rules.version] = table
+    return table
+
+
+@dataclass(frozen=True)
+class _Match:
+    """One option token as argparse reads it: the dest, the option string matched, and an attached value."""
+
+    dest: str | None
+    negated: bool = False
+    option: str = ""
+    eq: str = ""
+    inline: str = ""
+    #: argparse's refusal ("ambiguous option: ..."), when the token matches more than one option.
+    refused: str | None = None
+
+
+def _match(tok: str, rules: Rules) -> _Match:
+    """argparse's ``_parse_optional`` with ``allow_abbrev=True`` (vLLM keeps it): an exact option string (or one
+    before ``=``); else a ``--`` prefix of exactly one option string (more is ambiguous, refused); else a ``-x``
+    prefix, or a one-letter short option with its value attached (``-n2``)."""
+    table = option_table(rules)
+    option, eq, inline = tok.partition("=")
+    if tok in table or option in table:
+        exact = tok if tok in table else option
+        dest, negated = table[exact]
+        return _Match(dest, negated, exact, "" if tok in table else eq, "" if tok in table else inline)
+    if tok.startswith("--"):
+        found = sorted(s for s in table if s.startswith(option))
+        prefix, attached = option, (eq, inline)
+    else:
+        found = sorted(s for s in table if s.startswith(tok) or (len(s) == 2 and s == tok[:2]))
+        prefix, attached = tok, ("=", tok[2:]) if len(found) == 1 and found[0] == tok[:2] else ("", "")
+    if len(found) > 1:
+        return _Match(None, refused=f"ambiguous option: {prefix} could match {', '.join(found)}")
+    if found:
+        dest, negated = table[found[0]]
+        return _Match(dest, negated, found[0], *attached)
+    dest, negated = _dest_of(option, rules)  # another version's option: named as such in the refusal
+    return _Match(dest, negated, option, eq, inline)
+
+
+def _config_file(tokens: list[str], program: str, rules: Rules, loader: ConfigLoader, out: Normalised) -> list[str]:
+    """``--config FILE`` as vLLM pulls it (configfile.py): only the exact token, one file, its options right after
+    a positional model (so the command line wins); ``--config=FILE`` is stored and never read."""
+    if "--config" not in tokens:
+        if any(tok.startswith("--config=") for tok in tokens):
+            out.notes.append("--config=FILE: vLLM reads a config file only when written `--config FILE`; "
+                             "this one is not read")
+        return tokens
+    if tokens.count("--config") > 1:
+        out.refusals.append("--config: More than one config file specified!")
+        return tokens
+    idx = tokens.index("--config")
+    if idx == len(tokens) - 1:
+        out.refusals.append("--config: No config file specified! Please check your command-line arguments.")
+        return tokens
+    path = tokens[idx + 1]
+    out.args["config"] = path
+    if (refused := check_path(path)) is not None:
+        out.refusals.append(refused)
+        return tokens[:idx] + tokens[idx + 2:]
+    # the parser that pulls the file: the api_server's own, or for ``vllm serve`` the top-level ``vllm`` parser,
+    # which has none of serve's options (so 0.33's ``--no-<key>`` for a false key never applies there)
+    pulled = _pulled(path, rules, option_table(rules) if program == "api_server" else {}, loader, out)
+    model_in_cli = bool(tokens) and not _is_option(tokens[0]) and idx > 0
+    if program == "vllm serve" and pulled is not None and not model_in_cli and "--model" not in pulled:
+        out.refusals.append("--config: No model specified! Please specify model either as a positional argument "
+                            "or in a config file.")
+    head = 1 if program == "vllm serve" and model_in_cli else 0
+    return tokens[:head] + (pulled or []) + tokens[head:idx] + tokens[idx + 2:]
+
+
+def _pulled(path: str, rules: Rules, parser_options: Mapping[str, Any], loader: ConfigLoader,
+            out: Normalised) -> list[str] | None:
+    """The file's options as this version writes them; None when it could not be used (recorded)."""
+    try:
+        return config_tokens(loader(path), rules.config_file_style, parser_options)
+    except ConfigError as err:
+        (out.refusals if err.vllm_refuses else out.errors).append(f"--config {path}: {err}")
+    except OSError as err:
+        out.errors.append(f"--config {path}: not read ({err.strerror or type(err).__name__})")
+    except ValueError as err:
+        out.errors.append(f"--config {path}: {err}")
+    return None
 
 
 def _o_number(value: str, rules: Rules, out: Normalised) -> list[str]:
@@ -240,8 +295,8 @@ def _o_number(value: str, rules: Rules, out: Normalised) -> list[str]:
 def _o_spelling(tokens: list[str], i: int, rules: Rules) -> int:
     """How many tokens at ``i`` are an ``-O<n>`` / ``-O n`` spelling (0 when none)."""
     tok = tokens[i]
-    if tok.startswith("-O") and len(tok) > 2 and tok[2] != ".":
-        return 1
+    if tok.startswith("-O") and len(tok) > 2 and (tok[2] != "." or rules.o_dotted == "error"):
+        return 1  # 0.33 reads ``-O.x=y`` as ``--optimization-level .x=y``: refused only if no later -O replaces it
     if tok != "-O" or i + 1 >= len(tokens):
         return 0
     if tokens[i + 1] in rules.o_values and rules.o_number != "full":
@@ -249,15 +304,10 @@ def _o_spelling(tokens: list[str], i: int, rules: Rules) -> int:
     return 0
 
 
-def _o_dotted(tok: str, rules: Rules, out: Normalised) -> str | None:
-    """``-O.x=y`` by version: the token to read, or None when this version refuses it."""
-    name = tok.split("=", 1)[0]
-    if rules.o_dotted == "error":
-        out.refusals.append(f"{name}: -O.<key> is an error in vLLM {rules.version} (read as --optimization-level "
-                            f"{tok[2:]!r}, which must be 0-3); use -cc.<key>=<value>")
-        return None
+def _o_dotted(tok: str, rules: Rules, out: Normalised) -> str:
+    """``-O.x=y`` where ``-O`` is the compilation config: as given, or (deprecated, 0.12) read as ``-cc.x=y``."""
     if rules.o_dotted == "deprecated":
-        out.notes.append(f"{name}: -O.<key> is deprecated in vLLM {rules.version}, read as -cc.<key>")
+        out.notes.append(f"{tok.split('=', 1)[0]}: -O.<key> is deprecated in vLLM {rules.version}, read as -cc.<key>")
         return "-cc" + tok[2:]
     return tok
 
@@ -298,8 +348,7 @@ def _pass1(tokens: list[str], rules: Rules, out: Normalised) -> list[str]:
     state = _Pass1()
     i = 0
     while i < len(tokens):
-        tok: str | None = tokens[i]
-        assert tok is not None
+        tok = tokens[i]
         taken = _o_spelling(tokens, i, rules)
         if taken:
             value = tok[3:] if tok.startswith("-O=") else tok[2:] if taken == 1 else tokens[i + 1]
@@ -309,9 +358,6 @@ def _pass1(tokens: list[str], rules: Rules, out: Normalised) -> list[str]:
             tok = _dash_key(tok)
         elif tok.startswith("-O."):
             tok = _o_dotted(tok, rules, out)
-            if tok is None:
-                i += 1 if "=" in tokens[i] else 2
-                continue
         if _is_option(tok) and "." in tok.split("=", 1)[0]:
             i = _dotted(tokens, i, tok, state, out)
             continue
@@ -388,7 +434,7 @@ def _unknown_option(tokens: list[str], i: int, option: str, eq: str, inline: str
 
 
 def _pass2(tokens: list[str], rules: Rules, out: Normalised) -> list[str]:
-    """argparse: options to dests, last one wins; returns the positionals."""
+    """argparse: options to dests (abbreviations included), last one wins; returns the positionals."""
     positionals: list[str] = []
     i = 0
     while i < len(tokens):
@@ -397,20 +443,25 @@ def _pass2(tokens: list[str], rules: Rules, out: Normalised) -> list[str]:
             positionals.append(tok)
             i += 1
             continue
-        option, eq, inline = tok.partition("=")
-        dest, negated = _dest_of(option, rules)
-        if dest is None:
-            i = _unknown_option(tokens, i, option, eq, inline, out)
-            continue
-        if dest in rules.missing_options:
-            out.refusals.append(f"unrecognized arguments: {option} (not an option of vLLM {rules.version})")
-        if _kind(dest) == BOOL:
-            _take_bool(dest, option, negated, eq, inline, out, rules)
+        m = _match(tok, rules)
+        if m.refused is not None:
+            out.refusals.append(m.refused)
             i += 1
-        elif _kind(dest) in (LIST, INTLIST):
-            i = _take_list(tokens, i, dest, option, eq, inline, out)
+            continue
+        if m.dest is None or m.dest == "help":
+            i = _unknown_option(tokens, i, m.option, m.eq, m.inline, out)
+            continue
+        if m.option != tok.partition("=")[0] and m.option not in (tok, tok[:2]):
+            out.notes.append(f"{tok.partition('=')[0]}: an abbreviation of {m.option}, as vLLM's parser reads it")
+        if m.dest in rules.missing_options:
+            out.refusals.append(f"unrecognized arguments: {m.option} (not an option of vLLM {rules.version})")
+        if _kind(m.dest) == BOOL:
+            _take_bool(m.dest, m.option, m.negated, m.eq, m.inline, out, rules)
+            i += 1
+        elif _kind(m.dest) in (LIST, INTLIST):
+            i = _take_list(tokens, i, m.dest, m.option, m.eq, m.inline, out)
         else:
-            i = _take_value(tokens, i, dest, option, eq, inline, out)
+            i = _take_value(tokens, i, m.dest, m.option, m.eq, m.inline, out)
     return positionals
 
 
@@ -451,6 +502,13 @@ def _version_values(out: Normalised, rules: Rules) -> None:
         out.refusals.append(f"--max-model-len: invalid human_readable_int value: 'auto' (vLLM {rules.version})")
     elif out.args.get("max_model_len") == "auto":
         out.args["max_model_len"] = -1  # vLLM's human_readable_int_or_auto
+    kv = out.args.get("kv_cache_dtype")
+    if rules.kv_cache_dtypes and kv is not None and kv not in rules.kv_cache_dtypes:
+        out.refusals.append(f"--kv-cache-dtype: invalid choice: {kv!r} (choose from "
+                            f"{', '.join(sorted(rules.kv_cache_dtypes))})")
+    quant = out.args.get("quantization")
+    if rules.quantization_methods and quant is not None and quant not in rules.quantization_methods:
+        out.refusals.append(f"--quantization: Unknown quantization method: {quant!r} (vLLM {rules.version})")
     for dest, allowed in CHOICES.items():
         if dest in out.args and out.args[dest] not in allowed:
             out.refusals.append(f"--{dest.replace('_', '-')}: invalid choice: {out.args[dest]!r} "
@@ -544,11 +602,14 @@ def normalise(
     rules, _ = rules_for(version)
     out = Normalised()
     tokens = _serve_model_option(list(argv), program, rules, out)
-    tokens = _config_file(tokens, program, config_loader, out)
+    tokens = _config_file(tokens, program, rules, config_loader, out)
     tokens = _pass1(tokens, rules, out)
     _model(_pass2(tokens, rules, out), program, out)
     _version_values(out, rules)
     _compilation_keys(out, rules)
+    known = defaults_for(version)
+    out.defaults_source = known.source
+    out.at_default = drop_defaults(out.args, known.defaults)
     return out
 
 

@@ -13,8 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoststate.collectors.vllm.defaults import DTYPE_NAMES
 from hoststate.collectors.vllm.model import UNKNOWN, ModelFacts
 from hoststate.collectors.vllm.modes import COMP_NAMES, has_full, has_piecewise, parse_cg_mode, parse_comp_mode
+from hoststate.collectors.vllm.speculative import MTP_LAYER_KEYS, detect, is_mtp
 from hoststate.collectors.vllm.versions import DEFAULT_OPT_LEVEL, OPT_LEVEL_CUDAGRAPH, Rules, rules_for
 
 VLLM_COMPILE = 3
@@ -95,9 +97,9 @@ def _int(value: Any, default: int = 1) -> int:
 
 
 def _spec_method(r: Resolution) -> str | None:
+    """The speculative method vLLM runs: the one given, else the one it detects from the draft model's name."""
     spec = r.args.get("speculative_config")
-    method = spec.get("method") if isinstance(spec, Mapping) else None
-    return method if isinstance(method, str) else None
+    return detect(spec, r.rules.spec_detects_new_names)[0] if isinstance(spec, Mapping) else None
 
 
 # -- steps that refuse ------------------------------------------------------------------------
@@ -117,7 +119,11 @@ def _memory_fraction(r: Resolution) -> None:
 
 
 def _speculative_method(r: Resolution) -> None:
-    """A speculative method the version does not know, or knows and does not run, is refused."""
+    """A speculative method the version does not know, or knows and does not run, is refused; one detected from a
+    draft model given without a method is checked alike (speculative.detect)."""
+    spec = r.args.get("speculative_config")
+    if isinstance(spec, Mapping) and (assumed := detect(spec, r.rules.spec_detects_new_names)[1]):
+        r.assumes.append(assumed)
     method = _spec_method(r)
     if method is not None and method not in r.rules.spec_methods:
         raise Refused(f"speculative_config.method {method!r} is not a method of {r.tag}")
@@ -385,17 +391,115 @@ _QUANT_OVERRIDES = frozenset({
     "bitblas", "gptq_marlin_24", "gptq_marlin", "gptq_bitblas", "awq_marlin", "ipex", "moe_wna16", "modelopt",
     "modelopt_fp4", "petit_nvfp4", "mxfp4", "cpu_gptq", "cpu_awq", "auto_gptq", "gptq", "auto_awq", "awq", "inc",
     "modelopt_mxfp8", "mxfp8", "modelopt_mixed", "gpt_oss_mxfp4", "deepseek_v4_fp8", "humming"})
+#: The checkpoint formats an override method takes over (its ``override_quantization_method`` returns its own name
+#: only for a checkpoint whose quant_method is one of these): any other checkpoint keeps its own method, which then
+#: does not match the argument, and ModelConfig._verify_quantization refuses.
+QUANT_TAKES_OVER: dict[str, frozenset[str]] = {
+    "awq_marlin": frozenset({"awq"}), "gptq_marlin": frozenset({"gptq"}), "gptq_marlin_24": frozenset({"gptq"}),
+    "gptq_bitblas": frozenset({"gptq"}), "moe_wna16": frozenset({"awq", "gptq"}),
+    "awq": frozenset(), "gptq": frozenset(),  # no takeover: only a checkpoint of their own format
+}
+#: Methods that read their settings from the checkpoint: with no quantization_config in config.json vLLM looks for
+#: these files beside it and refuses without one (get_quant_config: "Cannot find the config file for ...").
+QUANT_CONFIG_FILES: dict[str, tuple[str, ...]] = {
+    "awq": ("quant_config.json", "quantize_config.json"), "gptq": ("quantize_config.json",),
+    "awq_marlin": ("quantize_config.json",), "gptq_marlin": ("quantize_config.json",),
+    "gptq_marlin_24": ("quantize_config.json",), "gptq_bitblas": ("quantize_config.json",),
+    "modelopt": ("hf_quant_config.json",), "modelopt_fp4": ("hf_quant_config.json",),
+}
+
+
+def _quantization_files(r: Resolution) -> None:
+    """A --quantization method that needs the checkpoint's settings, on a checkpoint without any, is refused."""
+    given = r.args.get("quantization")
+    needs = QUANT_CONFIG_FILES.get(given) if isinstance(given, str) else None
+    if needs is None or r.model.limits.quant_method is not None or not r.model.known:
+        return
+    if r.model.quant_files is None:
+        r.assumes.append(f"--quantization {given}: a quantization config file beside config.json assumed "
+                         f"({', '.join(needs)})")
+    elif not set(needs) & r.model.quant_files:
+        raise Refused(f"Cannot find the config file for {given}: the checkpoint is not quantized (no "
+                      f"quantization_config in config.json, no {' or '.join(needs)})")
 
 
 def _quantization(r: Resolution) -> None:
-    """A ``--quantization`` other than the checkpoint's quantization method is refused (ModelConfig)."""
+    """A ``--quantization`` other than the checkpoint's quantization method is refused (ModelConfig), unless it is
+    an override that takes over a checkpoint of that format (QUANT_TAKES_OVER)."""
     given, checkpoint = r.args.get("quantization"), r.model.limits.quant_method
     if not isinstance(given, str) or checkpoint in (None, "", given):
         return
-    if checkpoint in _PLAIN_CHECKPOINTS and given not in _QUANT_OVERRIDES:
+    takes = QUANT_TAKES_OVER.get(given)
+    refused = (checkpoint not in takes) if takes is not None else (
+        checkpoint in _PLAIN_CHECKPOINTS and given not in _QUANT_OVERRIDES)
+    if refused:
         raise Refused(f"Quantization method specified in the model config ({checkpoint}) does not match the "
                       f"quantization method specified in the `quantization` argument ({given})")
-    r.assumes.append(f"--quantization {given} assumed to take over the checkpoint's {checkpoint}")
+    r.assumes.append(f"--quantization {given} assumed to take over the checkpoint's {checkpoint}" +
+                     (" (its kernel's limits on bits and group size are not checked)" if takes else ""))
+
+
+def _mtp_layers(r: Resolution) -> None:
+    """An MTP method with no draft model drafts with the model's own MTP layers: a model naming none is refused
+    (0.11.0+; 0.10.2 checks the model type itself, spec_draft_target_types)."""
+    spec = r.args.get("speculative_config")
+    if not (isinstance(spec, Mapping) and spec.get("model") is None and is_mtp(_spec_method(r))):
+        return
+    if r.rules.spec_draft_target_types or spec.get("num_speculative_tokens") is None:
+        return
+    if not r.fact("mtp_layers", r.model.mtp_layers, assumed=True):
+        raise Refused(f"speculative method {_spec_method(r)!r} drafts with the model's MTP layers, and its config.json "
+                      f"names none ({', '.join(MTP_LAYER_KEYS)}): no MTP draft model can be built from it")
+
+
+def _eagle_targets(r: Resolution) -> None:
+    """EAGLE-3 drafts only for the target model types the version lists (a substring of the text config's
+    model_type: SpeculativeConfig._verify_args), and an EAGLE draft model has no pipeline-parallel support
+    (ModelConfig.verify_with_parallel_config of the draft: it does not implement SupportsPP)."""
+    method = _spec_method(r)
+    if method in r.rules.spec_pp_refused_methods and _int(r.args.get("pipeline_parallel_size")) > 1:
+        raise Refused(f"Pipeline parallelism is not supported for this model (the {method} draft model): supported "
+                      "models implement the `SupportsPP` interface")
+    targets = r.rules.eagle3_targets
+    if method != "eagle3" or not targets:
+        return
+    model_type = r.model.limits.model_type
+    if model_type is None:
+        r.assumes.append(f"the target model type assumed one EAGLE-3 supports ({r.model.source})")
+    elif not any(t in model_type for t in targets):
+        raise Refused(f"Eagle3 is only supported for {list(targets)} models; got model_type {model_type!r}")
+
+
+def _kv_dtype_model(r: Resolution) -> None:
+    """0.33: a 16-bit KV cache dtype must be the model's own dtype (VllmConfig: "is incompatible with dtype")."""
+    kv = r.args.get("kv_cache_dtype")
+    if not r.rules.kv_dtype_matches_model or kv not in ("float16", "bfloat16"):
+        return
+    given = DTYPE_NAMES.get(str(r.args.get("dtype", "auto")).lower())
+    dtype = given or (r.model.dtype if r.model.dtype != "float32" else None)
+    if dtype is None:
+        r.assumes.append(f"--kv-cache-dtype {kv} assumed to be the model's dtype ({r.model.source})")
+    elif dtype != kv:
+        raise Refused(f'kv_cache_dtype="{kv}" is incompatible with dtype="{dtype}". Please set `--kv-cache-dtype` to '
+                      f"`auto` or `{dtype}`.")
+
+
+def _chunked_prefill_off(r: Resolution) -> None:
+    """Without chunked prefill a step must hold a whole prompt: max_num_batched_tokens below max_model_len is
+    refused (SchedulerConfig; 0.11.1+, where an explicit --no-enable-chunked-prefill is kept)."""
+    batched = r.args.get("max_num_batched_tokens")
+    if not r.rules.chunked_prefill_off_checked or r.args.get("enable_chunked_prefill") is not False:
+        return
+    if not isinstance(batched, int) or isinstance(batched, bool):
+        return  # the default is then max(max_model_len, 2048): never below
+    given = r.args.get("max_model_len")
+    length = given if isinstance(given, int) and given > 0 else _derived_max_len(r)
+    if length is None:
+        r.assumes.append(f"max_num_batched_tokens {batched} assumed to hold max_model_len ({r.model.source})")
+    elif batched < length:
+        raise Refused(f"max_num_batched_tokens ({batched}) is smaller than max_model_len ({int(length)}). This "
+                      "effectively limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject "
+                      "longer sequences. Please increase max_num_batched_tokens or decrease max_model_len.")
 
 
 def _prefill_context_parallel(r: Resolution) -> None:
@@ -808,8 +912,11 @@ def _capture_max_matches(r: Resolution, largest: int, sizes: list[Any]) -> None:
 #: vLLM normalises graphs without VLLM_COMPILE twice (0.33): before and after the model rules.
 STEPS: tuple[Step, ...] = (
     _speculative_flags, _memory_fraction, _scheduler_sizes, _batched_tokens, _capture_options, _speculative_method,
-    _draft_model, _v1_required, _speculative_on_v0, _world_size, _prefill_context_parallel, _attention_heads,
-    _max_model_len, _quantization, _lora_speculative, _kv_expandable_segments,
+    _draft_model, _mtp_layers, _eagle_targets, _kv_dtype_model, _chunked_prefill_off, _v1_required,
+    _speculative_on_v0, _world_size,
+    _prefill_context_parallel, _attention_heads, _max_model_len, _quantization, _quantization_files,
+    _lora_speculative,
+    _kv_expandable_segments,
     _expert_parallel, _decode_context_parallel, _model_runner, _async_scheduling, _enforce_eager, _optimization_level,
     _compilation_mode, _torch_compile_disable, _breakable_cudagraph, _default_mode, _explicit_mode, _legacy_flags,
     _dynamic_speculation, _graphs_without_compile, _context_parallel, _pooling, _encoder_decoder, _kv_connector,

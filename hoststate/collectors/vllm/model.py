@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hoststate.collectors.vllm.limits import ConfigLimits, config_limits
+from hoststate.collectors.vllm.speculative import has_mtp_layers
 
 #: Largest config file read.
 MAX_BYTES = 1 << 20
@@ -58,6 +59,14 @@ class ModelFacts:
     architectures: tuple[str, ...] = ()
     #: Attention heads, maximum length, checkpoint quantization: what vLLM checks the arguments against.
     limits: ConfigLimits = ConfigLimits()
+    #: The checkpoint's dtype (``torch_dtype``, or ``dtype`` in newer configs), as a torch dtype name.
+    dtype: str | None = None
+    #: Whether config.json names remote model code (``auto_map``): only then does ``--trust-remote-code`` matter.
+    remote_code: bool | None = None
+    #: Whether the config names MTP layers vLLM can draft with (speculative.has_mtp_layers).
+    mtp_layers: bool | None = None
+    #: The quantization config files found beside config.json (QUANT_FILES), None when not looked for.
+    quant_files: frozenset[str] | None = None
     source: str = "the model's config.json was not read"
 
     @property
@@ -105,8 +114,25 @@ def _runner_is_pooling(architectures: tuple[str, ...], sentence_transformers: bo
     return False
 
 
-def facts_from_config(config: Mapping[str, Any], modules: Any = None, source: str = "config.json") -> ModelFacts:
-    """Facts from a parsed config.json (and modules.json when the model has one)."""
+def _dtype(config: Mapping[str, Any]) -> str | None:
+    for cfg in (_text_config(config), config):
+        for key in ("torch_dtype", "dtype"):
+            value = cfg.get(key)
+            if isinstance(value, str) and value:
+                return value.removeprefix("torch.")
+    return None
+
+
+#: Files vLLM's get_quant_config looks for when config.json holds no quantization_config (each method's
+#: get_config_filenames: AWQ quant_config.json or quantize_config.json, GPTQ and the Marlin kernels
+#: quantize_config.json, ModelOpt hf_quant_config.json).
+QUANT_FILES = ("quant_config.json", "quantize_config.json", "hf_quant_config.json")
+
+
+def facts_from_config(config: Mapping[str, Any], modules: Any = None, source: str = "config.json",
+                      files: frozenset[str] | None = None) -> ModelFacts:
+    """Facts from a parsed config.json (and modules.json when the model has one); ``files``: the QUANT_FILES
+    beside it, when looked for."""
     archs = tuple(a for a in config.get("architectures") or () if isinstance(a, str))
     st_pooling = isinstance(modules, list) and any(
         isinstance(m, Mapping) and str(m.get("type", "")).endswith("Pooling") for m in modules)
@@ -114,7 +140,10 @@ def facts_from_config(config: Mapping[str, Any], modules: Any = None, source: st
     return ModelFacts(moe=_num_experts(config) > 1, pooling=_runner_is_pooling(archs, st_pooling),
                       encoder_decoder=encdec, kv_heads=_kv_heads(config),
                       mla=_text_config(config).get("kv_lora_rank") is not None, architectures=archs,
-                      limits=config_limits(config), source=source)
+                      limits=config_limits(config), dtype=_dtype(config),
+                      remote_code=isinstance(config.get("auto_map"), Mapping) and bool(config["auto_map"]),
+                      mtp_layers=has_mtp_layers(config), quant_files=files,
+                      source=source)
 
 
 #: Reads one file: (content, None) or (None, reason). Whose rights and which root is the caller's choice.
@@ -174,7 +203,10 @@ def read_facts(model: str | None, env: Mapping[str, str], read: Read, revision: 
         config, why = _read_json(read, os.path.join(directory, "config.json"))
         if isinstance(config, dict):
             modules, _ = _read_json(read, os.path.join(directory, "modules.json"))
-            return facts_from_config(config, modules, source=os.path.join(directory, "config.json"))
+            files = None
+            if not isinstance(config.get("quantization_config"), Mapping):  # only then does vLLM look for them
+                files = frozenset(n for n in QUANT_FILES if read(os.path.join(directory, n))[0] is not None)
+            return facts_from_config(config, modules, source=os.path.join(directory, "config.json"), files=files)
         reasons.append(why or f"{directory}/config.json: not a JSON object")
     why = (reasons[1:] or reasons)[0]  # a hub id's cache says more than the same name as a directory
     return ModelFacts(source=f"{model}'s config.json could not be read ({why})")

@@ -13,14 +13,16 @@ from typing import Any
 BOOL, INT, FLOAT, STR, JSON, LIST, INTLIST, MAXLEN = "bool", "int", "float", "str", "json", "list", "intlist", "maxlen"
 #: A value vLLM parses with ``json.loads`` itself: any JSON value (``--allowed-origins '["*"]'``), not only an object.
 JSONVAL = "jsonval"
+#: vLLM's ``union_dict_and_str``: text in braces is JSON (refused when it is not), any other text a plain string.
+DICTSTR = "dictstr"
 
 OPTIONS: dict[str, str] = {
     # model and loading
     "model": STR, "tokenizer": STR, "revision": STR, "tokenizer_mode": STR, "dtype": STR, "quantization": STR,
     "load_format": STR, "download_dir": STR, "served_model_name": LIST, "trust_remote_code": BOOL, "seed": INT,
-    "runner": STR, "convert": STR, "task": STR, "hf_token": STR, "hf_overrides": JSON, "max_model_len": MAXLEN,
+    "runner": STR, "convert": STR, "task": STR, "hf_token": STR, "hf_overrides": DICTSTR, "max_model_len": MAXLEN,
     "skip_tokenizer_init": BOOL, "generation_config": STR, "override_generation_config": JSON,
-    "model_loader_extra_config": JSON, "max_logprobs": INT, "enable_sleep_mode": BOOL, "config_format": STR,
+    "model_loader_extra_config": DICTSTR, "max_logprobs": INT, "enable_sleep_mode": BOOL, "config_format": STR,
     "kv_cache_dtype": STR, "calculate_kv_scales": BOOL, "rope_scaling": JSON, "limit_mm_per_prompt": JSON,
     "mm_processor_kwargs": JSON, "mm_processor_cache_gb": FLOAT, "pooler_config": JSON,
     "override_pooler_config": JSON, "logits_processors": LIST, "enable_lora": BOOL, "max_loras": INT,
@@ -48,7 +50,7 @@ OPTIONS: dict[str, str] = {
     "attention_backend": STR, "attention_config": JSON,
     # speculative decoding, KV transfer, structured outputs
     "speculative_config": JSON, "kv_transfer_config": JSON, "kv_events_config": JSON,
-    "structured_outputs_config": JSON, "additional_config": JSON, "guided_decoding_backend": STR,
+    "structured_outputs_config": JSON, "additional_config": DICTSTR, "guided_decoding_backend": STR,
     # observability
     "disable_log_stats": BOOL, "disable_log_requests": BOOL, "enable_log_requests": BOOL, "enable_log_outputs": BOOL,
     "otlp_traces_endpoint": STR, "collect_detailed_traces": STR, "use_tqdm_on_load": BOOL,
@@ -219,7 +221,9 @@ def convert(dest: str, kind: str, text: str) -> Any:
             return json.loads(text)
         except ValueError as err:
             raise ValueError(f"--{dest.replace('_', '-')}: invalid JSON ({err.msg} at column {err.colno})") from None
-    if kind == JSON:
+    if kind == DICTSTR and not re.fullmatch(r"(?s)\s*\{.*\}\s*", text):
+        return text
+    if kind in (JSON, DICTSTR):
         stripped = text.strip()
         try:
             value = json.loads(stripped)

@@ -176,6 +176,27 @@ class Rules:
     #: Flags of options.FALSE_BY_DEFAULT whose parser default is None in this version (vLLM decides when
     #: unset, 0.33): ``--no-X`` / ``--disable-X`` is then a setting vLLM records as non-default, not the default.
     none_default_flags: frozenset[str] = frozenset()
+    #: The seed the engine takes when ``--seed`` is not given, where the parser default (None) does not say it:
+    #: the V1 engine's ModelConfig.__post_init__ sets 0 (0.10-0.11; from 0.12 the parser default is 0 itself).
+    seed_unset: int | None = None
+    #: How a ``--config`` YAML file becomes arguments (configfile.py): "str" (nested mappings written with str(),
+    #: false keys dropped; up to 0.12) or "json" (json.dumps, false keys as ``--no-<key>`` where the parser has it).
+    config_file_style: str = "str"
+    #: SpeculativeConfig detects dflash/dspark draft models by name too (0.33; eagle/eagle3 in every version).
+    spec_detects_new_names: bool = False
+    #: ``--no-enable-chunked-prefill`` is kept, so SchedulerConfig refuses max_num_batched_tokens below max_model_len
+    #: (0.11.1+; earlier V1 engines turn chunked prefill back on for generative models).
+    chunked_prefill_off_checked: bool = False
+    #: ``--kv-cache-dtype`` choices (CacheDType); empty: not checked (not recorded for the version).
+    kv_cache_dtypes: frozenset[str] = frozenset()
+    #: Speculative methods whose draft model refuses pipeline parallelism (no SupportsPP), and the target model
+    #: types EAGLE-3 drafts for (substrings of model_type); empty: not checked.
+    spec_pp_refused_methods: frozenset[str] = frozenset()
+    eagle3_targets: tuple[str, ...] = ()
+    #: ``--quantization`` methods the version knows (QUANTIZATION_METHODS); empty: not checked.
+    quantization_methods: frozenset[str] = frozenset()
+    #: A 16-bit ``--kv-cache-dtype`` must be the model's dtype (0.33's VllmConfig).
+    kv_dtype_matches_model: bool = False
 
 
 _ALIASES_010 = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
@@ -318,10 +339,30 @@ _ENABLE_DISABLE_033 = frozenset({
 _DISABLE_FLAGS_033 = {("--disable-" + d[7:] if d.startswith("enable_") else "--enable-" + d[8:]).replace("_", "-"): d
                       for d in _ENABLE_DISABLE_033}
 
+#: ``--kv-cache-dtype`` choices and ``--quantization`` methods, read from each installed version's own modules
+#: (``typing.get_args(vllm.config.cache.CacheDType)``,
+#: ``vllm.model_executor.layers.quantization.QUANTIZATION_METHODS``).
+_KV_012 = frozenset({"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"})
+_KV_033 = frozenset({
+    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
+    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4", "octave_k3v3",
+    "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head",
+    "nvfp4", "nvfp4_4over6"})
+_QUANT_012 = frozenset({
+    "awq", "deepspeedfp", "tpu_int8", "fp8", "ptpc_fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4",
+    "bitblas", "gguf", "gptq_marlin_24", "gptq_marlin", "gptq_bitblas", "awq_marlin", "gptq", "compressed-tensors",
+    "bitsandbytes", "hqq", "experts_int8", "ipex", "quark", "moe_wna16", "torchao", "auto-round", "rtn", "inc", "mxfp4",
+    "petit_nvfp4", "cpu_gptq", "cpu_awq"})
+_QUANT_033 = frozenset({
+    "awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed",
+    "auto_gptq", "gptq", "gptq_marlin", "awq_marlin", "humming", "compressed-tensors", "experts_int8", "quark",
+    "moe_wna16", "torchao", "inc", "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8", "online", "fp8_per_tensor",
+    "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only", "nvfp4_per_token", "mxfp8"})
+
 #: The rows, oldest first. The first row names every field; each later one only what changed.
 ROWS: tuple[dict[str, Any], ...] = (
     {"version": "0.10.0", "family": "v10.0", "o_number": "full", "o_values": frozenset("01234"), "o_any_int": False,
-     "o_dotted": "ok",
+     "o_dotted": "ok", "seed_unset": 0,
      "mode_key": "level", "level_accepted": True, "aliases": _ALIASES_010, "graphs_without_compile": "refused",
      "empty_splitting_ops": "piecewise-to-full", "legacy_graph_flags": True, "legacy_flags_in_config": False,
      "context_parallel_piecewise": False, "torch_compile_disable": False, "all2all_env": True,
@@ -360,7 +401,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "spec_methods": _SPEC_METHODS, "serve_model_option": "moved", "attn_fusion_keys": ("enable_attn_fusion",),
      "model_rules_default_only": False, "capture_size_checks": True, "async_spec_methods": _EAGLE_MTP,
      "dcp_head_check": True, "capture_options_exclusive": True, "scheduler_sizes_checked": True,
-     "world_size_checked": True, "lora_spec_budget": True,
+     "world_size_checked": True, "lora_spec_budget": True, "chunked_prefill_off_checked": True,
      "spec_self_drafting": frozenset({"ngram", "suffix"}) | (_EAGLE_MTP - {"eagle", "eagle3"}),
      "aliases": {**_ALIASES_0102, "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
                  "-n": "nnodes", "-r": "node_rank"},
@@ -369,6 +410,9 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "rope_scaling"}) | _GONE_0111 | _NEW_AFTER_0111,
      "no_negation": _NO_NEGATION_0110 | {"aggregate_engine_logging"}},
     {"version": "0.12.0", "family": "opt", "o_number": "optimization_level", "o_dotted": "deprecated",
+     "seed_unset": None, "kv_cache_dtypes": _KV_012, "quantization_methods": _QUANT_012,
+     "spec_pp_refused_methods": frozenset({"eagle", "eagle3"}),
+     "eagle3_targets": ("llama", "qwen", "minicpm", "gpt_oss"),
      "aliases": _ALIASES_012, "graphs_without_compile": "none", "pcp_refused": True,
      "attn_fusion_keys": ("fuse_attn_quant", "enable_attn_fusion"), "pass_config_renamed": True,
      "missing_options": frozenset({"performance_mode", "attention_config", "attention_backend",
@@ -393,7 +437,9 @@ ROWS: tuple[dict[str, Any], ...] = (
      "spec_methods": _SPEC_METHODS_033, "spec_refused_methods": frozenset(),
      "async_spec_methods": _EAGLE_033 | {"ngram_gpu", "draft_model", "dspark"},
      "attn_fusion_keys": ("fuse_attn_quant",), "pass_old_spellings_dropped": True,
-     "unknown_compilation_keys": "refused", "missing_options": _MISSING_033 | _GONE_033,
+     "unknown_compilation_keys": "refused", "missing_options": _MISSING_033 | _GONE_033, "config_file_style": "json",
+     "spec_detects_new_names": True, "kv_cache_dtypes": _KV_033, "quantization_methods": _QUANT_033,
+     "kv_dtype_matches_model": True, "spec_pp_refused_methods": frozenset(), "eagle3_targets": (),
      "none_default_flags": frozenset({"async_scheduling", "disable_cascade_attn", "disable_hybrid_kv_cache_manager",
                                       "disable_nccl_for_dp_synchronization"})},
 )
