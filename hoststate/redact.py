@@ -24,14 +24,16 @@ environment) is never changed.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shlex
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
+from hoststate import gitleaks
 from hoststate.text import MAX_NESTING, NESTED_TOO_DEEPLY
 
 REDACTED = "<redacted>"
@@ -121,7 +123,21 @@ class ValueRule:
 
 
 def _rule(name: str, pattern: str, replacement: str, hints: str) -> ValueRule:
-    return ValueRule(name, re.compile(pattern), replacement or _to_last_at, tuple(hints.split()))
+    default = _bare_userinfo if name == "userinfo-no-scheme" else _to_last_at
+    return ValueRule(name, re.compile(pattern), replacement or default, tuple(hints.split()))
+
+
+#: What follows the '@' of ``user:password@host``: a host name, then a port, a path or the end of the word.
+_HOST_AFTER_AT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::\d{1,5})?(?:[/?#,;)\]}]|$)")
+
+
+def _bare_userinfo(m: re.Match[str]) -> str:
+    """``user:`` kept and the password up to the word's last '@' redacted, when a host follows that '@'."""
+    word = m.group()
+    colon, at = word.index(":"), word.rfind("@")
+    if at <= colon + 1 or not _HOST_AFTER_AT.match(word, at + 1) or word.startswith(REDACTED, colon + 1):
+        return word
+    return word[:colon + 1] + REDACTED + word[at:]
 
 
 def _to_last_at(m: re.Match[str]) -> str:
@@ -148,6 +164,9 @@ VALUE_RULES: tuple[ValueRule, ...] = (
     # (the replacement is a function: the pattern takes the whole word once instead of backtracking in it).
     # A user name of any length: it stops at '/', which every later '://' holds, so scans never overlap.
     _rule("url-userinfo", r"(?i:(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,31}://[^/\s:@\"'<>]*:[^\s\"'<>]+)", "", "://"),
+    # user:PASSWORD@host without a scheme (a DSN, an scp-like target): from where a word starts, the password
+    # to the word's last '@', when a host name follows it (not ``image:tag@sha256:...``).
+    _rule("userinfo-no-scheme", r"(?<![^\s\"'=,;(\[{])[\w.~%!$&*+-]{1,128}:(?!//)[^\s\"'<>]+", "", "@"),
     # scheme://TOKEN@host: a bare token as the user name (git remotes).
     _rule("url-token-user", r"(?i:(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{0,31}://)[a-z0-9_-]{20,}(@))",
           r"\1" + REDACTED + r"\2", "://"),
@@ -506,20 +525,108 @@ def _redact_keyed(text: str) -> str:
 
 
 def redact_text(text: str) -> str:
-    """A string with every secret shape of VALUE_RULES and every secret ``key = value`` pair replaced."""
+    """A string with every secret shape (gitleaks' rules, TOKEN_FORMATS, VALUE_RULES), every secret
+    ``key = value`` pair and every secret short option of a program named in it replaced; also inside escaped
+    string literals (JSON in JSON, a repr in a log line) and URL-encoded words (``AccountKey%3D...``)."""
+    return _redact(text, 0)
+
+
+#: How many times an escaped literal or an encoded word is decoded inside another (JSON in JSON in a log line).
+DECODE_DEPTH = 4
+
+
+def _redact(text: str, depth: int) -> str:
     if not isinstance(text, str) or not text:
         return text
-    for _ in range(3):  # again over what a rule kept (a key as a URL's user name), until nothing changes
+    text = _redact_shapes(text)
+    if depth < DECODE_DEPTH:  # then what only decoding shows, over what the shapes left
+        decoded = _redact_escaped_literals(_redact_encoded(text, depth), depth)
+        if decoded != text:
+            text = _redact_shapes(decoded)
+    lower = text.lower()
+    if _program_hint().search(lower):
+        text = _redact_program_options(text)
         lower = text.lower()
-        done = _tokens().sub(REDACTED, text)
+    return _redact_keyed(text) if any(hint in lower for hint in KEY_HINTS) else text
+
+
+def _redact_shapes(text: str) -> str:
+    """gitleaks' rules, TOKEN_FORMATS and VALUE_RULES, again over what a rule kept (a key as a URL's user
+    name) until nothing changes."""
+    for _ in range(3):
+        lower = text.lower()
+        done = gitleaks.redact(text, REDACTED)
+        done = _tokens().sub(REDACTED, done)
         for rule in VALUE_RULES:
             if any(hint in lower for hint in rule.hints):
                 done = rule.pattern.sub(rule.replacement, done)
         if done == text:
             break
         text = done
-    lower = text.lower()
-    return _redact_keyed(text) if any(hint in lower for hint in KEY_HINTS) else text
+    return text
+
+
+#: A word with a URL-encoded '=' or ':' (also encoded twice, ``%253D``).
+_ENCODED_SEPARATOR = re.compile(r"%(?:25)?3[aAdD]")
+_WORD = re.compile(r"[^\s\"'<>]+")
+
+
+def _redact_encoded(text: str, depth: int) -> str:
+    """Each word holding ``%3D`` or ``%3A`` (a connection string or a JSON text URL-encoded into a query)
+    decoded, redacted as text, and encoded again when a secret was found in it."""
+    if not _ENCODED_SEPARATOR.search(text):
+        return text
+    def one(m: re.Match[str]) -> str:
+        word = m.group()
+        if not _ENCODED_SEPARATOR.search(word):
+            return word
+        decoded, times = word, 0
+        while "%" in decoded and times < 2 and (plain := unquote(decoded)) != decoded:
+            decoded, times = plain, times + 1
+        redacted = _redact(decoded, depth + 1)
+        if redacted == decoded:
+            return word
+        for _ in range(times):
+            redacted = quote(redacted, safe="<>")
+        return redacted
+    return _WORD.sub(one, text)
+
+
+#: A quoted string literal, JSON's or Python's (only one with a backslash escape in it is decoded). It starts at
+#: a quote no backslash escapes (nor, for ``'``, a letter: ``don't``), so a failed literal is scanned once.
+_ESCAPED_LITERAL = re.compile(r'(?<!\\)"((?:[^"\\\n]|\\.)*)"|(?<![\\\w])\'((?:[^\'\\\n]|\\.)*)\'')
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|(.))", re.S)
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "0": "\0"}
+
+
+def _unescape(body: str) -> str:
+    """A literal's body as JSON or Python reads it (an unknown escape keeps its character)."""
+    def one(m: re.Match[str]) -> str:
+        code = m.group(1) or m.group(2)
+        if code:
+            return chr(int(code, 16))
+        return _SIMPLE_ESCAPES.get(m.group(3), m.group(3))
+    return _ESCAPE.sub(one, body)
+
+
+def _redact_escaped_literals(text: str, depth: int) -> str:
+    """Each quoted literal with escapes in it (``{\"note\": \"adafruit = \\\"KEY\\\"\"}``) read as its
+    parser reads it, redacted as text, and written again (JSON's way or Python's) when a secret was found."""
+    if "\\" not in text:
+        return text
+    def one(m: re.Match[str]) -> str:
+        double = m.group(1) is not None
+        body = m.group(1) if double else m.group(2)
+        if "\\" not in body:
+            return m.group()
+        plain = _unescape(body)
+        redacted = _redact(plain, depth + 1)
+        if redacted == plain:
+            return m.group()
+        if double:
+            return json.dumps(redacted, ensure_ascii=False)
+        return "'" + redacted.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+    return _ESCAPED_LITERAL.sub(one, text)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -685,18 +792,74 @@ def split_lenient(text: str) -> list[tuple[int, int, str]]:
 
 def redact_command_line(text: str) -> str:
     """A command line as written (also one shlex cannot split), with the secrets redact_argv finds in its
-    words and every secret shape replaced; words with nothing secret keep their original spelling."""
+    words and every secret shape replaced; words with nothing secret keep their original spelling, and so do
+    words whose secret a shape rule removes from the spelling itself (``{"note": "KEY"}`` keeps its quotes)."""
     if not isinstance(text, str) or not text:
         return text
+    text = redact_text(text)  # shapes first, in their context (a word-level rule could break one's context)
     words = split_lenient(text)
     redacted = redact_argv([w for _s, _e, w in words])
     out, pos = [], 0
     for (start, end, word), new in zip(words, redacted, strict=True):
         if new != word:
-            out += [text[pos:start], shlex.quote(new) if any(c.isspace() for c in new) else new]
+            spelled = redact_text(text[start:end])
+            if [w for _s, _e, w in split_lenient(spelled)] == [new]:
+                out += [text[pos:start], spelled]
+            else:
+                out += [text[pos:start], shlex.quote(new) if any(c.isspace() for c in new) else new]
             pos = end
     out.append(text[pos:])
     return redact_text("".join(out))
+
+
+@functools.cache
+def _program_hint() -> re.Pattern[str]:
+    """Any program name of SHORT_SECRET_OPTIONS, anywhere (the cheap test before _programs)."""
+    return re.compile("|".join(re.escape(p) for p in sorted(SHORT_SECRET_OPTIONS, key=len, reverse=True)))
+
+
+@functools.cache
+def _programs() -> re.Pattern[str]:
+    """A word naming a program of SHORT_SECRET_OPTIONS (also as a path: ``/usr/bin/mysql``)."""
+    names = "|".join(re.escape(p) for p in sorted(SHORT_SECRET_OPTIONS, key=len, reverse=True))
+    return re.compile(rf"(?<![\w.-])(?:[\w./-]*/)?(?:{names})(?![\w.-])")
+
+
+def _redact_program_options(text: str) -> str:
+    """``mysql -uroot -pSECRET db``, ``redis-cli -a SECRET``, ``curl -u user:SECRET`` in any text (a log line,
+    an environment value, a message): the words after a program's name, to the next program or the end of the
+    line, read as its options (each word is read once, so a line of program names costs its length)."""
+    marks = [m.end() for m in _programs().finditer(text)]
+    if not marks:
+        return text
+    out, pos = [], 0
+    for n, start in enumerate(marks):
+        line_end = text.find("\n", start)
+        end = min(marks[n + 1] if n + 1 < len(marks) else len(text), line_end if line_end >= 0 else len(text))
+        name = os.path.basename(_programs().match(text, _program_start(text, start)).group())
+        program = SHORT_SECRET_OPTIONS[name]
+        pending: Callable[[str], str] | None = None
+        for s, e, word in split_lenient(text[start:end]):
+            new = word
+            if pending is not None:
+                new, pending = pending(word), None
+            else:
+                found = _program_option(word, program)
+                if found is not None:
+                    new, pending = found
+            if new != word:
+                out += [text[pos:start + s], new]
+                pos = start + e
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _program_start(text: str, end: int) -> int:
+    """Where the program word that ends at ``end`` starts."""
+    i = end
+    while i > 0 and not (text[i - 1].isspace() or text[i - 1] in "\"'=;|&(`"):
+        i -= 1
+    return i
 
 
 # -- URLs ---------------------------------------------------------------------------------------------------------
