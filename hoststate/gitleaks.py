@@ -193,10 +193,37 @@ def compile_rule(row: dict) -> Rule:
         near = re.compile(rf"\b{m.group('word')}\b")
         breaks = 2 * int(m.group("lines"))  # each of the N line breaks is one or two of \r, \n
         source = regex[m.end():]
-    pattern = re.compile(to_python(_drop_lazy_prefix(source)))
+    pattern = re.compile(to_python(_terminator_as_lookahead(_drop_lazy_prefix(source))))
     named = set(pattern.groupindex.values())
     whole = bool(named) and len(named) == pattern.groups or _first_group_repeats(source)
     return Rule(row["id"], regex, pattern, keywords(row), row.get("secret_group"), whole, near, breaks)
+
+
+def _terminator_as_lookahead(regex: str) -> str:
+    """A regex that ends in a non-capturing group (the terminator ``(?:[\\x60'"\\s;]|\\\\[nr]|$)`` most rules end
+    with) with that group as a lookahead: it still decides whether there is a match, but is no part of it, so a
+    rule whose secret is its whole match (sentry-org-token) never takes the quote that closes a JSON string."""
+    if not regex.endswith(")"):
+        return regex
+    depth, start, i = 0, -1, 0
+    while i < len(regex):
+        c = regex[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            i = _bracket(regex, i, [])
+            continue
+        if c == "(":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        i += 1
+    if start > 0 and regex.startswith("(?:", start) and re.compile(to_python(regex[start:])).groups == 0:
+        return regex[:start] + "(?=" + regex[start + 3:]
+    return regex  # no final group, or one that holds the secret (kubernetes-secret-yaml is one group)
 
 
 def keywords(row: dict) -> tuple[str, ...]:

@@ -8,11 +8,15 @@ Secrets are found two ways, in every input (argv, environment, ``--vllm-cmd``, `
   configuration keys (``--api-key``, ``hf_token``, ``kv_transfer_config.x.password``, ``X-Amz-Credential``,
   argparse abbreviations such as ``--api-ke``), and ``SHORT_SECRET_OPTIONS`` for programs whose short options
   take one (``mysql -pPASS``);
-- by shape: ``TOKEN_FORMATS`` (provider token formats, anchored on gitleaks' rule set), ``VALUE_RULES``
-  (PEM blocks, URL passwords, headers, webhooks, JWTs) and ``key = value`` pairs in any text (JSON, Python
-  literals, queries and fragments, ``NAME=value``; keys of any length, escapes decoded), so an ``sk-...`` key
-  given as a positional argument, or a password nested in a JSON option, is redacted as surely as one
-  under ``--api-key``.
+- by shape: gitleaks' own rules, compiled from their published regexes (hoststate/gitleaks.py, the table
+  hoststate/gitleaks_rules.toml), ``TOKEN_FORMATS`` (provider token formats with floors, some gitleaks lacks),
+  ``VALUE_RULES`` (PEM blocks, URL passwords, ``user:pw@host`` without a scheme, headers, webhooks, JWTs) and
+  ``key = value`` pairs in any text (JSON, Python literals, queries and fragments, ``NAME=value``; keys of any
+  length, escapes decoded), so an ``sk-...`` key given as a positional argument, or a password nested in a JSON
+  option, is redacted as surely as one under ``--api-key``;
+- in any text, also what only decoding shows: a quoted literal with backslash escapes (JSON in a JSON string)
+  and a URL-encoded word (``AccountKey%3D...``) are decoded, redacted, and written again; and a program's
+  secret short option after its name (``mysql -pSECRET`` in a log line or an environment value).
 
 A redacted value is replaced by ``REDACTED``; nothing here raises, and every scan is linear in its input
 (no repetition can restart inside its own match or backtrack over another), because the text comes from
@@ -595,18 +599,22 @@ def _redact_encoded(text: str, depth: int) -> str:
 #: A quoted string literal, JSON's or Python's (only one with a backslash escape in it is decoded). It starts at
 #: a quote no backslash escapes (nor, for ``'``, a letter: ``don't``), so a failed literal is scanned once.
 _ESCAPED_LITERAL = re.compile(r'(?<!\\)"((?:[^"\\\n]|\\.)*)"|(?<![\\\w])\'((?:[^\'\\\n]|\\.)*)\'')
-_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|(.))", re.S)
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|U([0-9a-fA-F]{8})|(.))", re.S)
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "0": "\0"}
 
 
 def _unescape(body: str) -> str:
-    """A literal's body as JSON or Python reads it (an unknown escape keeps its character)."""
+    """A literal's body as JSON or Python reads it (an unknown escape keeps its character; ``\\ud83d\\ude00``, a
+    surrogate pair as JSON writes a character beyond the BMP, is that character)."""
     def one(m: re.Match[str]) -> str:
-        code = m.group(1) or m.group(2)
+        code = m.group(1) or m.group(2) or m.group(3)
         if code:
-            return chr(int(code, 16))
-        return _SIMPLE_ESCAPES.get(m.group(3), m.group(3))
-    return _ESCAPE.sub(one, body)
+            return chr(min(int(code, 16), 0x10FFFF))
+        return _SIMPLE_ESCAPES.get(m.group(4), m.group(4))
+    plain = _ESCAPE.sub(one, body)
+    if any("\ud800" <= c <= "\udfff" for c in plain):
+        plain = plain.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return plain
 
 
 def _redact_escaped_literals(text: str, depth: int) -> str:
@@ -725,8 +733,8 @@ def redact_argv(argv: list[str]) -> list[str]:
         if assigned is not None:
             out.append(assigned)
             continue
-        if any(c.isspace() for c in token):
-            out.append(redact_command_line(token))
+        if any(c.isspace() for c in token) and value.lstrip()[:1] not in ("{", "[") and token[:1] not in "{[":
+            out.append(redact_command_line(token))  # a JSON value is no command line: its quotes are JSON's
             continue
         out.append(redact_text(token))
     return out

@@ -101,7 +101,7 @@ def _snap(values: list[str], log_path: str) -> dict[str, Any]:
         f.write(_log_line(values))
     prefix = [f"VLLM_NOTE_{i}={v}" for i, v in enumerate(values)]
     options = [f"--served-model-name={v}" for v in values]
-    config = json.dumps({f"note_{i}": v for i, v in enumerate(values)}, ensure_ascii=False)
+    config = json.dumps({f"note_{i}": v for i, v in enumerate(values)})  # \uXXXX escapes, as json.dumps writes
     cmd = shlex.join([*prefix, "vllm", "serve", "m", *options, f"--additional-config={config}"])
     operator = {f"VLLM_OPNOTE_{i}": v for i, v in enumerate(values)}
     with mock.patch.dict(os.environ, operator):

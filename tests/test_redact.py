@@ -472,3 +472,25 @@ FREE_TEXT_LOOKALIKES = [
 def test_free_text_lookalikes_come_through(value):
     assert redact_text(value) == value
     assert redact_env({"VLLM_X": value}) == {"VLLM_X": value}
+
+
+#: The shapes issue 34 found verbatim in snapshots (gitleaks rules that need no context word and had no
+#: TOKEN_FORMATS entry, or whose body TOKEN_FORMATS read too narrowly), each as gitleaks' regex spells it.
+ISSUE_34_SHAPES = [
+    ("clickhouse-cloud-api-secret-key", "4b1d" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5bC"),
+    ("harness-api-key", "pat.aB3dE5fG7hJ9kL1mN3pQ5r.S7tU9vW1xY3zA5bC7dE9fG1h.J3kL5mN7pQ9rS1tU3vW5"),
+    ("maxmind-license-key", "aB3dE5_" + "fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA" + "_mmk"),
+    ("vault-service-token (legacy s.)", "s." + "aB3dE5fG7hJ9kL1mN3pQ5rS7"),
+    ("facebook-access-token", "123456789012345|" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9"),
+    ("sendgrid-api-token", "SG." + "aB3dE5fG7hJ9kL1mN3pQ5r.S7tU9vW1xY3zA5bC7dE9fG1hJ3kL5mN7pQ9rS1tU3=="),
+    ("age-secret-key", "AGE-SECRET-KEY-1" + "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L" + "QPZRY9X8GF2TVDW0S3JN54KHCE"),
+]
+
+
+@pytest.mark.parametrize(("rule_id", "token"), ISSUE_34_SHAPES, ids=[r for r, _t in ISSUE_34_SHAPES])
+def test_the_shapes_issue_34_found_are_redacted(rule_id, token):
+    context = {"facebook-access-token": "facebook "}.get(rule_id, "")
+    for out in (redact_text(f"note {context}{token} end"), " ".join(redact_argv(["--x", context + token])),
+                redact_env({"VLLM_NOTE": f"{context}{token}"})["VLLM_NOTE"],
+                str(redact_value({"note": f"{context}{token}"}))):
+        assert token not in out and REDACTED in out, (rule_id, out)
