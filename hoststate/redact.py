@@ -531,8 +531,12 @@ def _redact_keyed(text: str) -> str:
 def redact_text(text: str) -> str:
     """A string with every secret shape (gitleaks' rules, TOKEN_FORMATS, VALUE_RULES), every secret
     ``key = value`` pair and every secret short option of a program named in it replaced; also inside escaped
-    string literals (JSON in JSON, a repr in a log line) and URL-encoded words (``AccountKey%3D...``)."""
-    return _redact(text, 0)
+    string literals (JSON in JSON, a repr in a log line) and URL-encoded words (``AccountKey%3D...``). Fails
+    closed: should a rule ever raise on a text, the whole text is REDACTED."""
+    try:
+        return _redact(text, 0)
+    except Exception:  # noqa: BLE001 - a text redaction cannot vouch for is not kept
+        return REDACTED
 
 
 #: How many times an escaped literal or an encoded word is decoded inside another (JSON in JSON in a log line).
@@ -542,11 +546,9 @@ DECODE_DEPTH = 4
 def _redact(text: str, depth: int) -> str:
     if not isinstance(text, str) or not text:
         return text
+    if depth < DECODE_DEPTH:  # first what only decoding shows (a shape may hold a literal's escapes)
+        text = _redact_escaped_literals(_redact_encoded(text, depth), depth)
     text = _redact_shapes(text)
-    if depth < DECODE_DEPTH:  # then what only decoding shows, over what the shapes left
-        decoded = _redact_escaped_literals(_redact_encoded(text, depth), depth)
-        if decoded != text:
-            text = _redact_shapes(decoded)
     lower = text.lower()
     if _program_hint().search(lower):
         text = _redact_program_options(text)
@@ -591,7 +593,7 @@ def _redact_encoded(text: str, depth: int) -> str:
         if redacted == decoded:
             return word
         for _ in range(times):
-            redacted = quote(redacted, safe="<>")
+            redacted = quote(redacted, safe="<>", errors="surrogatepass")
         return redacted
     return _WORD.sub(one, text)
 
@@ -606,15 +608,49 @@ _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "0": "
 def _unescape(body: str) -> str:
     """A literal's body as JSON or Python reads it (an unknown escape keeps its character; ``\\ud83d\\ude00``, a
     surrogate pair as JSON writes a character beyond the BMP, is that character)."""
-    def one(m: re.Match[str]) -> str:
+    return _unescape_map(body)[0]
+
+
+def _unescape_map(body: str) -> tuple[str, list[int]]:
+    """(the body decoded, where in the body each decoded character starts, and the body's length last)."""
+    chars: list[str] = []
+    starts: list[int] = []
+    i, n = 0, len(body)
+    while i < n:
+        m = _ESCAPE.match(body, i) if body[i] == "\\" else None
+        if m is None:
+            chars.append(body[i])
+            starts.append(i)
+            i += 1
+            continue
         code = m.group(1) or m.group(2) or m.group(3)
-        if code:
-            return chr(min(int(code, 16), 0x10FFFF))
-        return _SIMPLE_ESCAPES.get(m.group(4), m.group(4))
-    plain = _ESCAPE.sub(one, body)
-    if any("\ud800" <= c <= "\udfff" for c in plain):
-        plain = plain.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
-    return plain
+        char = chr(min(int(code, 16), 0x10FFFF)) if code else _SIMPLE_ESCAPES.get(m.group(4), m.group(4))
+        if chars and "\ud800" <= chars[-1] <= "\udbff" and "\udc00" <= char <= "\udfff":
+            chars[-1] = chr(0x10000 + ((ord(chars[-1]) - 0xD800) << 10) + ord(char) - 0xDC00)
+        else:
+            chars.append(char)
+            starts.append(i)
+        i = m.end()
+    starts.append(n)
+    return "".join(chars), starts
+
+
+def _respell(body: str, plain: str, starts: list[int], redacted: str) -> str | None:
+    """The literal's body with only what redaction replaced in ``plain`` replaced, every other character spelled
+    as it was (escapes kept), so the text around a secret keeps the context other rules read; None when the
+    replacements cannot be placed (then the literal is written anew)."""
+    pieces = redacted.split(REDACTED)
+    if not plain.startswith(pieces[0]) or not plain.endswith(pieces[-1]):
+        return None
+    out, pos = [body[:starts[len(pieces[0])]]], len(pieces[0])
+    for k, piece in enumerate(pieces[1:], 1):
+        at = len(plain) - len(piece) if k == len(pieces) - 1 else plain.find(piece, pos)
+        if at < pos:
+            return None
+        out += [REDACTED, body[starts[at]:starts[at + len(piece)]]]
+        pos = at + len(piece)
+    new = "".join(out)
+    return new if _unescape(new) == redacted else None
 
 
 def _redact_escaped_literals(text: str, depth: int) -> str:
@@ -627,10 +663,14 @@ def _redact_escaped_literals(text: str, depth: int) -> str:
         body = m.group(1) if double else m.group(2)
         if "\\" not in body:
             return m.group()
-        plain = _unescape(body)
+        plain, starts = _unescape_map(body)
         redacted = _redact(plain, depth + 1)
         if redacted == plain:
             return m.group()
+        quote_char = '"' if double else "'"
+        respelled = _respell(body, plain, starts, redacted)
+        if respelled is not None:
+            return quote_char + respelled + quote_char
         if double:
             return json.dumps(redacted, ensure_ascii=False)
         return "'" + redacted.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
@@ -804,7 +844,7 @@ def redact_command_line(text: str) -> str:
     words whose secret a shape rule removes from the spelling itself (``{"note": "KEY"}`` keeps its quotes)."""
     if not isinstance(text, str) or not text:
         return text
-    text = redact_text(text)  # shapes first, in their context (a word-level rule could break one's context)
+    text = _redact_shapes(text)  # shapes first, in their context (a word-level rule could break one's context)
     words = split_lenient(text)
     redacted = redact_argv([w for _s, _e, w in words])
     out, pos = [], 0
@@ -837,15 +877,15 @@ def _redact_program_options(text: str) -> str:
     """``mysql -uroot -pSECRET db``, ``redis-cli -a SECRET``, ``curl -u user:SECRET`` in any text (a log line,
     an environment value, a message): the words after a program's name, to the next program or the end of the
     line, read as its options (each word is read once, so a line of program names costs its length)."""
-    marks = [m.end() for m in _programs().finditer(text)]
+    marks = list(_programs().finditer(text))
     if not marks:
         return text
     out, pos = [], 0
-    for n, start in enumerate(marks):
+    for n, mark in enumerate(marks):
+        start = mark.end()
         line_end = text.find("\n", start)
-        end = min(marks[n + 1] if n + 1 < len(marks) else len(text), line_end if line_end >= 0 else len(text))
-        name = os.path.basename(_programs().match(text, _program_start(text, start)).group())
-        program = SHORT_SECRET_OPTIONS[name]
+        end = min(marks[n + 1].start() if n + 1 < len(marks) else len(text), line_end if line_end >= 0 else len(text))
+        program = SHORT_SECRET_OPTIONS[os.path.basename(mark.group())]
         pending: Callable[[str], str] | None = None
         for s, e, word in split_lenient(text[start:end]):
             new = word
@@ -860,14 +900,6 @@ def _redact_program_options(text: str) -> str:
                 pos = start + e
     out.append(text[pos:])
     return "".join(out)
-
-
-def _program_start(text: str, end: int) -> int:
-    """Where the program word that ends at ``end`` starts."""
-    i = end
-    while i > 0 and not (text[i - 1].isspace() or text[i - 1] in "\"'=;|&(`"):
-        i -= 1
-    return i
 
 
 # -- URLs ---------------------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -494,3 +495,21 @@ def test_the_shapes_issue_34_found_are_redacted(rule_id, token):
                 redact_env({"VLLM_NOTE": f"{context}{token}"})["VLLM_NOTE"],
                 str(redact_value({"note": f"{context}{token}"}))):
         assert token not in out and REDACTED in out, (rule_id, out)
+
+
+def test_a_secret_inside_an_escaped_literal_is_redacted_and_the_escapes_around_it_are_kept():
+    token = "ghp_" + "b" * 36
+    text = '--x={"a": "pre \\u00e9 adafruit = \\"' + "a" * 32 + '\\" mid \\\\ ' + token + ' end"}'
+    assert redact_text(text) == '--x={"a": "pre \\u00e9 adafruit = \\"<redacted>\\" mid \\\\ <redacted> end"}'
+    # a context word that a token format would take first (xoxe-...kucoin) is read in the decoded literal
+    value = "xoxe-abcdefghijkuCoin\u2028'=>\r\"\f=E96E5da6-DF4a-187b-42A0-70ceeE1630d4"
+    for dumped in (json.dumps({"a": value}), json.dumps({"a": value}, ensure_ascii=False)):
+        assert "E96E5da6-DF4a-187b-42A0-70ceeE1630d4" not in redact_text(dumped), dumped
+
+
+def test_program_names_inside_other_words_never_break_redaction():
+    for text in ("c\U000eda72.\U00052c54curl\n --header'X-Token:\tabcdefgh'", "xmysql -pA", "mysql.cnf -pA",
+                 "/opt/mysql -pA; mysql -pB\nmysql x -pC"):
+        out = redact_text(text)
+        assert out != REDACTED, text  # never the fail-closed answer of a rule that raised
+    assert redact_text("/opt/mysql -pA; mysql -pB\nmysql x -pC").count(REDACTED) == 3
