@@ -8,11 +8,15 @@ Secrets are found two ways, in every input (argv, environment, ``--vllm-cmd``, `
   configuration keys (``--api-key``, ``hf_token``, ``kv_transfer_config.x.password``, ``X-Amz-Credential``,
   argparse abbreviations such as ``--api-ke``), and ``SHORT_SECRET_OPTIONS`` for programs whose short options
   take one (``mysql -pPASS``);
-- by shape: ``TOKEN_FORMATS`` (provider token formats, anchored on gitleaks' rule set), ``VALUE_RULES``
-  (PEM blocks, URL passwords, headers, webhooks, JWTs) and ``key = value`` pairs in any text (JSON, Python
-  literals, queries and fragments, ``NAME=value``; keys of any length, escapes decoded), so an ``sk-...`` key
-  given as a positional argument, or a password nested in a JSON option, is redacted as surely as one
-  under ``--api-key``.
+- by shape: gitleaks' own rules, compiled from their published regexes (hoststate/gitleaks.py, the table
+  hoststate/gitleaks_rules.toml), ``TOKEN_FORMATS`` (provider token formats with floors, some gitleaks lacks),
+  ``VALUE_RULES`` (PEM blocks, URL passwords, ``user:pw@host`` without a scheme, headers, webhooks, JWTs) and
+  ``key = value`` pairs in any text (JSON, Python literals, queries and fragments, ``NAME=value``; keys of any
+  length, escapes decoded), so an ``sk-...`` key given as a positional argument, or a password nested in a JSON
+  option, is redacted as surely as one under ``--api-key``;
+- in any text, also what only decoding shows: a quoted literal with backslash escapes (JSON in a JSON string)
+  and a URL-encoded word (``AccountKey%3D...``) are decoded, redacted, and written again; and a program's
+  secret short option after its name (``mysql -pSECRET`` in a log line or an environment value).
 
 A redacted value is replaced by ``REDACTED``; nothing here raises, and every scan is linear in its input
 (no repetition can restart inside its own match or backtrack over another), because the text comes from
@@ -24,14 +28,16 @@ environment) is never changed.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shlex
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
+from hoststate import gitleaks
 from hoststate.text import MAX_NESTING, NESTED_TOO_DEEPLY
 
 REDACTED = "<redacted>"
@@ -121,7 +127,21 @@ class ValueRule:
 
 
 def _rule(name: str, pattern: str, replacement: str, hints: str) -> ValueRule:
-    return ValueRule(name, re.compile(pattern), replacement or _to_last_at, tuple(hints.split()))
+    default = _bare_userinfo if name == "userinfo-no-scheme" else _to_last_at
+    return ValueRule(name, re.compile(pattern), replacement or default, tuple(hints.split()))
+
+
+#: What follows the '@' of ``user:password@host``: a host name, then a port, a path or the end of the word.
+_HOST_AFTER_AT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::\d{1,5})?(?:[/?#,;)\]}]|$)")
+
+
+def _bare_userinfo(m: re.Match[str]) -> str:
+    """``user:`` kept and the password up to the word's last '@' redacted, when a host follows that '@'."""
+    word = m.group()
+    colon, at = word.index(":"), word.rfind("@")
+    if at <= colon + 1 or not _HOST_AFTER_AT.match(word, at + 1) or word.startswith(REDACTED, colon + 1):
+        return word
+    return word[:colon + 1] + REDACTED + word[at:]
 
 
 def _to_last_at(m: re.Match[str]) -> str:
@@ -148,6 +168,9 @@ VALUE_RULES: tuple[ValueRule, ...] = (
     # (the replacement is a function: the pattern takes the whole word once instead of backtracking in it).
     # A user name of any length: it stops at '/', which every later '://' holds, so scans never overlap.
     _rule("url-userinfo", r"(?i:(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,31}://[^/\s:@\"'<>]*:[^\s\"'<>]+)", "", "://"),
+    # user:PASSWORD@host without a scheme (a DSN, an scp-like target): from where a word starts, the password
+    # to the word's last '@', when a host name follows it (not ``image:tag@sha256:...``).
+    _rule("userinfo-no-scheme", r"(?<![^\s\"'=,;(\[{])[\w.~%!$&*+-]{1,128}:(?!//)[^\s\"'<>]+", "", "@"),
     # scheme://TOKEN@host: a bare token as the user name (git remotes).
     _rule("url-token-user", r"(?i:(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{0,31}://)[a-z0-9_-]{20,}(@))",
           r"\1" + REDACTED + r"\2", "://"),
@@ -506,20 +529,152 @@ def _redact_keyed(text: str) -> str:
 
 
 def redact_text(text: str) -> str:
-    """A string with every secret shape of VALUE_RULES and every secret ``key = value`` pair replaced."""
+    """A string with every secret shape (gitleaks' rules, TOKEN_FORMATS, VALUE_RULES), every secret
+    ``key = value`` pair and every secret short option of a program named in it replaced; also inside escaped
+    string literals (JSON in JSON, a repr in a log line) and URL-encoded words (``AccountKey%3D...``). Fails
+    closed: should a rule ever raise on a text, the whole text is REDACTED."""
+    try:
+        return _redact(text, 0)
+    except Exception:  # noqa: BLE001 - a text redaction cannot vouch for is not kept
+        return REDACTED
+
+
+#: How many times an escaped literal or an encoded word is decoded inside another (JSON in JSON in a log line).
+DECODE_DEPTH = 4
+
+
+def _redact(text: str, depth: int) -> str:
     if not isinstance(text, str) or not text:
         return text
-    for _ in range(3):  # again over what a rule kept (a key as a URL's user name), until nothing changes
+    if depth < DECODE_DEPTH:  # first what only decoding shows (a shape may hold a literal's escapes)
+        text = _redact_escaped_literals(_redact_encoded(text, depth), depth)
+    text = _redact_shapes(text)
+    lower = text.lower()
+    if _program_hint().search(lower):
+        text = _redact_program_options(text)
         lower = text.lower()
-        done = _tokens().sub(REDACTED, text)
+    return _redact_keyed(text) if any(hint in lower for hint in KEY_HINTS) else text
+
+
+def _redact_shapes(text: str) -> str:
+    """gitleaks' rules, TOKEN_FORMATS and VALUE_RULES, again over what a rule kept (a key as a URL's user
+    name) until nothing changes."""
+    for _ in range(3):
+        lower = text.lower()
+        done = gitleaks.redact(text, REDACTED)
+        done = _tokens().sub(REDACTED, done)
         for rule in VALUE_RULES:
             if any(hint in lower for hint in rule.hints):
                 done = rule.pattern.sub(rule.replacement, done)
         if done == text:
             break
         text = done
-    lower = text.lower()
-    return _redact_keyed(text) if any(hint in lower for hint in KEY_HINTS) else text
+    return text
+
+
+#: A word with a URL-encoded '=' or ':' (also encoded twice, ``%253D``).
+_ENCODED_SEPARATOR = re.compile(r"%(?:25)?3[aAdD]")
+_WORD = re.compile(r"[^\s\"'<>]+")
+
+
+def _redact_encoded(text: str, depth: int) -> str:
+    """Each word holding ``%3D`` or ``%3A`` (a connection string or a JSON text URL-encoded into a query)
+    decoded, redacted as text, and encoded again when a secret was found in it."""
+    if not _ENCODED_SEPARATOR.search(text):
+        return text
+    def one(m: re.Match[str]) -> str:
+        word = m.group()
+        if not _ENCODED_SEPARATOR.search(word):
+            return word
+        decoded, times = word, 0
+        while "%" in decoded and times < 2 and (plain := unquote(decoded)) != decoded:
+            decoded, times = plain, times + 1
+        redacted = _redact(decoded, depth + 1)
+        if redacted == decoded:
+            return word
+        for _ in range(times):
+            redacted = quote(redacted, safe="<>", errors="surrogatepass")
+        return redacted
+    return _WORD.sub(one, text)
+
+
+#: A quoted string literal, JSON's or Python's (only one with a backslash escape in it is decoded). It starts at
+#: a quote no backslash escapes (nor, for ``'``, a letter: ``don't``), so a failed literal is scanned once.
+_ESCAPED_LITERAL = re.compile(r'(?<!\\)"((?:[^"\\\n]|\\.)*)"|(?<![\\\w])\'((?:[^\'\\\n]|\\.)*)\'')
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|U([0-9a-fA-F]{8})|(.))", re.S)
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "0": "\0"}
+
+
+def _unescape(body: str) -> str:
+    """A literal's body as JSON or Python reads it (an unknown escape keeps its character; ``\\ud83d\\ude00``, a
+    surrogate pair as JSON writes a character beyond the BMP, is that character)."""
+    return _unescape_map(body)[0]
+
+
+def _unescape_map(body: str) -> tuple[str, list[int]]:
+    """(the body decoded, where in the body each decoded character starts, and the body's length last)."""
+    chars: list[str] = []
+    starts: list[int] = []
+    i, n = 0, len(body)
+    while i < n:
+        m = _ESCAPE.match(body, i) if body[i] == "\\" else None
+        if m is None:
+            chars.append(body[i])
+            starts.append(i)
+            i += 1
+            continue
+        code = m.group(1) or m.group(2) or m.group(3)
+        char = chr(min(int(code, 16), 0x10FFFF)) if code else _SIMPLE_ESCAPES.get(m.group(4), m.group(4))
+        if chars and "\ud800" <= chars[-1] <= "\udbff" and "\udc00" <= char <= "\udfff":
+            chars[-1] = chr(0x10000 + ((ord(chars[-1]) - 0xD800) << 10) + ord(char) - 0xDC00)
+        else:
+            chars.append(char)
+            starts.append(i)
+        i = m.end()
+    starts.append(n)
+    return "".join(chars), starts
+
+
+def _respell(body: str, plain: str, starts: list[int], redacted: str) -> str | None:
+    """The literal's body with only what redaction replaced in ``plain`` replaced, every other character spelled
+    as it was (escapes kept), so the text around a secret keeps the context other rules read; None when the
+    replacements cannot be placed (then the literal is written anew)."""
+    pieces = redacted.split(REDACTED)
+    if not plain.startswith(pieces[0]) or not plain.endswith(pieces[-1]):
+        return None
+    out, pos = [body[:starts[len(pieces[0])]]], len(pieces[0])
+    for k, piece in enumerate(pieces[1:], 1):
+        at = len(plain) - len(piece) if k == len(pieces) - 1 else plain.find(piece, pos)
+        if at < pos:
+            return None
+        out += [REDACTED, body[starts[at]:starts[at + len(piece)]]]
+        pos = at + len(piece)
+    new = "".join(out)
+    return new if _unescape(new) == redacted else None
+
+
+def _redact_escaped_literals(text: str, depth: int) -> str:
+    """Each quoted literal with escapes in it (``{\"note\": \"adafruit = \\\"KEY\\\"\"}``) read as its
+    parser reads it, redacted as text, and written again (JSON's way or Python's) when a secret was found."""
+    if "\\" not in text:
+        return text
+    def one(m: re.Match[str]) -> str:
+        double = m.group(1) is not None
+        body = m.group(1) if double else m.group(2)
+        if "\\" not in body:
+            return m.group()
+        plain, starts = _unescape_map(body)
+        redacted = _redact(plain, depth + 1)
+        if redacted == plain:
+            return m.group()
+        quote_char = '"' if double else "'"
+        respelled = _respell(body, plain, starts, redacted)
+        if respelled is not None:
+            return quote_char + respelled + quote_char
+        if double:
+            return json.dumps(redacted, ensure_ascii=False)
+        return "'" + redacted.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+    return _ESCAPED_LITERAL.sub(one, text)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -618,8 +773,8 @@ def redact_argv(argv: list[str]) -> list[str]:
         if assigned is not None:
             out.append(assigned)
             continue
-        if any(c.isspace() for c in token):
-            out.append(redact_command_line(token))
+        if any(c.isspace() for c in token) and value.lstrip()[:1] not in ("{", "[") and token[:1] not in "{[":
+            out.append(redact_command_line(token))  # a JSON value is no command line: its quotes are JSON's
             continue
         out.append(redact_text(token))
     return out
@@ -685,18 +840,66 @@ def split_lenient(text: str) -> list[tuple[int, int, str]]:
 
 def redact_command_line(text: str) -> str:
     """A command line as written (also one shlex cannot split), with the secrets redact_argv finds in its
-    words and every secret shape replaced; words with nothing secret keep their original spelling."""
+    words and every secret shape replaced; words with nothing secret keep their original spelling, and so do
+    words whose secret a shape rule removes from the spelling itself (``{"note": "KEY"}`` keeps its quotes)."""
     if not isinstance(text, str) or not text:
         return text
+    text = _redact_shapes(text)  # shapes first, in their context (a word-level rule could break one's context)
     words = split_lenient(text)
     redacted = redact_argv([w for _s, _e, w in words])
     out, pos = [], 0
     for (start, end, word), new in zip(words, redacted, strict=True):
         if new != word:
-            out += [text[pos:start], shlex.quote(new) if any(c.isspace() for c in new) else new]
+            spelled = redact_text(text[start:end])
+            if [w for _s, _e, w in split_lenient(spelled)] == [new]:
+                out += [text[pos:start], spelled]
+            else:
+                out += [text[pos:start], shlex.quote(new) if any(c.isspace() for c in new) else new]
             pos = end
     out.append(text[pos:])
     return redact_text("".join(out))
+
+
+@functools.cache
+def _program_hint() -> re.Pattern[str]:
+    """Any program name of SHORT_SECRET_OPTIONS, anywhere (the cheap test before _programs)."""
+    return re.compile("|".join(re.escape(p) for p in sorted(SHORT_SECRET_OPTIONS, key=len, reverse=True)))
+
+
+@functools.cache
+def _programs() -> re.Pattern[str]:
+    """A word naming a program of SHORT_SECRET_OPTIONS (also as a path: ``/usr/bin/mysql``)."""
+    names = "|".join(re.escape(p) for p in sorted(SHORT_SECRET_OPTIONS, key=len, reverse=True))
+    return re.compile(rf"(?<![\w.-])(?:[\w./-]*/)?(?:{names})(?![\w.-])")
+
+
+def _redact_program_options(text: str) -> str:
+    """``mysql -uroot -pSECRET db``, ``redis-cli -a SECRET``, ``curl -u user:SECRET`` in any text (a log line,
+    an environment value, a message): the words after a program's name, to the next program or the end of the
+    line, read as its options (each word is read once, so a line of program names costs its length)."""
+    marks = list(_programs().finditer(text))
+    if not marks:
+        return text
+    out, pos = [], 0
+    for n, mark in enumerate(marks):
+        start = mark.end()
+        line_end = text.find("\n", start)
+        end = min(marks[n + 1].start() if n + 1 < len(marks) else len(text), line_end if line_end >= 0 else len(text))
+        program = SHORT_SECRET_OPTIONS[os.path.basename(mark.group())]
+        pending: Callable[[str], str] | None = None
+        for s, e, word in split_lenient(text[start:end]):
+            new = word
+            if pending is not None:
+                new, pending = pending(word), None
+            else:
+                found = _program_option(word, program)
+                if found is not None:
+                    new, pending = found
+            if new != word:
+                out += [text[pos:start + s], new]
+                pos = start + e
+    out.append(text[pos:])
+    return "".join(out)
 
 
 # -- URLs ---------------------------------------------------------------------------------------------------------

@@ -4,10 +4,12 @@ and every other lone surrogate as ``\\uNNNN`` (hoststate.text, docs/security.md)
 
 from __future__ import annotations
 
+import http.server
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -188,3 +190,53 @@ def test_clean_is_utf8_and_keeps_valid_text(text: str) -> None:
     cleaned.encode("utf-8")  # never raises: no surrogate is left
     if not any(0xD800 <= ord(c) <= 0xDFFF for c in text):
         assert cleaned == text
+
+
+def test_a_literal_the_compiler_warns_about_is_parsed_without_a_word_on_stderr(tmp_path) -> None:
+    """``1if 1else 2`` parses, with a SyntaxWarning Python prints on stderr by default: snap prints nothing."""
+    log = _log(tmp_path, ["INFO 10-06 09:12:40 [utils.py:233] non-default args: "
+                          "{'model': 'm', 'x': 1if 1else 2}\n"])
+    out = tmp_path / "out.toml"
+    proc = hoststate("snap", "-q", "--root", str(ROOT), "--only", "vllm", "--vllm-log", str(log), "-o", str(out))
+    assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
+    args = written(out)["vllm"]["log"]["non_default_args"]
+    assert args["model"] == "m" and args["x"] == "1 if 1 else 2", args
+
+
+class _DeepModels(http.server.BaseHTTPRequestHandler):
+    """A server whose /v1/models answer nests 100,000 levels deep."""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        if self.path.startswith("/version"):
+            body = b'{"version": "0.11.1"}'
+        elif self.path.startswith("/v1/models"):
+            body = b'{"object": "list", "data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+        else:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_models_answer_nested_100000_levels_is_an_error_of_that_endpoint(tmp_path) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _DeepModels)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    out = tmp_path / "out.toml"
+    try:
+        proc = hoststate("snap", "--only", "vllm", "--vllm-url", f"http://127.0.0.1:{server.server_address[1]}",
+                         "-o", str(out))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 0, proc.stderr
+    assert b"RecursionError" not in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
+    snap = written(out)
+    assert snap["collectors"]["vllm"]["status"] in ("ok", "partial"), snap["collectors"]["vllm"]
+    url = snap["vllm"]["url"]
+    assert url["version"] == "0.11.1" and url["models_error"] == "/v1/models: JSON nested deeper than 64 levels"

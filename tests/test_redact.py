@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 
 import pytest
 
+from hoststate import gitleaks
 from hoststate.redact import (
     REDACTED,
     SERVER_SECRET_OPTIONS,
@@ -190,7 +192,7 @@ def test_every_value_rule_fires_on_an_example():
     """A rule whose hints miss its own shape would be skipped silently: each rule redacts its example."""
     examples = {
         "pem-block": "-----BEGIN X-----\nabc", "header": "Cookie: a=b", "bearer": "Bearer abcdefghijk",
-        "url-userinfo": "http://u:pw@h", "url-token-user": "https://abcdefghijklmnopqrstuvwxyz@h",
+        "url-userinfo": "http://u:pw@h", "userinfo-no-scheme": "u:pw@db", "url-token-user": "https://abcdefghijklmnopqrstuvwxyz@h",
         "slack-webhook": "hooks.slack.com/services/T/B/x", "discord-webhook": "discord.com/api/webhooks/1/x",
         "teams-webhook": "https://x.webhook.office.com/webhookb2/abc@def/IncomingWebhook/0123/xyz",
         "aws-access-key": "ASIAABCDEFGHIJKLMNOP", "azure-ad-client-secret": "abc8Q~" + "d" * 31,
@@ -217,9 +219,11 @@ def test_every_token_format_is_redacted_and_one_char_short_is_not_a_token(rule_i
         out = redact_text(text)
         assert token not in out and token[-8:] not in out and REDACTED in out, (rule_id, out)
     # the floor is a floor: the prefix with too short a body is a word like any other (unless a shorter
-    # format of the same prefix takes it, as sk- does for sk-ant-)
+    # format of the same prefix takes it, as sk- does for sk-ant-, or gitleaks' own rule does: its slack
+    # xoxa- tokens start at 8 characters)
     short = token[:-1]
-    if not any(short.startswith(p.removesuffix("(?i)")) and p != prefix for _r, p, _b, _n in TOKEN_FORMATS):
+    if not any(short.startswith(p.removesuffix("(?i)")) and p != prefix for _r, p, _b, _n in TOKEN_FORMATS) \
+            and not gitleaks.secret_spans(f"x {short} y"):
         assert redact_text(f"x {short} y") == f"x {short} y", rule_id
 
 
@@ -395,7 +399,10 @@ N = 150_000
 HOSTILE = [
     *(piece * (N // len(piece)) for piece in (
         "sk-", "ghp_", "-ghp_a", "x://", "a:", "a_", "\\u0041", '{"k": [', "api_key=", "-----BEGIN A-----",
-        "Authorization: ", "%5F", "hvs.a-", "\\", "'api_key': '", "--api-ke ")),
+        "Authorization: ", "%5F", "hvs.a-", "\\", "'api_key': '", "--api-ke ",
+        # gitleaks' rules, escaped literals, encoded words and program options (issue 34)
+        '"\\', "'\\", '<add key="Password" value="', "kind: secret data: ", "curl -u ", "curl\n", "mysql -p",
+        "mysql ", "%3D", "a%3D", "adafruit = ", "u:p@", "-----BEGIN PRIVATE KEY-----")),
     "http://" + "u" * N + "@h", "http://" + "a:" * (N // 2), "http://u:" + "@" * N + " x", '{"' + "a" * N,
     "a_" * (N // 2) + "token", "hvs." + "a" * N, "a:" * (N // 2) + "@", "%5F" * (N // 3) + "=x", "x" * N + "Q~",
 ]
@@ -416,3 +423,93 @@ def test_redaction_of_hostile_megabyte_inputs_finishes():
     proc = subprocess.run([sys.executable, "-c", _HOSTILE_RUN], capture_output=True, text=True, timeout=300,
                           cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     assert proc.returncode == 0 and proc.stdout.split() == ["done", str(len(HOSTILE))], proc.stderr[-2000:]
+
+
+#: Free-text forms (issue 34): a password glued to a program's short option, ``user:pw@host`` without a scheme,
+#: ``key%3Dvalue`` URL-encoded (also twice); each with the secret that must go.
+FREE_TEXT_FORMS = [
+    ("mysql -uroot -pS3cr3tFree01 db", "S3cr3tFree01"),
+    ('mysql -p"Sec ret Free02" -h db', "Sec ret Free02"),
+    ("run: /usr/bin/mysqldump -p'Free03quoted' --all-databases", "Free03quoted"),
+    ("redis-cli -h cache -a Free04redis ping", "Free04redis"),
+    ("curl -s -u bob:Free05curl https://x.example/", "Free05curl"),
+    ("sshpass -p Free06ssh ssh host", "Free06ssh"),
+    ("dsn admin:Free07pw@db.example.com:5432/app", "Free07pw"),
+    ("backup user:Free08p@ss@store.example", "Free08p@ss"),
+    ("DefaultEndpointsProtocol%3Dhttps%3BAccountName%3Dacct%3BAccountKey%3DFree09KeyAbc%2Bdef%3D%3D%3BEndpoint"
+     "Suffix%3Dcore.windows.net", "Free09KeyAbc"),
+    ("https://h.example/cb?next=%2Fx%3Fpassword%3DFree10pw%26a%3D1", "Free10pw"),
+    ("state=token%253DFree11double%2526x%253D1", "Free11double"),
+    ('{"cmd": "mysql -pFree12json db", "n": 1}', "Free12json"),
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), FREE_TEXT_FORMS, ids=[s for _t, s in FREE_TEXT_FORMS])
+def test_free_text_forms_are_redacted_in_argv_env_and_text(text, secret):
+    outputs = {
+        "text": redact_text(text),
+        "log line": redact_text(f"INFO 01-01 [launcher.py:1] starting {text} (pid 7)"),
+        "env value": redact_env({"VLLM_NOTE": text})["VLLM_NOTE"],
+        "argv token": " ".join(redact_argv(["--served-model-name", text])),
+        "command line": redact_command_line(f"bash -c {text!r}"),
+        "nested": str(redact_strings({"k": [text]})),
+    }
+    if not text.startswith("{"):  # the words of a command (a JSON text split at spaces is no command)
+        outputs["argv"] = " ".join(redact_argv(text.split(" ")))
+    left = {where: out for where, out in outputs.items() if secret in out or REDACTED not in out}
+    assert not left, left
+
+
+#: What the free-text rules must leave alone: an image pinned by digest, an scp-like git remote, a port option.
+FREE_TEXT_LOOKALIKES = [
+    "python:3.11-slim@sha256:4b1d5f0e2a7c9d3b6e8f1a2c4d6e8f0a1b3c5d7e9f1a3b5c7d9e1f3a5b7c9d1e",
+    "nvcr.io/nvidia/pytorch:24.01-py3@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    "git@github.com:vllm-project/vllm.git", "mysql -h db -P 3306 -u root", "mysql -p", "ls -p /tmp",
+    "AccountName%3Dacct%3BEndpointSuffix%3Dcore.windows.net", "q=a%3Db%26c%3Dd",
+]
+
+
+@pytest.mark.parametrize("value", FREE_TEXT_LOOKALIKES)
+def test_free_text_lookalikes_come_through(value):
+    assert redact_text(value) == value
+    assert redact_env({"VLLM_X": value}) == {"VLLM_X": value}
+
+
+#: The shapes issue 34 found verbatim in snapshots (gitleaks rules that need no context word and had no
+#: TOKEN_FORMATS entry, or whose body TOKEN_FORMATS read too narrowly), each as gitleaks' regex spells it.
+ISSUE_34_SHAPES = [
+    ("clickhouse-cloud-api-secret-key", "4b1d" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5bC"),
+    ("harness-api-key", "pat.aB3dE5fG7hJ9kL1mN3pQ5r.S7tU9vW1xY3zA5bC7dE9fG1h.J3kL5mN7pQ9rS1tU3vW5"),
+    ("maxmind-license-key", "aB3dE5_" + "fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA" + "_mmk"),
+    ("vault-service-token (legacy s.)", "s." + "aB3dE5fG7hJ9kL1mN3pQ5rS7"),
+    ("facebook-access-token", "123456789012345|" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9"),
+    ("sendgrid-api-token", "SG." + "aB3dE5fG7hJ9kL1mN3pQ5r.S7tU9vW1xY3zA5bC7dE9fG1hJ3kL5mN7pQ9rS1tU3=="),
+    ("age-secret-key", "AGE-SECRET-KEY-1" + "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L" + "QPZRY9X8GF2TVDW0S3JN54KHCE"),
+]
+
+
+@pytest.mark.parametrize(("rule_id", "token"), ISSUE_34_SHAPES, ids=[r for r, _t in ISSUE_34_SHAPES])
+def test_the_shapes_issue_34_found_are_redacted(rule_id, token):
+    context = {"facebook-access-token": "facebook "}.get(rule_id, "")
+    for out in (redact_text(f"note {context}{token} end"), " ".join(redact_argv(["--x", context + token])),
+                redact_env({"VLLM_NOTE": f"{context}{token}"})["VLLM_NOTE"],
+                str(redact_value({"note": f"{context}{token}"}))):
+        assert token not in out and REDACTED in out, (rule_id, out)
+
+
+def test_a_secret_inside_an_escaped_literal_is_redacted_and_the_escapes_around_it_are_kept():
+    token = "ghp_" + "b" * 36
+    text = '--x={"a": "pre \\u00e9 adafruit = \\"' + "a" * 32 + '\\" mid \\\\ ' + token + ' end"}'
+    assert redact_text(text) == '--x={"a": "pre \\u00e9 adafruit = \\"<redacted>\\" mid \\\\ <redacted> end"}'
+    # a context word that a token format would take first (xoxe-...kucoin) is read in the decoded literal
+    value = "xoxe-abcdefghijkuCoin\u2028'=>\r\"\f=E96E5da6-DF4a-187b-42A0-70ceeE1630d4"
+    for dumped in (json.dumps({"a": value}), json.dumps({"a": value}, ensure_ascii=False)):
+        assert "E96E5da6-DF4a-187b-42A0-70ceeE1630d4" not in redact_text(dumped), dumped
+
+
+def test_program_names_inside_other_words_never_break_redaction():
+    for text in ("c\U000eda72.\U00052c54curl\n --header'X-Token:\tabcdefgh'", "xmysql -pA", "mysql.cnf -pA",
+                 "/opt/mysql -pA; mysql -pB\nmysql x -pC"):
+        out = redact_text(text)
+        assert out != REDACTED, text  # never the fail-closed answer of a rule that raised
+    assert redact_text("/opt/mysql -pA; mysql -pB\nmysql x -pC").count(REDACTED) == 3

@@ -21,6 +21,38 @@ from hoststate.redact import redact_env, redact_mentions, redact_url, redact_val
 HTTP_TIMEOUT = 3.0
 #: Largest response body read from an endpoint.
 HTTP_MAX_BYTES = 4 << 20
+#: Deepest JSON nesting parsed from an endpoint (vLLM's answers nest five or six levels): a deeper answer is an
+#: error of that endpoint, found before json.loads, whose recursion a 100,000-level answer would exhaust.
+MAX_JSON_DEPTH = 64
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def json_depth(text: str) -> int:
+    """How deep a JSON text nests (brackets outside strings), in one linear scan."""
+    depth = deepest = 0
+    for bracket in _JSON_BRACKET.findall(_JSON_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+class NestedTooDeeply(ValueError):
+    """A JSON answer nested deeper than MAX_JSON_DEPTH."""
+
+
+def load_json(text: str | None) -> Any:
+    """json.loads with nesting bounded by MAX_JSON_DEPTH; every failure is ValueError (NestedTooDeeply for
+    nesting)."""
+    text = text or ""
+    too_deep = NestedTooDeeply(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise too_deep
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise too_deep from None
 
 
 def _credentials(url: str) -> tuple[str, str | None]:
@@ -159,7 +191,7 @@ def query_url(url: str, owner: tuple[int, int | None] | None = None) -> dict[str
     else:
         data["reachable"] = True
         try:
-            data["version"] = str(json.loads(body or "")["version"])
+            data["version"] = str(load_json(body)["version"])
         except (ValueError, KeyError, TypeError):
             data["version_error"] = "/version: not a JSON object with 'version'"
     status, body, err = _get(url, "/v1/models")
@@ -167,11 +199,13 @@ def query_url(url: str, owner: tuple[int, int | None] | None = None) -> dict[str
         data["models_error"] = f"/v1/models: {err}"
     else:
         try:
-            models = json.loads(body or "").get("data", [])
+            models = load_json(body).get("data", [])
             data["models"] = [
                 redact_value({k: m[k] for k in ("id", "max_model_len", "root") if k in m and m[k] is not None})
                 for m in models if isinstance(m, dict)
             ]
+        except NestedTooDeeply as err:
+            data["models_error"] = f"/v1/models: JSON {err}"
         except (ValueError, AttributeError):
             data["models_error"] = "/v1/models: not JSON"
     status, body, err = _get(url, "/metrics")
@@ -182,7 +216,7 @@ def query_url(url: str, owner: tuple[int, int | None] | None = None) -> dict[str
     status, body, err = _get(url, "/server_info?config_format=json")
     if not err:
         try:
-            info = json.loads(body or "")
+            info = load_json(body)
         except ValueError:
             info = None
         if isinstance(info, dict):
@@ -200,7 +234,7 @@ def _server_info(info: dict[str, Any]) -> dict[str, Any]:
         elif key == "vllm_config":
             if isinstance(value, str):
                 with contextlib.suppress(ValueError):
-                    value = json.loads(value)
+                    value = load_json(value)
             out[key] = redact_value(value)
         else:
             out[key] = redact_value(value)

@@ -28,7 +28,9 @@ import json
 import os
 import re
 import stat
+import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,11 +171,24 @@ def _from_ast(node: ast.AST) -> Any:
     return ast.unparse(node)
 
 
+#: One parse at a time: the warnings filter that silences the parser is process-wide state.
+_PARSE_LOCK = threading.Lock()
+
+
+def _parse_silently(source: str) -> ast.Expression:
+    """``ast.parse(source, mode="eval")`` without the warnings Python's compiler prints on stderr for text it
+    still accepts (``1if 1else 2``: "invalid decimal literal"; ``'\\d'``: "invalid escape sequence" on 3.12):
+    a log line is data, and what it holds is recorded, never echoed."""
+    with _PARSE_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(source, mode="eval")
+
+
 def parse_pyrepr(text: str) -> Any:
     """A Python repr (dict, list, dataclass repr, enum reprs) as plain values; ValueError when not one."""
     cleaned = _ENUM.sub(lambda m: repr(m.group(1)), text.strip())
     try:
-        tree = ast.parse(cleaned, mode="eval")
+        tree = _parse_silently(cleaned)
         return plain(_from_ast(tree.body))
     except SyntaxError as err:
         raise ValueError(f"not a Python repr ({err.msg})") from None
