@@ -844,7 +844,13 @@ def redact_command_line(text: str) -> str:
     words whose secret a shape rule removes from the spelling itself (``{"note": "KEY"}`` keeps its quotes)."""
     if not isinstance(text, str) or not text:
         return text
-    text = _redact_shapes(text)  # shapes first, in their context (a word-level rule could break one's context)
+    # Shapes are read in two spellings, each before anything else can break a context: in each word as the
+    # shell reads it (quotes removed), and in the text as written (a context across words); what the first
+    # finds is removed from the second wherever it stands as written.
+    found = {piece for _s, _e, word in split_lenient(text) for piece in _removed(word, redact_text(word))}
+    text = _redact_shapes(text)
+    for piece in sorted(found, key=len, reverse=True):
+        text = text.replace(piece, REDACTED)
     words = split_lenient(text)
     redacted = redact_argv([w for _s, _e, w in words])
     out, pos = [], 0
@@ -858,6 +864,24 @@ def redact_command_line(text: str) -> str:
             pos = end
     out.append(text[pos:])
     return redact_text("".join(out))
+
+
+def _removed(before: str, after: str) -> list[str]:
+    """The pieces of ``before`` that redaction replaced to give ``after`` (at least 4 characters each: a
+    shorter one would be replaced wherever it occurs)."""
+    if before == after:
+        return []
+    pieces = after.split(REDACTED)
+    if not before.startswith(pieces[0]) or not before.endswith(pieces[-1]):
+        return [before] if len(before) >= 4 else []
+    removed, pos = [], len(pieces[0])
+    for k, piece in enumerate(pieces[1:], 1):
+        at = len(before) - len(piece) if k == len(pieces) - 1 else before.find(piece, pos)
+        if at < pos:
+            return [before] if len(before) >= 4 else []
+        removed.append(before[pos:at])
+        pos = at + len(piece)
+    return [r for r in removed if len(r) >= 4 and r != REDACTED]
 
 
 @functools.cache

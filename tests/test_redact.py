@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 
@@ -513,3 +514,12 @@ def test_program_names_inside_other_words_never_break_redaction():
         out = redact_text(text)
         assert out != REDACTED, text  # never the fail-closed answer of a rule that raised
     assert redact_text("/opt/mysql -pA; mysql -pB\nmysql x -pC").count(REDACTED) == 3
+
+
+def test_a_context_that_shell_quoting_splits_is_read_in_the_word():
+    """``shlex.join`` spells a ``'`` inside a word as ``'"'"'``: gitleaks' gocardless context (``gocardless=>'``)
+    is only visible once the shell's quotes are removed, and a token format must not take its keyword first."""
+    secret = "lIvE_gxL_RAsNz8dYSFhy00u_AVq=5DOGez02KLMpzzy5"
+    value = "sk-or-abcdefghijklmnop-goCardLess=>\r'\u2002" + secret
+    out = redact_command_line(shlex.join(["vllm", "serve", "--x", value]))
+    assert secret not in out and REDACTED in out, out
