@@ -296,8 +296,10 @@ def test_a_sidecar_another_user_drops_never_refuses_a_resumed_sweep(tmp_path: pa
 
     def drop() -> None:
         side = json.loads((folder / "run=0.hoststate.json").read_text())
-        text = to_toml(host("dsa"))
+        other = host("dsa")
+        text = to_toml(other)
         side.update(snapshot=text, snapshot_sha256=text_digest(text))
+        side["host"]["digest"] = other["hoststate"]["digest"]
         (folder / name).write_text(json.dumps(side))
 
     as_nobody(drop)
@@ -334,3 +336,20 @@ def test_a_combination_folder_another_user_links_in_is_not_an_earlier_cell(tmp_p
     proc = _resume(tmp_path, host_tree, folder, 0)
     assert proc.returncode == 0, proc.stderr
     assert "MISMATCH" not in proc.stderr
+
+
+def test_an_earlier_cell_is_weighed_by_its_snapshot_not_by_the_digest_its_record_claims(
+        tmp_path: pathlib.Path, host_tree: pathlib.Path, shared: pathlib.Path) -> None:
+    """An earlier sidecar whose record claims this host's digest but holds another host state's snapshot was taken
+    at its word (the resumed cell ran); its snapshot's own digest, recomputed, decides."""
+    folder = _sticky(shared / "exp")
+    assert _resume(tmp_path, host_tree, folder, 0).returncode == 0
+    here = json.loads((folder / "run=0.json").read_text())["hoststate"]["host"]["digest"]
+    side = write_cell(shared, "exp/run=5.json", host("dsa"), {"output_throughput": 1000.0}).with_name(
+        "run=5.hoststate.json")
+    data = json.loads(side.read_text())
+    data["host"]["digest"] = here
+    side.write_text(json.dumps(data))
+    proc = _resume(tmp_path, host_tree, folder, 1)
+    assert proc.returncode == 3, proc.stderr
+    assert "  MISMATCH  run=5.hoststate.json: another host state (" in proc.stderr
