@@ -428,10 +428,10 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
                           force=force, protect=inputs, announce=announce)
     result = outcome.guard
     if outcome.sweep_conflicts:
-        from hoststate.render.text import clip
+        from hoststate.render.text import clip, safe
 
-        for line in outcome.sweep_conflicts:
-            _error(clip(f"  MISMATCH  {line}", 120))
+        for line in outcome.sweep_conflicts:  # names files in the sweep's folders: escaped, never a line of its own
+            _error(clip(f"  MISMATCH  {safe(line)}", 120))
         from hoststate.run.flow import sweep_refusal
 
         raise GuardRefused(sweep_refusal(outcome.sweep_conflicts), result)
@@ -442,8 +442,10 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
                    f"gpu {run.summary['gpu_status']})", err=True)
         for reason in run.reasons:
             _error(f"  {reason['verdict'].upper():<9} {reason['text']}")
-    for line in outcome.written:
-        click.echo(f"hoststate guard: {line}", err=True)
+    from hoststate.render.text import safe
+
+    for line in outcome.written:  # paths and errors: a name's newline or escape never makes a line of its own
+        click.echo(f"hoststate guard: {safe(line)}", err=True)
     if result.refused:
         raise GuardRefused(f"refused ({len(result.refused)} invalidating not accepted)"
                            + ("; the command was not started" if command else ""), result)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +124,14 @@ def _check_record(record: Any) -> dict[str, Any]:
                        ("guard.baseline_digest", _get(record, "guard", "baseline_digest"))):
         if not isinstance(value, str) or not _SHA.match(value):
             raise Refusal(f"record has no {key}")
+    from hoststate.run.judge import VERDICTS
+
+    if record.get("verdict") not in VERDICTS:
+        raise Refusal(f"record's verdict {str(record.get('verdict'))[:40]!r} is none of {', '.join(VERDICTS)}")
+    for key, value, kind in (("reasons", record.get("reasons", []), list), ("watch", record.get("watch", {}), dict),
+                             ("guard.accepted", _get(record, "guard", "accepted") or [], list)):
+        if not isinstance(value, kind):
+            raise Refusal(f"record's {key} is not a {'list' if kind is list else 'table'}")
     for key in ("result_sha256", "snapshot_sha256"):
         if not isinstance(record.get(key), str) or not _SHA.match(record[key]):
             raise Refusal(f"record not bound to its content (no {key}; attached by an older hoststate): run the "
@@ -175,13 +183,39 @@ def verify(path: str, result: dict[str, Any], sidecar_file: str) -> Cell:
     return Cell(path, record, snap, {k: v for k, v in result.items() if k != "hoststate"})
 
 
-def read_cell(path: str) -> Cell:
-    """One result file as a verified cell; Refusal says why it is not one."""
+def _check_writers(path: str, trusted: Collection[int] | None, *, follow: bool = False) -> int | None:
+    """The owner of ``path`` when no untrusted user could have written it (hoststate.filetrust); Refusal
+    otherwise. Checked before a byte is read, so another user's huge file or FIFO is never opened."""
+    from hoststate.filetrust import untrusted
+
+    if trusted is None:
+        return None
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except OSError as err:
+        raise Refusal(f"cannot stat: {err.strerror or err}") from err
+    why = untrusted(st, trusted)
+    if why:
+        raise Refusal(why)
+    return st.st_uid
+
+
+def read_cell(path: str, trusted: Collection[int] | None = None, *, named: bool = False) -> Cell:
+    """One result file as a verified cell; Refusal says why it is not one. With ``trusted`` (uids), the result and
+    its sidecar must each be one no other user could have written, and the same user's (``named``: the user
+    named the result itself, so a link to it is followed)."""
+    owner = _check_writers(path, trusted, follow=named)
     result = _read_object(path)
     fmt = result.get("format")
     if isinstance(fmt, str) and fmt.startswith("hoststate-"):
         raise Refusal(f"a hoststate file ({fmt[:40]}), not a result")
     side = sidecar_of(path)
+    if trusted is not None and os.path.lexists(side):
+        try:
+            if _check_writers(side, trusted) != owner:
+                raise Refusal("is not owned by the user who owns its result")
+        except Refusal as why:
+            raise Refusal(f"its sidecar {os.path.basename(side)} {why}") from None
     if not isinstance(result.get("hoststate"), dict) and os.path.isfile(side):
         try:
             why = _read_object(side).get("attach_error")
@@ -202,21 +236,72 @@ def _ignored(path: str, top: str, globs: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(rel, g) or fnmatch.fnmatchcase(os.path.basename(path), g) for g in globs)
 
 
+#: Deepest folder below a named one searched for cells (a sweep is 2 deep: experiment, combination).
+MAX_FOLDER_DEPTH = 32
+
+
+def _folder_problem(here: str, top: str, trusted: Collection[int] | None) -> str | None:
+    """Why the cells of folder ``here`` (``top`` or a folder below it) cannot be believed: another user could have
+    written it (they could add, move or remove cells), or it lies deeper than :data:`MAX_FOLDER_DEPTH`."""
+    from hoststate.filetrust import untrusted
+
+    if here != top and os.path.relpath(here, top).count(os.sep) >= MAX_FOLDER_DEPTH:
+        return f"a folder deeper than {MAX_FOLDER_DEPTH} below the sweep's: not searched"
+    if trusted is None:
+        return None
+    try:
+        bad = untrusted(os.stat(here) if here == top else os.lstat(here), trusted)
+    except OSError as err:
+        bad = f"cannot stat: {err.strerror or err}"
+    if not bad:
+        return None
+    return f"the sweep's folder {bad}: another user could add, move or remove its cells" if here == top else \
+        f"a folder that {bad}: not searched (another user could add, move or remove cells in it)"
+
+
+def _walk(top: str, ignore: Sequence[str], refused: list[dict[str, str]], ignored: list[str],
+          trusted: Collection[int] | None) -> list[str]:
+    """Every ``*.json`` below the directory ``top``; a folder that cannot be listed, a link to a folder (never
+    followed) and a folder :func:`_folder_problem` rejects (never entered: another user's folders thousands deep
+    are not walked; the files of a rejected ``top`` each refused) are refusals."""
+    found: list[str] = []
+
+    def unlistable(err: OSError) -> None:
+        refused.append({"cell": str(err.filename), "problem": f"cannot list: {err.strerror or err}"})
+
+    top_problem = _folder_problem(top, top, trusted)
+    for here, dirs, names in os.walk(top, onerror=unlistable):
+        why = top_problem if here == top else None  # a folder below is entered only once judged
+        keep = []
+        for name in sorted(dirs):
+            full = os.path.join(here, name)
+            bad = "a symbolic link to a folder: not followed" if os.path.islink(full) else \
+                f"not searched: {why}" if why else _folder_problem(full, top, trusted)
+            if bad:
+                refused.append({"cell": full, "problem": bad})
+            else:
+                keep.append(name)
+        dirs[:] = keep
+        for name in sorted(n for n in names if n.endswith(".json")):
+            full = os.path.join(here, name)
+            if _ignored(full, top, ignore):
+                ignored.append(full)
+            elif why:
+                refused.append({"cell": full, "problem": why})
+            else:
+                found.append(full)
+    return found
+
+
 def find_files(paths: Iterable[str], ignore: Sequence[str], refused: list[dict[str, str]],
-               ignored: list[str]) -> list[str]:
+               ignored: list[str], trusted: Collection[int] | None = None) -> list[str]:
     """Every ``*.json`` under ``paths`` (a named file whatever its name), sorted; a directory that cannot be
-    listed and a missing path are refusals, files matching an ``ignore`` glob are set aside in ``ignored``."""
+    listed and a missing path are refusals, files matching an ``ignore`` glob are set aside in ``ignored``
+    (:func:`_walk` says which folders refuse their files)."""
     found: list[str] = []
     for path in paths:
         if os.path.isdir(path):
-            def unlistable(err: OSError) -> None:
-                refused.append({"cell": str(err.filename), "problem": f"cannot list: {err.strerror or err}"})
-
-            for top, dirs, names in os.walk(path, onerror=unlistable):
-                dirs.sort()
-                for name in sorted(n for n in names if n.endswith(".json")):
-                    full = os.path.join(top, name)
-                    (ignored if _ignored(full, path, ignore) else found).append(full)
+            found += _walk(path, ignore, refused, ignored, trusted)
         elif os.path.lexists(path):
             (ignored if _ignored(path, "", ignore) else found).append(path)
         else:
@@ -225,11 +310,14 @@ def find_files(paths: Iterable[str], ignore: Sequence[str], refused: list[dict[s
 
 
 def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: list[str] | None = None,
-               checked: list[str] | None = None) -> list[Cell]:
+               checked: list[str] | None = None, trusted: Collection[int] | None = None,
+               named: Collection[str] = ()) -> list[Cell]:
     """The verified cells of ``files``; every other file (a sidecar without its result included) is a refusal,
     but a sweep's ``summary.json`` that lists exactly its verified cells (``checked``). The sidecar of an
-    ``ignored`` result is ignored with it."""
+    ``ignored`` result is ignored with it. ``trusted``, ``named``: as :func:`read_cell`; the same file reached by
+    two names (a folder and a file in it both named, a hard link) is one cell, read once."""
     names = set(files)
+    seen: set[tuple[int, int]] = set()
     left_out = set(ignored or ())
     cells: list[Cell] = []
     summaries: list[str] = []
@@ -245,11 +333,23 @@ def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: lis
                 refused.append({"cell": path, "problem": f"a sidecar without its result {os.path.basename(result)}"})
             continue
         try:
-            cells.append(read_cell(path))
+            st = os.stat(path)
+        except OSError:
+            st = None
+        if st is not None and (st.st_dev, st.st_ino) in seen:
+            continue
+        if st is not None:
+            seen.add((st.st_dev, st.st_ino))
+        try:
+            cells.append(read_cell(path, trusted, named=path in named))
         except Refusal as why:
             refused.append({"cell": path, "problem": str(why)})
     for path in summaries:
-        why = _summary_mismatch(path, cells)
+        try:
+            _check_writers(path, trusted, follow=path in named)
+            why = _summary_mismatch(path, cells)
+        except Refusal as err:
+            why = str(err)
         if why:
             refused.append({"cell": path, "problem": why})
         elif checked is not None:
@@ -446,13 +546,18 @@ def check_results(paths: Iterable[str], *, current: Mapping[str, Any] | None = N
     """Verify every cell under ``paths``, group the verified ones by host state and compare each group with the
     reference (``current``, else the cells' baseline); with ``metrics``, explain what moved (hoststate.explain).
     InputError when no file was found, or when no verified cell has one of ``metrics``."""
+    from hoststate.filetrust import trusted_uids
+
+    paths = list(paths)
+    trusted = trusted_uids(*paths)
     refused: list[dict[str, str]] = []
     ignored: list[str] = []
-    files = find_files(list(paths), ignore, refused, ignored)
+    files = find_files(paths, ignore, refused, ignored, trusted)
     if not files and not refused:
         raise InputError("no result file found" + (f" ({len(ignored)} ignored)" if ignored else ""))
     checked: list[str] = []
-    cells = read_cells(files, refused, ignored, checked)
+    named = {p for p in paths if not os.path.isdir(p)}
+    cells = read_cells(files, refused, ignored, checked, trusted, named)
     reference = choose_reference(cells, current, current_name)
     groups = _group(cells)
     groups.sort(key=lambda g: (g.key != (reference.digest, True), -len(g.cells), g.paths[0]))

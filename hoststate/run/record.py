@@ -167,11 +167,17 @@ MAX_DEPTH = 100
 
 def _canonical(value: Any) -> Any:
     """Numbers as floats (``10`` and ``10.0`` are one value: ``vllm bench sweep`` rewrites a result with its
-    overrides' own spelling of a number), containers element by element."""
+    overrides' own spelling of a number) when the float is the same number, containers element by element."""
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
-    if isinstance(value, int | float):
-        return float(value)
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        # exactly the same number only: 2**53 + 1 is not 2**53, and an int beyond a float's range stays an int
+        try:
+            return float(value) if float(value) == value else value
+        except OverflowError:
+            return value
     if isinstance(value, Mapping):
         return {str(k): _canonical(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -266,18 +272,38 @@ def identity(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def _open_in_own_folder(result: str, flags: int) -> int:
+    """``result`` opened (``flags``) inside its folder, once that folder is checked to be one no other user can
+    write (hoststate.filetrust): in a folder another user can write they could move the stamped file onto another
+    cell's name, remove a cell the sweep judged invalid, or swap the file before it is stamped. A sticky folder
+    (``/tmp``) is one: others may add names there, never replace ours."""
+    from hoststate.filetrust import untrusted
+
+    folder = os.path.dirname(result) or "."
+    try:
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as err:
+        raise InputError(f"{result}: cannot open its folder: {err.strerror}") from err
+    try:
+        why = untrusted(os.fstat(dfd), (os.geteuid(), 0))
+        if why:
+            raise InputError(f"{result}: its folder {why}; not stamped")
+        return os.open(os.path.basename(result), flags, dir_fd=dfd)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise InputError(f"{result}: is a symbolic link; not stamped") from err
+        raise InputError(f"{result}: cannot open the result: {err.strerror}") from err
+    finally:
+        os.close(dfd)
+
+
 def _read_own_result(result: str, expect: tuple[int, int] | None | bool) -> str:
     """The result's text, read from one opened descriptor after checking what was opened: a regular file with
     one link, owned by the user this process runs as (the command's user: a result another user owns is never
     stamped, least of all as root), writable by no other user, and the very file that was there when the command
     exited (``expect``; False: not checked). InputError says which check failed."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
-    try:
-        fd = os.open(result, flags)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise InputError(f"{result}: is a symbolic link; not stamped") from err
-        raise InputError(f"{result}: cannot open the result: {err.strerror}") from err
+    fd = _open_in_own_folder(result, flags)
     try:
         st = os.fstat(fd)
         why = None

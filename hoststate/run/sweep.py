@@ -57,16 +57,48 @@ def experiment_of(result: str) -> Path:
     return cell.parent if cell.name.startswith(COMBINATION_PREFIXES) else cell
 
 
-def _sidecars(result: str) -> list[Path]:
-    """The sidecars of the sweep's other cells: in the experiment folder and its combinations' folders."""
+def _sidecars(result: str, problems: list[str]) -> list[Path]:
+    """The sidecars of the sweep's other cells: in the experiment folder and its combinations' folders. Only
+    this user's (or root's) regular files in folders no other user can write count (hoststate.filetrust): another
+    user's sidecar dropped into a shared experiment folder is no earlier cell (``hoststate results`` names it),
+    and a folder another user can write, where they could have removed a cell, goes into ``problems``."""
+    from hoststate.filetrust import untrusted
+    from hoststate.output import check_parent
     from hoststate.run.record import sidecar_path
 
+    try:
+        check_parent(result)  # the folder reached through another user's link is another folder than it says
+    except HoststateError as err:
+        problems.append(str(err))
+        return []
+    trusted = (os.geteuid(), 0)
     experiment = experiment_of(result)
+    if not experiment.is_dir():
+        return []  # the sweep's first cell: no earlier one
     own = Path(sidecar_path(str(Path(result).resolve())))
     found: set[Path] = set()
-    folders = [experiment, *(d for d in experiment.glob("*") if d.name.startswith(COMBINATION_PREFIXES))]
+    try:
+        folders = [experiment, *(d for d in experiment.iterdir() if d.name.startswith(COMBINATION_PREFIXES)
+                                 and not d.is_symlink() and d.is_dir())]
+    except OSError as err:
+        problems.append(f"{experiment}: cannot be listed ({err.strerror})")
+        return []
     for folder in folders:
-        found.update(p for p in folder.glob("*.hoststate.json") if p != own)
+        try:
+            why = untrusted(folder.stat() if folder == experiment else folder.lstat(), trusted)
+        except OSError as err:
+            why = f"cannot be read ({err.strerror})"
+        if why:
+            name = os.path.relpath(folder, experiment) if folder != experiment else str(folder)
+            problems.append(f"{name}: the folder {why}: its earlier cells cannot be checked")
+            continue
+        for path in folder.glob("*.hoststate.json"):
+            try:
+                mine = path != own and untrusted(path.lstat(), trusted) is None
+            except OSError:
+                mine = False
+            if mine:
+                found.add(path)
         if len(found) > MAX_CELLS:
             raise HoststateError(f"{experiment}: more than {MAX_CELLS} cells; not checked")
     return sorted(found)
@@ -78,21 +110,22 @@ def earlier_conflicts(result: str, current: Mapping[str, Any], policy: Policy) -
     that cannot be checked is not taken as comparable. [] when every earlier cell ran on this host state.
     ``hoststate results`` on the experiment folder explains each difference."""
     from hoststate.diff import compare
+    from hoststate.digest import digest as digest_of
     from hoststate.render.findings import importance
     from hoststate.run.guard import host_state
     from hoststate.run.record import read_sidecar
 
     here = str(current.get("hoststate", {}).get("digest", ""))
     seen: dict[str, str | None] = {here: None}  # host digest -> why it is not comparable (None: it is)
-    lines = []
-    for path in _sidecars(result):
+    lines: list[str] = []
+    for path in _sidecars(result, lines):
         name = os.path.relpath(path, experiment_of(result))
         try:
-            record, snapshot = read_sidecar(str(path))
+            _record, snapshot = read_sidecar(str(path))
         except HoststateError as err:
             lines.append(f"{name}: cannot be read ({err})")
             continue
-        digest = str(record.get("host", {}).get("digest", ""))
+        digest = digest_of(snapshot)  # the snapshot's own, never what its record claims
         if digest not in seen:
             refused = [f for f in compare(host_state(snapshot), host_state(current), policy).findings
                        if f.severity == "invalidating"]
