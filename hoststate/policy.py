@@ -152,6 +152,10 @@ class Pattern:
         """``_close`` restricted to positions from which the rest of the path still matches."""
         return {j for j in self._close(set(states)) if done[i][j]}
 
+    def last_key(self) -> str | None:
+        """The literal key every matched path ends in, when the pattern ends in one (else None)."""
+        return self._last[1] if self._last is not None and self._last[0] == "key" else None
+
     def first_key(self, key: str) -> bool:
         """Whether a path starting with ``key`` could match (the policy's per-first-key buckets)."""
         if not self._items:
@@ -325,12 +329,31 @@ class Policy:
     def __init__(self, rules: list[Rule]):
         self.rules = rules
         self._cache: dict[Path, Rule | None] = {}
-        self._buckets: dict[str, list[Rule]] = {}
+        self._buckets: dict[str, tuple[dict[str, list[Rule]], list[Rule]]] = {}
 
-    def _bucket(self, first: str) -> list[Rule]:
+    def _bucket(self, first: str) -> tuple[dict[str, list[Rule]], list[Rule]]:
+        """The rules whose first pattern key can take ``first``, split by their last item: a literal last key
+        indexes the rule (a path ending in another key cannot match it), any other last item goes to the list
+        tried for every path. Only rules that could never match are left out, so the winner is unchanged."""
         if first not in self._buckets:
-            self._buckets[first] = [r for r in self.rules if r.pattern is not None and r.pattern.first_key(first)]
+            by_last: dict[str, list[Rule]] = {}
+            anywhere: list[Rule] = []
+            for r in self.rules:
+                if r.pattern is None or not r.pattern.first_key(first):
+                    continue
+                last = r.pattern.last_key()
+                if last is None:
+                    anywhere.append(r)
+                else:
+                    by_last.setdefault(last, []).append(r)
+            self._buckets[first] = (by_last, anywhere)
         return self._buckets[first]
+
+    def _candidates(self, parts: Path) -> list[Rule]:
+        if not parts:
+            return []
+        by_last, anywhere = self._bucket(parts[0])
+        return by_last.get(parts[-1], []) + anywhere
 
     def rule_for(self, parts: Path) -> Rule | None:
         try:
@@ -339,7 +362,7 @@ class Policy:
             pass
         best: tuple[Any, ...] | None = None
         rule = None
-        for candidate in self._bucket(parts[0]) if parts else []:
+        for candidate in self._candidates(parts):
             key = candidate.precedence(parts)
             if key is not None and (best is None or key > best):
                 best, rule = key, candidate

@@ -328,6 +328,20 @@ def _tokens() -> re.Pattern[str]:
     return _token_pattern(TOKEN_FORMATS)
 
 
+@functools.cache
+def _token_literals() -> tuple[str, ...]:
+    """The lower-cased prefixes of TOKEN_FORMATS, none containing another: an ASCII text holding none of them
+    cannot match ``_tokens()``, whose compile (about 10 ms) most snapshots then never pay."""
+    found = {prefix.removesuffix("(?i)").lower() for _rule_id, prefix, _body, _least in TOKEN_FORMATS}
+    return tuple(sorted(lit for lit in found if not any(other != lit and other in lit for other in found)))
+
+
+def _may_hold_token(text: str, lower: str) -> bool:
+    """False only when no TOKEN_FORMATS prefix can start in ``text``. Non-ASCII text always goes to the pattern:
+    a case-insensitive match there may take a character whose lower case is not ASCII (the long s)."""
+    return not text.isascii() or any(lit in lower for lit in _token_literals())
+
+
 
 #: Lower-case literals one of which every secret key contains (SECRET_KEY_WORDS and friends, CREDENTIAL_NAMES).
 KEY_HINTS: tuple[str, ...] = ("pass", "pwd", "secret", "credential", "creds", "token", "auth", "key", "sig",
@@ -511,7 +525,7 @@ def redact_text(text: str) -> str:
         return text
     for _ in range(3):  # again over what a rule kept (a key as a URL's user name), until nothing changes
         lower = text.lower()
-        done = _tokens().sub(REDACTED, text)
+        done = _tokens().sub(REDACTED, text) if _may_hold_token(text, lower) else text
         for rule in VALUE_RULES:
             if any(hint in lower for hint in rule.hints):
                 done = rule.pattern.sub(rule.replacement, done)
