@@ -79,6 +79,11 @@ class Pattern:
             return False
         if self._last is not None and not _takes(*self._last, keys[-1]):
             return False
+        if not self.any_keys:  # one item per key (most rules): no positions to track
+            for (kind, arg), key in zip(self._items, keys, strict=True):
+                if not (key == arg if kind == "key" else bool(key) if kind == "*" else glob_key(arg, key)):
+                    return False
+            return True
         items, end = self._items, len(self._items)
         states = self._close({0})
         for key in keys:

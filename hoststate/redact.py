@@ -330,17 +330,26 @@ def _tokens() -> re.Pattern[str]:
 
 @functools.cache
 def _token_literals() -> tuple[str, ...]:
-    """The lower-cased prefixes of TOKEN_FORMATS, none containing another: an ASCII text holding none of them
-    cannot match ``_tokens()``, whose compile (about 10 ms) most snapshots then never pay."""
+    """The lower-cased prefixes of TOKEN_FORMATS, none starting with another (where a longer one starts, so does
+    the shorter): an ASCII text with none of them where a token may start cannot match ``_tokens()``, whose
+    compile (about 10 ms) most snapshots then never pay."""
     found = {prefix.removesuffix("(?i)").lower() for _rule_id, prefix, _body, _least in TOKEN_FORMATS}
-    return tuple(sorted(lit for lit in found if not any(other != lit and other in lit for other in found)))
+    return tuple(sorted(lit for lit in found if not any(other != lit and lit.startswith(other) for other in found)))
 
 
 def _may_hold_token(text: str, lower: str) -> bool:
-    """False only when no TOKEN_FORMATS prefix can start in ``text``. Non-ASCII text always goes to the pattern:
-    a case-insensitive match there may take a character whose lower case is not ASCII (the long s)."""
-    return not text.isascii() or any(lit in lower for lit in _token_literals())
-
+    r"""False only when no TOKEN_FORMATS prefix starts in ``text`` where the pattern lets a token start: not after
+    a word character (``(?<!\w)``; a UUID's ``e8a3-`` does not start ``a3-``). Non-ASCII text always goes to the
+    pattern: its ``\w`` and case folding reach past ASCII (the long s matches ``s`` without case)."""
+    if not text.isascii():
+        return True
+    for lit in _token_literals():
+        at = lower.find(lit)
+        while at >= 0:
+            if at == 0 or not (lower[at - 1].isalnum() or lower[at - 1] == "_"):
+                return True
+            at = lower.find(lit, at + 1)
+    return False
 
 
 #: Lower-case literals one of which every secret key contains (SECRET_KEY_WORDS and friends, CREDENTIAL_NAMES).

@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,13 +130,16 @@ def _call(info: CollectorInfo, ctx: Context) -> Section:
 FIRST = "gpu"
 
 
-def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES) -> dict[str, Section]:
+def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
+            finish: Callable[[Section], object] | None = None) -> dict[str, Section]:
     """Run the named collectors, each in its own daemon thread, all at once (NVML and subprocesses wait
     on the kernel while the others parse files); those not named are ``skipped``.
 
     Each collector has ``ctx.timeout`` seconds from its own start (a collector with ``after`` waits at
     most that long for each of them first); one that overruns is recorded as ``timeout`` and its thread
     is abandoned, so a wedged device or driver never holds the snapshot. Returns sections in table order.
+    ``finish`` (redaction) runs on each collector's own section in its thread, while slower collectors still
+    wait; a failing ``finish`` is left for the caller to redo.
     """
     wanted = set(names)
     lock = threading.Lock()
@@ -155,6 +159,9 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES) -> dict[st
                     if dep not in finished:
                         ctx.sections[dep] = Section(status="timeout", reason=f"did not finish within {ctx.timeout:g}s")
         section = _call(info, ctx)
+        if finish is not None:
+            with contextlib.suppress(BaseException):
+                finish(section)
         with lock:
             if not final:  # a collector that already timed out keeps its ``timeout`` section
                 finished[info.name] = section
