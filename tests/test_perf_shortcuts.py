@@ -103,23 +103,3 @@ def test_a_failing_finish_leaves_the_section_whole() -> None:
     sections = run_all(Context(root=str(HOSTS / "seed-baseline")), ("system", "env"), finish)
     assert len(calls) == 2
     assert sections["system"].status == "ok" and sections["system"].data
-
-
-def test_collectors_run_under_a_short_switch_interval_and_the_old_one_comes_back(monkeypatch) -> None:
-    import sys
-
-    from hoststate import collectors
-
-    seen: list[float] = []
-    real_call = collectors._call
-
-    def call(info: Any, ctx: Context) -> Section:
-        seen.append(sys.getswitchinterval())
-        return real_call(info, ctx)
-
-    monkeypatch.setattr(collectors, "_call", call)
-    before = sys.getswitchinterval()
-    sections = run_all(Context(root=str(HOSTS / "seed-baseline")), ("system", "env"))
-    assert sys.getswitchinterval() == before
-    assert seen and all(s <= collectors.SWITCH_INTERVAL_S < before for s in seen)
-    assert sections["system"].status == "ok"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -129,11 +128,6 @@ def _call(info: CollectorInfo, ctx: Context) -> Section:
 
 #: The collector whose thread starts first (see run_all).
 FIRST = "gpu"
-#: The interpreter's thread switch interval while collectors run (seconds). A thread back from an NVML call
-#: waits up to this long for the interpreter lock held by a parsing thread, on each of its ~100 calls; at the
-#: default 5 ms the GPU collector took 115-128 ms beside the system and packages collectors on an H200, 85-94 ms
-#: alone (benchmarks/results/run-h200-snap-stderr.txt).
-SWITCH_INTERVAL_S = 0.0005
 
 
 def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
@@ -147,16 +141,6 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
     ``finish`` (redaction) runs on each collector's own section in its thread, while slower collectors still
     wait; a failing ``finish`` is left for the caller to redo.
     """
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(min(previous, SWITCH_INTERVAL_S))
-    try:
-        return _run_all(ctx, names, finish)
-    finally:
-        sys.setswitchinterval(previous)
-
-
-def _run_all(ctx: Context, names: tuple[str, ...] | list[str],
-             finish: Callable[[Section], object] | None) -> dict[str, Section]:
     wanted = set(names)
     lock = threading.Lock()
     finished: dict[str, Section] = {}
