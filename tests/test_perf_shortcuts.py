@@ -1,0 +1,75 @@
+"""The shortcuts that make a snapshot cheaper change no result: the policy's index picks the rule a scan of every
+rule picks, and redacting each section in its collector's thread gives the snapshot that redacting after
+collection gives."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+from typing import Any
+
+from hoststate import redact
+from hoststate.capture import collect
+from hoststate.collectors import Context, Section, run_all
+from hoststate.paths import leaves
+from hoststate.policy import default_policy, default_rules
+from hoststate.snapshot import load
+from tests.conftest import FIXTURES, HOSTS
+
+
+def _scan(parts: tuple[str, ...]) -> Any:
+    """The winning rule by trying every shipped rule (no buckets, no index)."""
+    keyed = [(rule.precedence(parts), rule) for rule in default_rules()]
+    keyed = [(k, r) for k, r in keyed if k is not None]
+    return max(keyed, key=lambda kr: kr[0])[1] if keyed else None
+
+
+def test_the_indexed_policy_picks_the_rule_a_scan_of_every_rule_picks() -> None:
+    policy = default_policy()
+    paths = {parts for name in ("h200-snapshot.toml", "h200-host2-snapshot.toml")
+             for parts, _ in leaves(load(str(FIXTURES / "real" / name)))}
+    paths |= {parts for parts, _ in leaves(load(str(FIXTURES / "snapshots" / "big-a.toml")))}
+    assert len(paths) > 300
+    for parts in sorted(paths):
+        assert policy.rule_for(parts) is _scan(parts), parts
+
+
+def _without_times(snap: dict[str, Any]) -> dict[str, Any]:
+    snap = {k: v for k, v in snap.items() if k != "hoststate"}
+    snap["collectors"] = {k: {f: x for f, x in v.items() if f != "took_ms"} for k, v in snap["collectors"].items()}
+    return snap
+
+
+def test_sections_redacted_in_their_threads_equal_sections_redacted_after(monkeypatch, tmp_path) -> None:
+    root = str(tmp_path / "host")
+    shutil.copytree(HOSTS / "seed-baseline", root, symlinks=True)
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2"
+    cmdline = pathlib.Path(root, "proc", "cmdline")
+    cmdline.write_text(cmdline.read_text().strip() + f" gh.token={token}\n")
+    threaded = collect(Context(root=root))
+    seen: list[str] = []
+    real_run_all = run_all
+
+    def run_all_without_finish(ctx: Context, names: Any, finish: Any = None) -> dict[str, Section]:
+        seen.append("called")
+        return real_run_all(ctx, names)  # no hook: capture.collect redacts every section afterwards
+
+    monkeypatch.setattr("hoststate.capture.run_all", run_all_without_finish)
+    after = collect(Context(root=root))
+    assert seen == ["called"]
+    assert token not in str(threaded) and token not in str(after)
+    assert redact.REDACTED in threaded["system"]["kernel"]["cmdline"]
+    assert _without_times(threaded) == _without_times(after)
+    assert threaded["hoststate"]["digest"] == after["hoststate"]["digest"]
+
+
+def test_a_failing_finish_leaves_the_section_whole() -> None:
+    calls: list[str] = []
+
+    def finish(sec: Section) -> None:
+        calls.append(sec.status)
+        raise RuntimeError("boom")
+
+    sections = run_all(Context(root=str(HOSTS / "seed-baseline")), ("system", "env"), finish)
+    assert len(calls) == 2
+    assert sections["system"].status == "ok" and sections["system"].data
