@@ -426,10 +426,17 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     outcome = guarded_run(baseline, command, SnapOptions.of(opts, label=label), policy_files=policy_files,
                           accept=accept, allow_unreadable=allow_unreadable, watch=watch, save_current=save_current,
                           force=force, protect=inputs, announce=announce)
+    _said(outcome, command)
+    ctx.exit(outcome.exit_status(fail_on))
+
+
+def _said(outcome: Any, command: tuple[str, ...]) -> None:
+    """What guard prints after its verdict: a sweep cell's refusal, the watched run's verdict and reasons, the
+    files written; raises GuardRefused when the run was refused."""
+    from hoststate.render.text import clip, safe
+
     result = outcome.guard
     if outcome.sweep_conflicts:
-        from hoststate.render.text import clip, safe
-
         for line in outcome.sweep_conflicts:  # names files in the sweep's folders: escaped, never a line of its own
             _error(clip(f"  MISMATCH  {safe(line)}", 120))
         from hoststate.run.flow import sweep_refusal
@@ -442,14 +449,11 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
                    f"gpu {run.summary['gpu_status']})", err=True)
         for reason in run.reasons:
             _error(f"  {reason['verdict'].upper():<9} {reason['text']}")
-    from hoststate.render.text import safe
-
     for line in outcome.written:  # paths and errors: a name's newline or escape never makes a line of its own
         click.echo(f"hoststate guard: {safe(line)}", err=True)
     if result.refused:
         raise GuardRefused(f"refused ({len(result.refused)} invalidating not accepted)"
                            + ("; the command was not started" if command else ""), result)
-    ctx.exit(outcome.exit_status(fail_on))
 
 
 #: guard's --watch options, taken out of its collector options.
