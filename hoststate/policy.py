@@ -83,23 +83,28 @@ class Pattern:
         items, end = self._items, len(self._items)
         if not self.any_keys:  # one item per key (the sizes checked above)
             return all(_takes(kind, arg, key) for (kind, arg), key in zip(items, keys, strict=True))
-        closure = self._closure
-        states = closure[0]
+        states = self._closure[0]
         for key in keys:
-            nxt: set[int] = set()
-            for i in states:
-                if i == end:
-                    continue
-                kind, arg = items[i]
-                if kind == "**":
-                    if key:
-                        nxt |= closure[i]
-                elif _takes(kind, arg, key):
-                    nxt |= closure[i + 1]
-            if not nxt:
+            states = self._advance(states, key)
+            if not states:
                 return False
-            states = frozenset(nxt)
         return end in states
+
+    def _advance(self, states: frozenset[int], key: str) -> frozenset[int]:
+        """The positions after consuming ``key`` from ``states`` (each followed through a ``**`` that may match
+        none): one step of the simulation, at most one per position."""
+        items, end, closure = self._items, len(self._items), self._closure
+        nxt: set[int] = set()
+        for i in states:
+            if i == end:
+                continue
+            kind, arg = items[i]
+            if kind == "**":
+                if key:
+                    nxt |= closure[i]
+            elif _takes(kind, arg, key):
+                nxt |= closure[i + 1]
+        return frozenset(nxt)
 
     def _completes(self, keys: Path) -> list[list[bool]]:
         """``done[i][j]``: pattern items from ``j`` match ``keys`` from ``i`` (keys x items table, filled backwards)."""

@@ -130,29 +130,30 @@ MUTANTS: tuple[Mutant, ...] = (
 
 
 def copy_repo(dest: str) -> None:
-    """The files git knows (tracked and untracked, not ignored), as they are in the working tree."""
+    """The files git knows (tracked and untracked, not ignored), as they are in the working tree; links as links."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                             capture_output=True, check=True).stdout.decode().split("\0")
     for rel in filter(None, listed):
-        src = os.path.join(REPO, rel)
-        if not os.path.isfile(src) or os.path.islink(src):
-            continue
-        os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
-        shutil.copy2(src, os.path.join(dest, rel))
+        src, dst = os.path.join(REPO, rel), os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if os.path.islink(src):  # the sysfs fixture trees are made of links, as /sys is
+            os.symlink(os.readlink(src), dst)
+        elif os.path.isfile(src):
+            shutil.copy2(src, dst)
 
 
-def run_tests(workdir: str, tests: tuple[str, ...], timeout: float) -> tuple[int, float]:
-    """pytest's exit status (124 on timeout) and seconds taken, in ``workdir``."""
+def run_tests(workdir: str, tests: tuple[str, ...], timeout: float) -> tuple[int, float, str]:
+    """pytest's exit status (124 on timeout), seconds taken and the end of its output, in ``workdir``."""
     env = dict(os.environ, CI="true", PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTHONPATH", None)  # tests/conftest.py puts the copy first on sys.path
     start = time.perf_counter()
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
                               cwd=workdir, env=env, capture_output=True, timeout=timeout, check=False)
-        status = done.returncode
+        status, tail = done.returncode, (done.stdout + done.stderr).decode(errors="replace")[-3000:]
     except subprocess.TimeoutExpired:
-        status = 124
-    return status, time.perf_counter() - start
+        status, tail = 124, "timed out"
+    return status, time.perf_counter() - start, tail
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,9 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="hoststate-mutate-") as work:
         copy_repo(work)
         tests = tuple(sorted({t for m in chosen for t in m.tests}))
-        status, took = run_tests(work, tests, args.timeout)
+        status, took, tail = run_tests(work, tests, args.timeout)
         if status != 0:
-            print(f"the tests fail unmutated (exit {status}): fix them first: {' '.join(tests)}")
+            print(f"{tail}\nthe tests fail unmutated (exit {status}): fix them first: {' '.join(tests)}")
             return 1
         print(f"unmutated: {len(tests)} test files pass ({took:.1f} s)")
         for m in chosen:
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(text.replace(m.old, m.new))
             try:
-                status, took = run_tests(work, m.tests, args.timeout)
+                status, took, _ = run_tests(work, m.tests, args.timeout)
             finally:
                 with open(path, "w", encoding="utf-8") as fh:
                     fh.write(text)
