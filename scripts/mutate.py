@@ -86,8 +86,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "r.path, r.reason, r.origin))", "live.index(r),))", (PROPS,),
            "the rule named for an unread region depends on the order of policy files"),
     Mutant("region-merge-keeps-milder", "hoststate/diff.py",
-           "if region is not None and RANK[region.severity] < RANK[found.severity]:",
-           "if region is not None and RANK[region.severity] > RANK[found.severity]:", (PROPS, "tests/test_diff.py"),
+           "rated = region if RANK[region.severity] < RANK[found.severity] else found",
+           "rated = region if RANK[region.severity] > RANK[found.severity] else found", (MUTANTS_TESTS,),
            "a region that is one leaf keeps the milder of the two ratings"),
     Mutant("collector-status-ignored", "hoststate/diff.py",
            "if status in coverage.STATUS_CLASS:", 'if status == "error":', (PROPS,),
@@ -111,7 +111,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_diff.py",), "a set-compared list never differs"),
     Mutant("misspelt-rule-silent", "hoststate/policy.py",
            "if id(rule) not in matched and rule.matches(path):", "if id(rule) not in matched:",
-           ("tests/test_policy.py", "tests/test_diff.py"), "a user rule that matches nothing is not reported"),
+           (MUTANTS_TESTS,), "a user rule that matches nothing is not reported"),
     Mutant("index-drops-last-key", "hoststate/paths.py",
            "yield from self._exact.get(key, ())", "yield from ()", (PROPS,),
            "the rule index loses rules filed by a literal last key"),
@@ -129,12 +129,21 @@ MUTANTS: tuple[Mutant, ...] = (
 )
 
 
+#: Read by the tests, never mutated, and most of the repository's files: linked, not copied.
+SHARED = "fixtures"
+
+
 def copy_repo(dest: str) -> None:
-    """The files git knows (tracked and untracked, not ignored), as they are in the working tree; links as links."""
+    """The files git knows (tracked and untracked, not ignored), as they are in the working tree; links as links,
+    and the fixtures as one link to this checkout's."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                             capture_output=True, check=True).stdout.decode().split("\0")
     for rel in filter(None, listed):
         src, dst = os.path.join(REPO, rel), os.path.join(dest, rel)
+        if rel.split("/", 1)[0] == SHARED:
+            if not os.path.lexists(os.path.join(dest, SHARED)):
+                os.symlink(os.path.join(REPO, SHARED), os.path.join(dest, SHARED))
+            continue
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         if os.path.islink(src):  # the sysfs fixture trees are made of links, as /sys is
             os.symlink(os.readlink(src), dst)
