@@ -1,12 +1,13 @@
 """`hoststate diff` of two snapshots at the 8 MiB input cap: time and peak memory grow linearly with the input.
 
-    python benchmarks/bench_diff_cap.py [--runs 3]
+    python benchmarks/bench_diff_cap.py [--runs 3] [--sizes 1 2 4 7.5] [--formats json text]
 
-Setup writes pairs of snapshots of 1, 2, 4 and 7.5 MiB (the cap is 8 MiB) whose every leaf differs (the worst
-case for a diff: one finding per leaf), in three shapes: one wide table (env), deep nesting (a vLLM argument
-tree) and long lists. Each pair is diffed by a fresh `hoststate diff --format json` process; the table gives
-the median wall time, the peak resident memory of that process and the growth exponent between the smallest and
-largest pair (1.0 is linear). Measures only; never passes or fails on time.
+Setup writes pairs of snapshots of 1, 2, 4 and 7.5 MiB (the cap is 8 MiB), each with its digest, whose every
+leaf differs (the worst case for a diff: one finding per leaf), in three shapes: one wide table (env), deep
+nesting (a vLLM argument tree) and long lists. Each pair is diffed by a fresh `hoststate diff --format FORMAT`
+process; the table gives the median wall time, the CPU time of that process (on a shared machine the wall time
+follows the load, the CPU time does not), its peak resident memory and the growth exponent of CPU time between
+the smallest and largest pair (1.0 is linear). Measures only; never passes or fails on time.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -79,33 +81,42 @@ _PROBE = ("import sys\nfrom hoststate.cli import main\ntry:\n    main(sys.argv[1
           "file=sys.stderr)")
 
 
-def run_once(a: str, b: str) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one fresh diff process."""
+def run_once(a: str, b: str, fmt: str) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system: what the diff itself needs, whatever else the machine runs) and
+    peak RSS (MiB) of one fresh diff process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([PY, "-c", _PROBE, "diff", a, b, "--format", "json"], stdout=subprocess.DEVNULL,
+    done = subprocess.run([PY, "-c", _PROBE, "diff", a, b, "--format", fmt], stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True, check=False)
     wall = time.perf_counter() - start
-    return wall, int(done.stderr.strip().splitlines()[-1]) / 1024
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, int(done.stderr.strip().splitlines()[-1]) / 1024
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sizes", type=float, nargs="*", default=[1, 2, 4, 7.5], help="MiB per side")
+    parser.add_argument("--formats", nargs="*", default=["json", "text"])
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="hoststate-bench-cap-") as workdir:
         for shape in ("wide", "deep", "lists"):
-            points = []
-            for mib in (1, 2, 4, 7.5):  # the last just under the 8 MiB cap
-                a, b, size = write_pair(workdir, shape, int(mib * MIB))
-                runs = sorted(run_once(a, b) for _ in range(args.runs))
-                wall, rss = runs[len(runs) // 2]
-                points.append((size, wall, rss))
-                rows.append([shape, f"{size / MIB:.1f}", f"{wall:.2f}", f"{rss:.0f}", ""])
-            (s0, t0, _), (s1, t1, _) = points[0], points[-1]
-            rows[-1][-1] = f"{math.log(t1 / t0) / math.log(s1 / s0):.2f}"
-    print(f"machine: {machine()}")
-    print(table(rows, ["shape", "MiB per side", "median s", "peak RSS MiB", "time exponent"]))
+            pairs = [write_pair(workdir, shape, int(mib * MIB)) for mib in args.sizes]  # the last under the cap
+            for fmt in args.formats:
+                points = []
+                for a, b, size in pairs:
+                    runs = sorted(run_once(a, b, fmt) for _ in range(args.runs))
+                    wall, cpu, rss = runs[len(runs) // 2]
+                    points.append((size, cpu))
+                    rows.append([shape, fmt, f"{size / MIB:.1f}", f"{wall:.2f}", f"{cpu:.2f}", f"{rss:.0f}", ""])
+                if len(points) > 1:
+                    (s0, t0), (s1, t1) = points[0], points[-1]
+                    rows[-1][-1] = f"{math.log(t1 / t0) / math.log(s1 / s0):.2f}"
+    print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
+    print(table(rows, ["shape", "format", "MiB per side", "median wall s", "CPU s", "peak RSS MiB",
+                       "CPU exponent"]))
 
 
 if __name__ == "__main__":

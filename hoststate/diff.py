@@ -390,14 +390,17 @@ def _regions(policy: Policy, unknown: tuple[Regions, Regions]) -> list[Finding]:
 
 
 def _merge(findings: list[Finding], regions: list[Finding]) -> list[Finding]:
-    """The leaf findings and the region findings, one per path: a region that is a single leaf held on one side
-    keeps that leaf's values, rated by the more severe of the two."""
+    """The leaf findings and the region findings, one per path: a region that is a single leaf held on a side
+    keeps that leaf's values, is ``unreadable`` (a side declares it unknown, whatever it holds there), and is
+    rated by the more severe of the two."""
     by_path = {f.path: f for f in regions}
     for n, found in enumerate(findings):
         region = by_path.pop(found.path, None)
-        if region is not None and RANK[region.severity] < RANK[found.severity]:
-            findings[n] = Finding(found.path, found.change, found.old, found.new, region.severity, region.rule,
-                                  region.reason)
+        if region is None:
+            continue
+        rated = region if RANK[region.severity] < RANK[found.severity] else found
+        findings[n] = Finding(found.path, "unreadable", found.old, found.new, rated.severity, rated.rule,
+                              rated.reason)
     return findings + list(by_path.values())
 
 

@@ -108,8 +108,8 @@ class PatternIndex:
     def __init__(self, whole: bool = False) -> None:
         self._whole = whole
         self._here: list[Any] = []
-        self._last = _Prefixed()
-        self._globs = _Prefixed()
+        self._last = Prefixed()
+        self._globs = Prefixed()
         self._lit: dict[str, PatternIndex] = {}
 
     def add(self, parts: Path, item: Any) -> None:
@@ -143,7 +143,7 @@ class PatternIndex:
         yield from node._last.get(end)
 
 
-class _Prefixed:
+class Prefixed:
     """Items filed by a literal key or a key prefix: ``get`` gives those whose key is ``key`` or a prefix of it."""
 
     __slots__ = ("_exact", "_sizes")

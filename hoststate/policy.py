@@ -9,6 +9,7 @@ beats every shipped rule (``default_policy.toml``), and within each layer the mo
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -17,7 +18,7 @@ from typing import Any
 
 from hoststate.errors import PolicyError
 from hoststate.io import POLICY_MAX_BYTES, read_input
-from hoststate.paths import Path, PatternIndex, glob_key, leaves, split_path
+from hoststate.paths import Path, PatternIndex, Prefixed, glob_key, leaves, split_path
 
 SEVERITIES = ("invalidating", "warning", "info", "ignore")
 RANK = {s: i for i, s in enumerate(SEVERITIES)}
@@ -93,23 +94,28 @@ class Pattern:
         items, end = self._items, len(self._items)
         if not self.any_keys:  # one item per key (the sizes checked above)
             return all(_takes(kind, arg, key) for (kind, arg), key in zip(items, keys, strict=True))
-        closure = self._closure
-        states = closure[0]
+        states = self._closure[0]
         for key in keys:
-            nxt: set[int] = set()
-            for i in states:
-                if i == end:
-                    continue
-                kind, arg = items[i]
-                if kind == "**":
-                    if key:
-                        nxt |= closure[i]
-                elif _takes(kind, arg, key):
-                    nxt |= closure[i + 1]
-            if not nxt:
+            states = self._advance(states, key)
+            if not states:
                 return False
-            states = frozenset(nxt)
         return end in states
+
+    def _advance(self, states: frozenset[int], key: str) -> frozenset[int]:
+        """The positions after consuming ``key`` from ``states`` (each followed through a ``**`` that may match
+        none): one step of the simulation, at most one per position."""
+        items, end, closure = self._items, len(self._items), self._closure
+        nxt: set[int] = set()
+        for i in states:
+            if i == end:
+                continue
+            kind, arg = items[i]
+            if kind == "**":
+                if key:
+                    nxt |= closure[i]
+            elif _takes(kind, arg, key):
+                nxt |= closure[i + 1]
+        return frozenset(nxt)
 
     def _completes(self, keys: Path) -> list[list[bool]]:
         """``done[i][j]``: pattern items from ``j`` match ``keys`` from ``i`` (keys x items table, filled backwards)."""
@@ -428,7 +434,8 @@ class Policy:
         self.rules = rules
         self._cache: dict[Path, Rule | None] = {}
         self._region_cache: dict[Path, Rule | None] = {}
-        self._spelling: tuple[set[str], list[tuple[str, ...]]] | None = None
+        self._spelling: _Spelling | None = None
+        self._spelt_keys: dict[str, bool] = {}
         self._index = PatternIndex(whole=True)
         for rule in rules:
             if rule.pattern is not None:
@@ -439,19 +446,29 @@ class Policy:
         return self._index.candidates(parts) if parts else iter(())
 
     def rule_for(self, parts: Path) -> Rule | None:
+        """The winning rule for ``parts``. A key no rule spells (a GPU's bus id, an argument's name, an env
+        variable no rule names) is taken only by ``*`` and ``**``, so it is rated as :data:`_UNSPELT`: paths that
+        differ only in such keys share one cached answer."""
         try:
             return self._cache[parts]
         except KeyError:
             pass
+        canonical = tuple(k if self._spelt(k) else _UNSPELT for k in parts)
+        rule = self._cache.get(canonical, _NOT_YET)
+        if rule is _NOT_YET:
+            rule = self._winner(canonical)
+        if len(self._cache) >= self.CACHE_MAX:
+            self._cache.clear()
+        self._cache[canonical] = self._cache[parts] = rule  # type: ignore[assignment]
+        return rule  # type: ignore[return-value]
+
+    def _winner(self, parts: Path) -> Rule | None:
         best: tuple[Any, ...] | None = None
         rule = None
         for candidate in self.candidates(parts):
             key = candidate.precedence(parts)
             if key is not None and (best is None or key > best):
                 best, rule = key, candidate
-        if len(self._cache) >= self.CACHE_MAX:
-            self._cache.clear()
-        self._cache[parts] = rule
         return rule
 
     def severity(self, parts: Path) -> str:
@@ -465,7 +482,7 @@ class Policy:
         rule). Ties go to the higher layer, then to the shorter pattern (nearest the region), then to the rule's
         text: never to the order of rules or files. Regions that differ only in keys no rule spells (a GPU's bus
         id, a WQ's name) are rated once: every rule treats such keys alike."""
-        key = tuple(k if "*" in k or self._spelt(k) else _UNSPELT for k in region)
+        key = tuple(k if self._spelt(k) else _UNSPELT for k in region)
         try:
             return self._region_cache[key]
         except KeyError:
@@ -476,13 +493,21 @@ class Policy:
         return rule
 
     def _spelt(self, key: str) -> bool:
-        """Whether some rule's pattern names ``key`` (a literal key, or a glob it matches)."""
+        """Whether some rule's pattern names ``key`` (a literal key, or a glob it matches), or ``key`` is empty
+        (which ``*`` does not take); globs are found by their first piece, or by their last where the first is
+        empty, so the check does not try every glob."""
+        if not key or "*" in key:
+            return True
+        try:
+            return self._spelt_keys[key]
+        except KeyError:
+            pass
         if self._spelling is None:
-            parts = {part for r in self.rules if r.pattern is not None for part in r.pattern.parts}
-            self._spelling = ({p for p in parts if "*" not in p},
-                              [tuple(p.split("*")) for p in sorted(parts) if "*" in p and p not in ("*", "**")])
-        literals, globs = self._spelling
-        return key in literals or any(glob_key(g, key) for g in globs)
+            self._spelling = _Spelling(self.rules)
+        if len(self._spelt_keys) >= self.CACHE_MAX:
+            self._spelt_keys.clear()
+        spelt = self._spelt_keys[key] = self._spelling.names(key)
+        return spelt
 
     def _rate_region(self, region: Path) -> Rule | None:
         inside = (*region, "**")
@@ -498,8 +523,37 @@ class Policy:
                                         r.path, r.reason, r.origin))
 
 
-#: The key a region's key is rated as when no rule spells it (no literal equals it, no glob part contains NUL).
+#: The key a path's or region's key is rated as when no rule spells it (no literal equals it, no glob part holds
+#: NUL): like any such key, only ``*`` and ``**`` take it.
 _UNSPELT = "\x00"
+_NOT_YET = object()
+
+
+class _Spelling:
+    """The keys a set of rules names: literal pattern keys, and globs filed by their first piece (or, where that is
+    empty, by their last piece reversed; a glob empty at both ends, ``*a*``, is always tried)."""
+
+    def __init__(self, rules: Iterable[Rule]):
+        parts = {part for r in rules if r.pattern is not None for part in r.pattern.parts}
+        self.literals = {p for p in parts if "*" not in p}
+        self.first, self.last = Prefixed(), Prefixed()
+        self.inner: list[tuple[str, ...]] = []
+        for glob in sorted(p for p in parts if "*" in p and p not in ("*", "**")):
+            pieces = tuple(glob.split("*"))
+            if pieces[0]:
+                self.first.add(pieces[0], pieces)
+            elif pieces[-1]:
+                self.last.add(pieces[-1][::-1], pieces)
+            else:
+                self.inner.append(pieces)
+
+    def names(self, key: str) -> bool:
+        if key in self.literals:
+            return True
+        for pieces in itertools.chain(self.first.get(key), self.last.get(key[::-1]), self.inner):
+            if glob_key(pieces, key):
+                return True
+        return False
 
 
 def _meets(rule: Path, region: Path) -> bool:

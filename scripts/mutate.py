@@ -86,8 +86,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "r.path, r.reason, r.origin))", "live.index(r),))", (PROPS,),
            "the rule named for an unread region depends on the order of policy files"),
     Mutant("region-merge-keeps-milder", "hoststate/diff.py",
-           "if region is not None and RANK[region.severity] < RANK[found.severity]:",
-           "if region is not None and RANK[region.severity] > RANK[found.severity]:", (PROPS, "tests/test_diff.py"),
+           "rated = region if RANK[region.severity] < RANK[found.severity] else found",
+           "rated = region if RANK[region.severity] > RANK[found.severity] else found", (MUTANTS_TESTS,),
            "a region that is one leaf keeps the milder of the two ratings"),
     Mutant("collector-status-ignored", "hoststate/diff.py",
            "if status in coverage.STATUS_CLASS:", 'if status == "error":', (PROPS,),
@@ -111,7 +111,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_diff.py",), "a set-compared list never differs"),
     Mutant("misspelt-rule-silent", "hoststate/policy.py",
            "if id(rule) not in matched and rule.matches(path):", "if id(rule) not in matched:",
-           ("tests/test_policy.py", "tests/test_diff.py"), "a user rule that matches nothing is not reported"),
+           (MUTANTS_TESTS,), "a user rule that matches nothing is not reported"),
     Mutant("index-drops-last-key", "hoststate/paths.py",
            "yield from self._exact.get(key, ())", "yield from ()", (PROPS,),
            "the rule index loses rules filed by a literal last key"),
@@ -129,30 +129,40 @@ MUTANTS: tuple[Mutant, ...] = (
 )
 
 
+#: Read by the tests, never mutated, and most of the repository's files: linked, not copied.
+SHARED = "fixtures"
+
+
 def copy_repo(dest: str) -> None:
-    """The files git knows (tracked and untracked, not ignored), as they are in the working tree."""
+    """The files git knows (tracked and untracked, not ignored), as they are in the working tree; links as links,
+    and the fixtures as one link to this checkout's."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                             capture_output=True, check=True).stdout.decode().split("\0")
     for rel in filter(None, listed):
-        src = os.path.join(REPO, rel)
-        if not os.path.isfile(src) or os.path.islink(src):
+        src, dst = os.path.join(REPO, rel), os.path.join(dest, rel)
+        if rel.split("/", 1)[0] == SHARED:
+            if not os.path.lexists(os.path.join(dest, SHARED)):
+                os.symlink(os.path.join(REPO, SHARED), os.path.join(dest, SHARED))
             continue
-        os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
-        shutil.copy2(src, os.path.join(dest, rel))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if os.path.islink(src):  # the sysfs fixture trees are made of links, as /sys is
+            os.symlink(os.readlink(src), dst)
+        elif os.path.isfile(src):
+            shutil.copy2(src, dst)
 
 
-def run_tests(workdir: str, tests: tuple[str, ...], timeout: float) -> tuple[int, float]:
-    """pytest's exit status (124 on timeout) and seconds taken, in ``workdir``."""
+def run_tests(workdir: str, tests: tuple[str, ...], timeout: float) -> tuple[int, float, str]:
+    """pytest's exit status (124 on timeout), seconds taken and the end of its output, in ``workdir``."""
     env = dict(os.environ, CI="true", PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTHONPATH", None)  # tests/conftest.py puts the copy first on sys.path
     start = time.perf_counter()
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
                               cwd=workdir, env=env, capture_output=True, timeout=timeout, check=False)
-        status = done.returncode
+        status, tail = done.returncode, (done.stdout + done.stderr).decode(errors="replace")[-3000:]
     except subprocess.TimeoutExpired:
-        status = 124
-    return status, time.perf_counter() - start
+        status, tail = 124, "timed out"
+    return status, time.perf_counter() - start, tail
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,9 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="hoststate-mutate-") as work:
         copy_repo(work)
         tests = tuple(sorted({t for m in chosen for t in m.tests}))
-        status, took = run_tests(work, tests, args.timeout)
+        status, took, tail = run_tests(work, tests, args.timeout)
         if status != 0:
-            print(f"the tests fail unmutated (exit {status}): fix them first: {' '.join(tests)}")
+            print(f"{tail}\nthe tests fail unmutated (exit {status}): fix them first: {' '.join(tests)}")
             return 1
         print(f"unmutated: {len(tests)} test files pass ({took:.1f} s)")
         for m in chosen:
@@ -187,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(text.replace(m.old, m.new))
             try:
-                status, took = run_tests(work, m.tests, args.timeout)
+                status, took, _ = run_tests(work, m.tests, args.timeout)
             finally:
                 with open(path, "w", encoding="utf-8") as fh:
                     fh.write(text)

@@ -31,6 +31,14 @@ def test_each_leaf_tries_a_bounded_number_of_rules() -> None:
 
 
 def test_the_streamed_json_report_is_the_whole_report() -> None:
+    for shape in ("lists", "wide"):  # list values, and text with non-ASCII and escapes
+        a, b = shaped(shape, 600, 0), shaped(shape, 600, 1)
+        if shape == "wide":
+            b["env"]["VAR_0000001_PADDING"] = 'é "quoted" \\ \n\t\u202e'
+            b["env"]["VAR_0000002_PADDING"] = [{"k": [1, {}]}, [], 1.5]
+        result = compare(a, b, include_ignored=True)
+        text = "".join(iter_json(result, baseline="a", current="b", batch=7))
+        assert text == json.dumps(to_json(result, baseline="a", current="b"), indent=2, ensure_ascii=False) + "\n"
     result = compare(shaped("deep", 3000, 0), shaped("deep", 3000, 1))
     text = "".join(iter_json(result, baseline="a", current="b", batch=7))
     assert text == json.dumps(to_json(result, baseline="a", current="b"), indent=2, ensure_ascii=False) + "\n"

@@ -100,3 +100,29 @@ def test_invalidating_outranks_warning_in_the_verdict_and_the_order_of_findings(
     assert result.verdict == "invalidating"
     assert [f.severity for f in result.findings] == ["invalidating", "warning"]
     assert result.counts["invalidating"] == 1 and result.counts["warning"] == 1
+
+
+def test_a_region_that_is_one_leaf_keeps_its_value_and_the_more_severe_rating() -> None:
+    """The current side could not read ``system.memory.total_bytes``: it might even be a table now, which the
+    catch-all rates invalidating, so the leaf's own milder rule cannot decide; the finding keeps the old value."""
+    from hoststate import coverage
+
+    base = _memory(100)
+    cur = {"hoststate": {}, "collectors": {"system": {"status": "partial", "unreadable": {
+        "memory.total_bytes": coverage.entry("denied", "EACCES", "proc/meminfo")}}}, "system": {"memory": {}}}
+    rules = [{"path": "system.**", "severity": "invalidating", "reason": "all"},
+             {"path": "system.memory.total_bytes", "severity": "info", "reason": "leaf"}]
+    result = compare(base, cur, Policy(parse_rules({"rule": rules}, "t.toml") + list(default_rules())))
+    found = [f for f in result.findings if f.path == "system.memory.total_bytes"]
+    assert [(f.change, f.old, f.severity, f.rule) for f in found] == [("unreadable", 100, "invalidating", "system.**")]
+
+
+def test_a_user_rule_that_could_match_but_does_not_is_reported() -> None:
+    """``env.*.*`` is tried on every env leaf (its leading keys fit) and matches none: still a rule that rates
+    nothing, so the diff says so; ``env.*`` matches and is not reported."""
+    base = {"hoststate": {}, "collectors": {"env": {"status": "ok"}}, "env": {"FOO": "1", "BAR": "2"}}
+    cur = copy.deepcopy(base)
+    rules = [{"path": "env.*.*", "severity": "info", "reason": "never"},
+             {"path": "env.*", "severity": "info", "reason": "always"}]
+    result = compare(base, cur, Policy(parse_rules({"rule": rules}, "t.toml") + list(default_rules())))
+    assert [f.path for f in result.findings if f.change == "coverage"] == ['policy."t.toml"."env.*.*"']

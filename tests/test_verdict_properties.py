@@ -212,7 +212,7 @@ def test_the_region_rule_is_the_same_through_policy_files_in_either_order(tmp_pa
 # -- the pattern index loses nothing ---------------------------------------------------------------------------
 
 PART = st.sampled_from(["a", "b", "ab", "abc", "*", "**", "a*", "ab*", "*b", "a*c", "x"])
-KEY = st.sampled_from(["a", "b", "ab", "abc", "ac", "x", "bb", "abcb"])
+KEY = st.sampled_from(["a", "b", "ab", "abc", "ac", "x", "bb", "abcb", "", "q", "zzz"])
 
 
 @settings(max_examples=300, deadline=None)
