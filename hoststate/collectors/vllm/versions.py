@@ -197,6 +197,10 @@ class Rules:
     quantization_methods: frozenset[str] = frozenset()
     #: A 16-bit ``--kv-cache-dtype`` must be the model's dtype (0.33's VllmConfig).
     kv_dtype_matches_model: bool = False
+    #: ``--quantization`` methods refused as deprecated unless --allow-deprecated-quantization (0.33).
+    deprecated_quantization: frozenset[str] = frozenset()
+    #: Concurrent partial prefills (max_num_partial_prefills / max_long_partial_prefills other than 1) refused (0.12).
+    partial_prefills_refused: bool = False
 
 
 _ALIASES_010 = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
@@ -411,6 +415,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "no_negation": _NO_NEGATION_0110 | {"aggregate_engine_logging"}},
     {"version": "0.12.0", "family": "opt", "o_number": "optimization_level", "o_dotted": "deprecated",
      "seed_unset": None, "kv_cache_dtypes": _KV_012, "quantization_methods": _QUANT_012,
+     "partial_prefills_refused": True,
      "spec_pp_refused_methods": frozenset({"eagle", "eagle3"}),
      "eagle3_targets": ("llama", "qwen", "minicpm", "gpt_oss"),
      "aliases": _ALIASES_012, "graphs_without_compile": "none", "pcp_refused": True,
@@ -440,6 +445,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "unknown_compilation_keys": "refused", "missing_options": _MISSING_033 | _GONE_033, "config_file_style": "json",
      "spec_detects_new_names": True, "kv_cache_dtypes": _KV_033, "quantization_methods": _QUANT_033,
      "kv_dtype_matches_model": True, "spec_pp_refused_methods": frozenset(), "eagle3_targets": (),
+     "deprecated_quantization": frozenset({"fbgemm_fp8", "fp_quant"}),
      "none_default_flags": frozenset({"async_scheduling", "disable_cascade_attn", "disable_hybrid_kv_cache_manager",
                                       "disable_nccl_for_dp_synchronization"})},
 )
