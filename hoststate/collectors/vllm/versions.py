@@ -346,17 +346,20 @@ _DISABLE_FLAGS_033 = {("--disable-" + d[7:] if d.startswith("enable_") else "--e
 #: ``--kv-cache-dtype`` choices and ``--quantization`` methods, read from each installed version's own modules
 #: (``typing.get_args(vllm.config.cache.CacheDType)``,
 #: ``vllm.model_executor.layers.quantization.QUANTIZATION_METHODS``).
-_KV_012 = frozenset({"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"})
+_KV_0102 = frozenset({"auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"})
+_KV_0110 = _KV_0102 | {"bfloat16"}
+_KV_012 = _KV_0110 | {"fp8_ds_mla"}  # from 0.11.1
+_QUANT_0102 = frozenset({  # 0.10.2 and 0.11.0
+    "auto-round", "awq", "awq_marlin", "bitblas", "bitsandbytes", "compressed-tensors", "deepspeedfp", "experts_int8",
+    "fbgemm_fp8", "fp8", "gguf", "gptq", "gptq_bitblas", "gptq_marlin", "gptq_marlin_24", "hqq", "inc", "ipex",
+    "modelopt", "modelopt_fp4", "moe_wna16", "mxfp4", "petit_nvfp4", "ptpc_fp8", "quark", "rtn", "torchao", "tpu_int8"})
+_QUANT_0111 = _QUANT_0102 | {"fp_quant"}
 _KV_033 = frozenset({
     "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
     "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4", "octave_k3v3",
     "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head",
     "nvfp4", "nvfp4_4over6"})
-_QUANT_012 = frozenset({
-    "awq", "deepspeedfp", "tpu_int8", "fp8", "ptpc_fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4",
-    "bitblas", "gguf", "gptq_marlin_24", "gptq_marlin", "gptq_bitblas", "awq_marlin", "gptq", "compressed-tensors",
-    "bitsandbytes", "hqq", "experts_int8", "ipex", "quark", "moe_wna16", "torchao", "auto-round", "rtn", "inc", "mxfp4",
-    "petit_nvfp4", "cpu_gptq", "cpu_awq"})
+_QUANT_012 = _QUANT_0111 | {"cpu_gptq", "cpu_awq"}
 _QUANT_033 = frozenset({
     "awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed",
     "auto_gptq", "gptq", "gptq_marlin", "awq_marlin", "humming", "compressed-tensors", "experts_int8", "quark",
@@ -387,6 +390,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "decode_context_parallel_size"}) | _NEW_AFTER_0102},
     {"version": "0.10.1", "family": "v10"},
     {"version": "0.10.2", "o_number": "dotted-level", "o_values": _O_0_3, "o_any_int": True,
+     "kv_cache_dtypes": _KV_0102, "quantization_methods": _QUANT_0102,
      "aliases": _ALIASES_0102, "serve_model_option": "refused",
      "legacy_flags_in_config": True, "all2all_ht_mode": "PIECEWISE", "spec_methods": _SPEC_METHODS_0102,
      "spec_refused_methods": frozenset({"draft_model"}), "v1_attention_backends": _V1_BACKENDS_0102,
@@ -394,6 +398,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                             "mla": frozenset({"FLASHMLA", "CUTLASS_MLA"})},
      "missing_options": _MISSING_0102 | _NEW_AFTER_0102, "no_negation": _NO_NEGATION_0102},
     {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "all2all_ht_mode": "NONE",
+     "kv_cache_dtypes": _KV_0110, "quantization_methods": _QUANT_0102,
      "inductor_partition": True, "spec_draft_target_types": frozenset(),
      "spec_self_drafting": frozenset({"ngram", "mtp"}) | _MTP_0110,
      "spec_methods": _SPEC_METHODS_0110, "v1_attention_backends": frozenset(), "fp8_kv_v1_backends": {},
@@ -406,6 +411,9 @@ ROWS: tuple[dict[str, Any], ...] = (
      "model_rules_default_only": False, "capture_size_checks": True, "async_spec_methods": _EAGLE_MTP,
      "dcp_head_check": True, "capture_options_exclusive": True, "scheduler_sizes_checked": True,
      "world_size_checked": True, "lora_spec_budget": True, "chunked_prefill_off_checked": True,
+     "kv_cache_dtypes": _KV_012, "quantization_methods": _QUANT_0111, "partial_prefills_refused": True,
+     "spec_pp_refused_methods": frozenset({"eagle", "eagle3"}),
+     "eagle3_targets": ("llama", "qwen", "minicpm", "gpt_oss"),
      "spec_self_drafting": frozenset({"ngram", "suffix"}) | (_EAGLE_MTP - {"eagle", "eagle3"}),
      "aliases": {**_ALIASES_0102, "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
                  "-n": "nnodes", "-r": "node_rank"},
@@ -414,10 +422,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "rope_scaling"}) | _GONE_0111 | _NEW_AFTER_0111,
      "no_negation": _NO_NEGATION_0110 | {"aggregate_engine_logging"}},
     {"version": "0.12.0", "family": "opt", "o_number": "optimization_level", "o_dotted": "deprecated",
-     "seed_unset": None, "kv_cache_dtypes": _KV_012, "quantization_methods": _QUANT_012,
-     "partial_prefills_refused": True,
-     "spec_pp_refused_methods": frozenset({"eagle", "eagle3"}),
-     "eagle3_targets": ("llama", "qwen", "minicpm", "gpt_oss"),
+     "seed_unset": None, "quantization_methods": _QUANT_012,
      "aliases": _ALIASES_012, "graphs_without_compile": "none", "pcp_refused": True,
      "attn_fusion_keys": ("fuse_attn_quant", "enable_attn_fusion"), "pass_config_renamed": True,
      "missing_options": frozenset({"performance_mode", "attention_config", "attention_backend",
