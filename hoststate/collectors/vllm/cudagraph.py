@@ -505,8 +505,12 @@ def _eagle_targets(r: Resolution) -> None:
 
 
 def _partial_prefills(r: Resolution) -> None:
-    """Concurrent partial prefills (either count other than 1) are refused (EngineArgs._check_feature_supported,
-    0.12)."""
+    """max_long_partial_prefills must lie in [1, max_num_partial_prefills] (SchedulerConfig); concurrent partial
+    prefills (either count other than 1) are refused outright from 0.11.1 (EngineArgs._check_feature_supported)."""
+    most, long = _int(r.args.get("max_num_partial_prefills")), _int(r.args.get("max_long_partial_prefills"))
+    if not 1 <= long <= most:
+        raise Refused(f"max_long_partial_prefills ({long}) must be greater than or equal to 1 and less than or equal "
+                      f"to max_num_partial_prefills ({most})")
     if not r.rules.partial_prefills_refused:
         return
     if _int(r.args.get("max_num_partial_prefills")) != 1 or _int(r.args.get("max_long_partial_prefills")) != 1:
@@ -532,7 +536,10 @@ def _chunked_prefill_off(r: Resolution) -> None:
     """Without chunked prefill a step must hold a whole prompt: max_num_batched_tokens below max_model_len is
     refused (SchedulerConfig; 0.11.1+, where an explicit --no-enable-chunked-prefill is kept)."""
     batched = r.args.get("max_num_batched_tokens")
-    if not r.rules.chunked_prefill_off_checked or r.args.get("enable_chunked_prefill") is not False:
+    how = r.rules.chunked_prefill_off_checked
+    if not how or r.args.get("enable_chunked_prefill") is not False:
+        return
+    if how == "pooling" and not _is_pooling(r):
         return
     if not isinstance(batched, int) or isinstance(batched, bool):
         return  # the default is then max(max_model_len, 2048): never below

@@ -184,9 +184,10 @@ class Rules:
     config_file_style: str = "str"
     #: SpeculativeConfig detects dflash/dspark draft models by name too (0.33; eagle/eagle3 in every version).
     spec_detects_new_names: bool = False
-    #: ``--no-enable-chunked-prefill`` is kept, so SchedulerConfig refuses max_num_batched_tokens below max_model_len
-    #: (0.11.1+; earlier V1 engines turn chunked prefill back on for generative models).
-    chunked_prefill_off_checked: bool = False
+    #: Where ``--no-enable-chunked-prefill`` is kept, so that SchedulerConfig refuses max_num_batched_tokens below
+    #: max_model_len: "all" models (0.11.1+), "pooling" ones only (0.11.0 turns it back on for generative models), or
+    #: "" (not checked).
+    chunked_prefill_off_checked: str = ""
     #: ``--kv-cache-dtype`` choices (CacheDType); empty: not checked (not recorded for the version).
     kv_cache_dtypes: frozenset[str] = frozenset()
     #: Speculative methods whose draft model refuses pipeline parallelism (no SupportsPP), and the target model
@@ -398,7 +399,9 @@ ROWS: tuple[dict[str, Any], ...] = (
                             "mla": frozenset({"FLASHMLA", "CUTLASS_MLA"})},
      "missing_options": _MISSING_0102 | _NEW_AFTER_0102, "no_negation": _NO_NEGATION_0102},
     {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "all2all_ht_mode": "NONE",
-     "kv_cache_dtypes": _KV_0110, "quantization_methods": _QUANT_0102,
+     "kv_cache_dtypes": _KV_0110, "quantization_methods": _QUANT_0102, "chunked_prefill_off_checked": "pooling",
+     "spec_pp_refused_methods": frozenset({"eagle", "eagle3"}),
+     "eagle3_targets": ("llama", "qwen", "minicpm", "gpt_oss"),
      "inductor_partition": True, "spec_draft_target_types": frozenset(),
      "spec_self_drafting": frozenset({"ngram", "mtp"}) | _MTP_0110,
      "spec_methods": _SPEC_METHODS_0110, "v1_attention_backends": frozenset(), "fp8_kv_v1_backends": {},
@@ -410,7 +413,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "spec_methods": _SPEC_METHODS, "serve_model_option": "moved", "attn_fusion_keys": ("enable_attn_fusion",),
      "model_rules_default_only": False, "capture_size_checks": True, "async_spec_methods": _EAGLE_MTP,
      "dcp_head_check": True, "capture_options_exclusive": True, "scheduler_sizes_checked": True,
-     "world_size_checked": True, "lora_spec_budget": True, "chunked_prefill_off_checked": True,
+     "world_size_checked": True, "lora_spec_budget": True, "chunked_prefill_off_checked": "all",
      "kv_cache_dtypes": _KV_012, "quantization_methods": _QUANT_0111, "partial_prefills_refused": True,
      "spec_pp_refused_methods": frozenset({"eagle", "eagle3"}),
      "eagle3_targets": ("llama", "qwen", "minicpm", "gpt_oss"),
