@@ -406,15 +406,30 @@ QUANT_CONFIG_FILES: dict[str, tuple[str, ...]] = {
     "awq_marlin": ("quantize_config.json",), "gptq_marlin": ("quantize_config.json",),
     "gptq_marlin_24": ("quantize_config.json",), "gptq_bitblas": ("quantize_config.json",),
     "modelopt": ("hf_quant_config.json",), "modelopt_fp4": ("hf_quant_config.json",),
+    "bitblas": ("quantize_config.json",), "hqq": ("quantize_config.json",), "moe_wna16": ("quantize_config.json",),
+    "cpu_gptq": ("quantize_config.json",), "cpu_awq": ("quantize_config.json",),
+    "auto-round": ("quantization_config.json",), "petit_nvfp4": ("hf_quant_config.json",),
+    # no file can supply these: built without the checkpoint's quantization_config they fail to start (TypeError)
+    "compressed-tensors": (), "torchao": (), "fbgemm_fp8": (),
 }
+#: Methods CUDA hosts cannot run (their config refuses any other platform).
+QUANT_ROCM_ONLY = frozenset({"ptpc_fp8"})
 
 
 def _quantization_files(r: Resolution) -> None:
-    """A --quantization method that needs the checkpoint's settings, on a checkpoint without any, is refused."""
+    """A --quantization method that needs the checkpoint's settings, on a checkpoint without any, is refused; so is
+    one only ROCm runs, and (0.33) a deprecated one without --allow-deprecated-quantization."""
     given = r.args.get("quantization")
+    if given in QUANT_ROCM_ONLY:
+        raise Refused(f"{given} quantization is supported only on ROCm")
+    if given in r.rules.deprecated_quantization and not r.args.get("allow_deprecated_quantization"):
+        raise Refused(f"The quantization method {given} is deprecated and will be removed in future versions of "
+                      "vLLM; to bypass, set --allow-deprecated-quantization")
     needs = QUANT_CONFIG_FILES.get(given) if isinstance(given, str) else None
     if needs is None or r.model.limits.quant_method is not None or not r.model.known:
         return
+    if not needs:
+        raise Refused(f"--quantization {given} needs the checkpoint's quantization_config, and config.json has none")
     if r.model.quant_files is None:
         r.assumes.append(f"--quantization {given}: a quantization config file beside config.json assumed "
                          f"({', '.join(needs)})")
@@ -452,6 +467,25 @@ def _mtp_layers(r: Resolution) -> None:
                       f"names none ({', '.join(MTP_LAYER_KEYS)}): no MTP draft model can be built from it")
 
 
+#: Methods whose draft config may give num_speculative_tokens (its n_predict), or that pick one themselves (suffix).
+_TOKENS_OPTIONAL = ("suffix", "medusa", "mlp_speculator")
+
+
+def _speculative_tokens(r: Resolution) -> None:
+    """Without num_speculative_tokens only suffix decoding (and a draft config holding n_predict) has a number:
+    SpeculativeConfig._verify_args refuses the rest."""
+    spec = r.args.get("speculative_config")
+    if not isinstance(spec, Mapping) or spec.get("num_speculative_tokens") is not None:
+        return
+    method = _spec_method(r)
+    if method in _TOKENS_OPTIONAL:
+        return
+    if spec.get("model") is not None:
+        r.assumes.append("the draft model's config.json assumed without n_predict (it is not read)")
+    raise Refused("num_speculative_tokens must be provided with speculative model unless the draft model config "
+                  "contains an n_predict parameter")
+
+
 def _eagle_targets(r: Resolution) -> None:
     """EAGLE-3 drafts only for the target model types the version lists (a substring of the text config's
     model_type: SpeculativeConfig._verify_args), and an EAGLE draft model has no pipeline-parallel support
@@ -468,6 +502,20 @@ def _eagle_targets(r: Resolution) -> None:
         r.assumes.append(f"the target model type assumed one EAGLE-3 supports ({r.model.source})")
     elif not any(t in model_type for t in targets):
         raise Refused(f"Eagle3 is only supported for {list(targets)} models; got model_type {model_type!r}")
+
+
+def _partial_prefills(r: Resolution) -> None:
+    """max_long_partial_prefills must lie in [1, max_num_partial_prefills] (SchedulerConfig); concurrent partial
+    prefills (either count other than 1) are refused outright from 0.11.1 (EngineArgs._check_feature_supported)."""
+    most, long = _int(r.args.get("max_num_partial_prefills")), _int(r.args.get("max_long_partial_prefills"))
+    if not 1 <= long <= most:
+        raise Refused(f"max_long_partial_prefills ({long}) must be greater than or equal to 1 and less than or equal "
+                      f"to max_num_partial_prefills ({most})")
+    if not r.rules.partial_prefills_refused:
+        return
+    if _int(r.args.get("max_num_partial_prefills")) != 1 or _int(r.args.get("max_long_partial_prefills")) != 1:
+        raise Refused("Concurrent Partial Prefill is not supported. We recommend to remove Concurrent Partial Prefill "
+                      "from your config.")
 
 
 def _kv_dtype_model(r: Resolution) -> None:
@@ -488,7 +536,10 @@ def _chunked_prefill_off(r: Resolution) -> None:
     """Without chunked prefill a step must hold a whole prompt: max_num_batched_tokens below max_model_len is
     refused (SchedulerConfig; 0.11.1+, where an explicit --no-enable-chunked-prefill is kept)."""
     batched = r.args.get("max_num_batched_tokens")
-    if not r.rules.chunked_prefill_off_checked or r.args.get("enable_chunked_prefill") is not False:
+    how = r.rules.chunked_prefill_off_checked
+    if not how or r.args.get("enable_chunked_prefill") is not False:
+        return
+    if how == "pooling" and not _is_pooling(r):
         return
     if not isinstance(batched, int) or isinstance(batched, bool):
         return  # the default is then max(max_model_len, 2048): never below
@@ -912,7 +963,8 @@ def _capture_max_matches(r: Resolution, largest: int, sizes: list[Any]) -> None:
 #: vLLM normalises graphs without VLLM_COMPILE twice (0.33): before and after the model rules.
 STEPS: tuple[Step, ...] = (
     _speculative_flags, _memory_fraction, _scheduler_sizes, _batched_tokens, _capture_options, _speculative_method,
-    _draft_model, _mtp_layers, _eagle_targets, _kv_dtype_model, _chunked_prefill_off, _v1_required,
+    _draft_model, _speculative_tokens, _mtp_layers, _eagle_targets, _kv_dtype_model, _partial_prefills,
+    _chunked_prefill_off, _v1_required,
     _speculative_on_v0, _world_size,
     _prefill_context_parallel, _attention_heads, _max_model_len, _quantization, _quantization_files,
     _lora_speculative,

@@ -184,9 +184,10 @@ class Rules:
     config_file_style: str = "str"
     #: SpeculativeConfig detects dflash/dspark draft models by name too (0.33; eagle/eagle3 in every version).
     spec_detects_new_names: bool = False
-    #: ``--no-enable-chunked-prefill`` is kept, so SchedulerConfig refuses max_num_batched_tokens below max_model_len
-    #: (0.11.1+; earlier V1 engines turn chunked prefill back on for generative models).
-    chunked_prefill_off_checked: bool = False
+    #: Where ``--no-enable-chunked-prefill`` is kept, so that SchedulerConfig refuses max_num_batched_tokens below
+    #: max_model_len: "all" models (0.11.1+), "pooling" ones only (0.11.0 turns it back on for generative models), or
+    #: "" (not checked).
+    chunked_prefill_off_checked: str = ""
     #: ``--kv-cache-dtype`` choices (CacheDType); empty: not checked (not recorded for the version).
     kv_cache_dtypes: frozenset[str] = frozenset()
     #: Speculative methods whose draft model refuses pipeline parallelism (no SupportsPP), and the target model
@@ -197,6 +198,10 @@ class Rules:
     quantization_methods: frozenset[str] = frozenset()
     #: A 16-bit ``--kv-cache-dtype`` must be the model's dtype (0.33's VllmConfig).
     kv_dtype_matches_model: bool = False
+    #: ``--quantization`` methods refused as deprecated unless --allow-deprecated-quantization (0.33).
+    deprecated_quantization: frozenset[str] = frozenset()
+    #: Concurrent partial prefills (max_num_partial_prefills / max_long_partial_prefills other than 1) refused (0.12).
+    partial_prefills_refused: bool = False
 
 
 _ALIASES_010 = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
@@ -342,17 +347,20 @@ _DISABLE_FLAGS_033 = {("--disable-" + d[7:] if d.startswith("enable_") else "--e
 #: ``--kv-cache-dtype`` choices and ``--quantization`` methods, read from each installed version's own modules
 #: (``typing.get_args(vllm.config.cache.CacheDType)``,
 #: ``vllm.model_executor.layers.quantization.QUANTIZATION_METHODS``).
-_KV_012 = frozenset({"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"})
+_KV_0102 = frozenset({"auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"})
+_KV_0110 = _KV_0102 | {"bfloat16"}
+_KV_012 = _KV_0110 | {"fp8_ds_mla"}  # from 0.11.1
+_QUANT_0102 = frozenset({  # 0.10.2 and 0.11.0
+    "auto-round", "awq", "awq_marlin", "bitblas", "bitsandbytes", "compressed-tensors", "deepspeedfp", "experts_int8",
+    "fbgemm_fp8", "fp8", "gguf", "gptq", "gptq_bitblas", "gptq_marlin", "gptq_marlin_24", "hqq", "inc", "ipex",
+    "modelopt", "modelopt_fp4", "moe_wna16", "mxfp4", "petit_nvfp4", "ptpc_fp8", "quark", "rtn", "torchao", "tpu_int8"})
+_QUANT_0111 = _QUANT_0102 | {"fp_quant"}
 _KV_033 = frozenset({
     "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
     "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4", "octave_k3v3",
     "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head",
     "nvfp4", "nvfp4_4over6"})
-_QUANT_012 = frozenset({
-    "awq", "deepspeedfp", "tpu_int8", "fp8", "ptpc_fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4",
-    "bitblas", "gguf", "gptq_marlin_24", "gptq_marlin", "gptq_bitblas", "awq_marlin", "gptq", "compressed-tensors",
-    "bitsandbytes", "hqq", "experts_int8", "ipex", "quark", "moe_wna16", "torchao", "auto-round", "rtn", "inc", "mxfp4",
-    "petit_nvfp4", "cpu_gptq", "cpu_awq"})
+_QUANT_012 = _QUANT_0111 | {"cpu_gptq", "cpu_awq"}
 _QUANT_033 = frozenset({
     "awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed",
     "auto_gptq", "gptq", "gptq_marlin", "awq_marlin", "humming", "compressed-tensors", "experts_int8", "quark",
@@ -383,6 +391,8 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "decode_context_parallel_size"}) | _NEW_AFTER_0102},
     {"version": "0.10.1", "family": "v10"},
     {"version": "0.10.2", "o_number": "dotted-level", "o_values": _O_0_3, "o_any_int": True,
+     "kv_cache_dtypes": _KV_0102, "quantization_methods": _QUANT_0102, "chunked_prefill_off_checked": "pooling",
+     "spec_pp_refused_methods": frozenset({"eagle", "eagle3"}), "eagle3_targets": ("llama", "qwen"),
      "aliases": _ALIASES_0102, "serve_model_option": "refused",
      "legacy_flags_in_config": True, "all2all_ht_mode": "PIECEWISE", "spec_methods": _SPEC_METHODS_0102,
      "spec_refused_methods": frozenset({"draft_model"}), "v1_attention_backends": _V1_BACKENDS_0102,
@@ -390,6 +400,8 @@ ROWS: tuple[dict[str, Any], ...] = (
                             "mla": frozenset({"FLASHMLA", "CUTLASS_MLA"})},
      "missing_options": _MISSING_0102 | _NEW_AFTER_0102, "no_negation": _NO_NEGATION_0102},
     {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "all2all_ht_mode": "NONE",
+     "kv_cache_dtypes": _KV_0110, "quantization_methods": _QUANT_0102,
+     "eagle3_targets": ("llama", "qwen", "minicpm", "gpt_oss"),
      "inductor_partition": True, "spec_draft_target_types": frozenset(),
      "spec_self_drafting": frozenset({"ngram", "mtp"}) | _MTP_0110,
      "spec_methods": _SPEC_METHODS_0110, "v1_attention_backends": frozenset(), "fp8_kv_v1_backends": {},
@@ -401,7 +413,8 @@ ROWS: tuple[dict[str, Any], ...] = (
      "spec_methods": _SPEC_METHODS, "serve_model_option": "moved", "attn_fusion_keys": ("enable_attn_fusion",),
      "model_rules_default_only": False, "capture_size_checks": True, "async_spec_methods": _EAGLE_MTP,
      "dcp_head_check": True, "capture_options_exclusive": True, "scheduler_sizes_checked": True,
-     "world_size_checked": True, "lora_spec_budget": True, "chunked_prefill_off_checked": True,
+     "world_size_checked": True, "lora_spec_budget": True, "chunked_prefill_off_checked": "all",
+     "kv_cache_dtypes": _KV_012, "quantization_methods": _QUANT_0111, "partial_prefills_refused": True,
      "spec_self_drafting": frozenset({"ngram", "suffix"}) | (_EAGLE_MTP - {"eagle", "eagle3"}),
      "aliases": {**_ALIASES_0102, "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
                  "-n": "nnodes", "-r": "node_rank"},
@@ -410,9 +423,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "rope_scaling"}) | _GONE_0111 | _NEW_AFTER_0111,
      "no_negation": _NO_NEGATION_0110 | {"aggregate_engine_logging"}},
     {"version": "0.12.0", "family": "opt", "o_number": "optimization_level", "o_dotted": "deprecated",
-     "seed_unset": None, "kv_cache_dtypes": _KV_012, "quantization_methods": _QUANT_012,
-     "spec_pp_refused_methods": frozenset({"eagle", "eagle3"}),
-     "eagle3_targets": ("llama", "qwen", "minicpm", "gpt_oss"),
+     "seed_unset": None, "quantization_methods": _QUANT_012,
      "aliases": _ALIASES_012, "graphs_without_compile": "none", "pcp_refused": True,
      "attn_fusion_keys": ("fuse_attn_quant", "enable_attn_fusion"), "pass_config_renamed": True,
      "missing_options": frozenset({"performance_mode", "attention_config", "attention_backend",
@@ -440,6 +451,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "unknown_compilation_keys": "refused", "missing_options": _MISSING_033 | _GONE_033, "config_file_style": "json",
      "spec_detects_new_names": True, "kv_cache_dtypes": _KV_033, "quantization_methods": _QUANT_033,
      "kv_dtype_matches_model": True, "spec_pp_refused_methods": frozenset(), "eagle3_targets": (),
+     "deprecated_quantization": frozenset({"fbgemm_fp8", "fp_quant"}),
      "none_default_flags": frozenset({"async_scheduling", "disable_cascade_attn", "disable_hybrid_kv_cache_manager",
                                       "disable_nccl_for_dp_synchronization"})},
 )
