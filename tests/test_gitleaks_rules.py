@@ -157,7 +157,9 @@ def test_generated_values_of_every_rule_never_survive_a_snapshot(rows, tmp_path_
 
 def test_most_rules_are_planted_in_the_generated_snapshots():
     """The filter above keeps a test honest only if it rarely applies: most rules' first values are findings."""
-    values = {row["id"]: _examples(row["id"], 1)[0] for row in RUN}
+    # The first of the two values the real-server test below draws (cached): derandomised, it is the value a draw of
+    # one gives (the same for all 220 rules), so the rules' generation runs once for both tests.
+    values = {row["id"]: _examples(row["id"], 2)[0] for row in RUN}
     planted = _planted(values, [])
     assert len(planted) >= 0.9 * len(RUN), sorted(set(values) - set(planted))
 

@@ -18,6 +18,7 @@ import pytest
 from hoststate.digest import digest
 from hoststate.snapshot import loads
 from tests.conftest import HOSTS, require
+from tests.inproc import hoststate as hoststate_here
 
 HOSTSTATE = [sys.executable, "-m", "hoststate"]
 PY = sys.executable
@@ -58,6 +59,15 @@ def guard(baseline: Path | str, *args: str, timeout: float = 120, **kw) -> subpr
     before = _fingerprint(Path(baseline))
     proc = subprocess.run([*HOSTSTATE, "guard", "--baseline", str(baseline), *args],
                           capture_output=True, text=True, timeout=timeout, **kw)
+    assert _fingerprint(Path(baseline)) == before, "the baseline file changed"
+    return proc
+
+
+def guard_here(baseline: Path | str, *args: str) -> subprocess.CompletedProcess:
+    """``guard()`` through the same entry point in this process (tests/inproc.py), for runs that start no command
+    (bad input, no command given): what is tested is the exit code and stderr, not a process."""
+    before = _fingerprint(Path(baseline))
+    proc = hoststate_here(["guard", "--baseline", str(baseline), *args])
     assert _fingerprint(Path(baseline)) == before, "the baseline file changed"
     return proc
 
@@ -166,8 +176,8 @@ def test_a_saved_current_can_serve_as_the_next_baseline(seed_baseline, tmp_path)
 
 
 def test_no_command_exit_codes(seed_baseline) -> None:
-    assert guard(seed_baseline, "--root", str(SEED_BASELINE)).returncode == 0
-    assert guard(seed_baseline, "--root", str(SEED_EXPERIMENT)).returncode == 3
+    assert guard_here(seed_baseline, "--root", str(SEED_BASELINE)).returncode == 0
+    assert guard_here(seed_baseline, "--root", str(SEED_EXPERIMENT)).returncode == 3
 
 
 def test_refuses_another_cpu_and_kernel(tmp_path) -> None:
@@ -304,7 +314,7 @@ def test_a_bad_or_missing_baseline_is_exit_2_with_one_line(tmp_path, kind) -> No
     _seed_trees()
     baseline = _bad_baselines(tmp_path)[kind]
     marker = tmp_path / "started"
-    proc = guard(baseline, "--root", str(SEED_BASELINE), "--", *touch_cmd(marker))
+    proc = guard_here(baseline, "--root", str(SEED_BASELINE), "--", *touch_cmd(marker))
     assert proc.returncode == 2, proc.stderr
     line = one_line(proc.stderr)
     assert line.startswith("hoststate: ") and str(baseline) in line
@@ -320,7 +330,7 @@ def test_a_bad_or_missing_baseline_is_exit_2_with_one_line(tmp_path, kind) -> No
 ])
 def test_bad_options_are_exit_2_with_one_line(seed_baseline, tmp_path, args) -> None:
     marker = tmp_path / "started"
-    proc = guard(seed_baseline, *args, "--", *touch_cmd(marker))
+    proc = guard_here(seed_baseline, *args, "--", *touch_cmd(marker))
     assert proc.returncode == 2, proc.stderr
     one_line(proc.stderr)
     assert not marker.exists()
@@ -330,7 +340,8 @@ def test_a_bad_policy_file_is_exit_2(seed_baseline, tmp_path) -> None:
     policy = tmp_path / "policy.toml"
     policy.write_text('[[rule]]\npath = "dsa.**"\nseverity = "fatal"\n')
     marker = tmp_path / "started"
-    proc = guard(seed_baseline, "--policy", str(policy), "--root", str(SEED_BASELINE), "--", *touch_cmd(marker))
+    proc = guard_here(seed_baseline, "--policy", str(policy), "--root", str(SEED_BASELINE), "--",
+                      *touch_cmd(marker))
     assert proc.returncode == 2 and "severity" in one_line(proc.stderr)
     assert not marker.exists()
 
@@ -338,7 +349,7 @@ def test_a_bad_policy_file_is_exit_2(seed_baseline, tmp_path) -> None:
 def test_a_user_policy_can_downgrade_a_finding(seed_baseline, tmp_path) -> None:
     policy = tmp_path / "policy.toml"
     policy.write_text('[[rule]]\npath = "dsa.**"\nseverity = "warning"\nreason = "DSA unused by this benchmark"\n')
-    proc = guard(seed_baseline, "--policy", str(policy), "--root", str(SEED_EXPERIMENT))
+    proc = guard_here(seed_baseline, "--policy", str(policy), "--root", str(SEED_EXPERIMENT))
     assert proc.returncode == 0, proc.stderr
 
 
@@ -359,8 +370,8 @@ def test_save_current_onto_the_baseline_is_refused_even_with_force(tmp_path) -> 
     baseline = snap(SEED_BASELINE, tmp_path / "baseline.toml")  # writable: guard must still not touch it
     marker = tmp_path / "started"
     for target in (baseline, tmp_path / "." / "baseline.toml"):
-        proc = guard(baseline, "--root", str(SEED_EXPERIMENT), "--accept", "**", "--save-current", str(target),
-                     "--force", "--", *touch_cmd(marker))
+        proc = guard_here(baseline, "--root", str(SEED_EXPERIMENT), "--accept", "**", "--save-current", str(target),
+                          "--force", "--", *touch_cmd(marker))
         assert proc.returncode == 2 and "baseline" in one_line(proc.stderr)
         assert not marker.exists()
 

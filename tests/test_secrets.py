@@ -6,8 +6,11 @@ server whose ``/metrics`` labels carry secrets too, and a closed port), in the s
 environment, in a ``--vllm-log`` file, in ``--label``, in guard's command and ``--accept`` patterns, and in
 arguments whose error ``--debug`` shows as a traceback. Every snapshot then goes through ``show``,
 ``diff`` (three formats), ``check``, ``export`` (two kinds), ``fleet`` and ``guard --save-current``, each
-run as the real CLI in a subprocess; stdout, stderr and every written file are searched for any piece of
-any secret. The guarded command itself must still get the real environment and arguments.
+run as the real CLI; stdout, stderr and every written file are searched for any piece of any secret. What
+reads the host (snap, guard, check and export on the live host, ``--debug``) runs in a subprocess with the
+secret-bearing environment; what renders a saved file (show, diff, check, export and fleet on files) runs the
+same entry point in this process (tests/inproc.py), with that environment too. The guarded command itself must
+still get the real environment and arguments.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from hoststate.collectors import vllm as vllm_collector
 from hoststate.redact import REDACTED
 from tests import secrets_corpus as corpus
 from tests.conftest import PYTHONPATH, REPO
+from tests.inproc import hoststate as _rendered
 
 #: The subprocess's own timeout: a hang detector, never a timing assertion.
 HANG = 120
@@ -183,20 +187,20 @@ def outputs(tmp_path_factory) -> Outputs:
         for path in sorted(snaps.glob("*-0.toml")):
             tag = path.stem
             for fmt in ("text", "json"):
-                out.add(f"show {fmt} {tag}", _hoststate(["show", str(path), "--format", fmt], env), (0,))
+                out.add(f"show {fmt} {tag}", _rendered(["show", str(path), "--format", fmt], env), (0,))
             for fmt in ("text", "json", "markdown"):
-                out.add(f"diff {fmt} clean {tag}", _hoststate(["diff", str(clean), str(path), "--all", "--format",
-                                                                fmt], env))
-                out.add(f"diff {fmt} {tag} clean", _hoststate(["diff", str(path), str(clean), "--all", "--format",
-                                                                fmt], env))
-            out.add(f"check {tag}", _hoststate(["check", str(path)], env))
-            out.add(f"check json {tag}", _hoststate(["check", str(path), "--format", "json"], env))
+                out.add(f"diff {fmt} clean {tag}", _rendered(["diff", str(clean), str(path), "--all", "--format",
+                                                               fmt], env))
+                out.add(f"diff {fmt} {tag} clean", _rendered(["diff", str(path), str(clean), "--all", "--format",
+                                                               fmt], env))
+            out.add(f"check {tag}", _rendered(["check", str(path)], env))
+            out.add(f"check json {tag}", _rendered(["check", str(path), "--format", "json"], env))
             for kind in ("prometheus", "nfd"):
-                out.add(f"export {kind} {tag}", _hoststate(["export", kind, str(path), "--baseline", str(clean)], env),
+                out.add(f"export {kind} {tag}", _rendered(["export", kind, str(path), "--baseline", str(clean)], env),
                         (0,))
         (snaps / "clean.toml").write_text(clean.read_text())
-        out.add("fleet json", _hoststate(["fleet", "--format", "json", str(snaps)], env))
-        out.add("fleet text", _hoststate(["fleet", str(snaps)], env))
+        out.add("fleet json", _rendered(["fleet", "--format", "json", str(snaps)], env))
+        out.add("fleet text", _rendered(["fleet", str(snaps)], env))
         # guard: a live snap with every source at once, saved with its [guard] table.
         for source in ("pid", "cmd", "url-closed", "log"):
             saved = tmp / f"guard-{source}.toml"
