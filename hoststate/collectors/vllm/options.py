@@ -138,7 +138,8 @@ OPTIONS: dict[str, str] = {
 }
 
 #: Options whose parser takes only these values (others are refused).
-CHOICES: dict[str, tuple[str, ...]] = {"performance_mode": ("balanced", "interactivity", "throughput")}
+CHOICES: dict[str, tuple[str, ...]] = {"performance_mode": ("balanced", "interactivity", "throughput"),
+                                       "dtype": ("auto", "bfloat16", "float", "float16", "float32", "half")}
 
 #: Flags whose parser default is False: ``--no-X`` (or a last ``--no-X``) leaves vLLM's value at its
 #: default, so, like vLLM's own "non-default args", the normalised arguments do not hold it. A version
