@@ -175,7 +175,8 @@ def test_a_root_only_config_of_a_nobody_server_is_not_read(tmp_path, shared_dir,
         assert secret not in text
         assert _status(snap)["status"] == "partial"
         assert "not readable by the process's user (uid 65534)" in _unreadable(snap, "--config cfg.yaml")
-        assert "--config cfg.yaml: not read" in snap["vllm"]["args_error"]
+        # what the unread file decides is unknown, not an error of the arguments (collectors/vllm SOURCES)
+        assert "args_error" not in snap["vllm"]
     else:  # the same file readable to the server's user is read: the check above can fail
         assert snap["vllm"]["args"]["tensor_parallel_size"] == 4
 

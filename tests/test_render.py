@@ -137,10 +137,10 @@ def test_guard_verbose_lists_the_info_findings_and_no_empty_section(seed: Path) 
     verbose = invoke("guard", "--baseline", str(seed / "base.toml"), "--root", str(HOSTS / "seed-baseline"),
                      "--vllm-cmd", SERVE + " -O1", *VERSION, "-v")
     assert plain.exit_code == verbose.exit_code == 0, verbose.stderr
-    assert "(0 warning, 2 info not listed; -v lists them)" in plain.stderr
+    assert "(0 warning, 3 info not listed; -v lists them)" in plain.stderr
     assert "(0 findings" not in verbose.stderr and "WARNING (" not in verbose.stderr, verbose.stderr
-    assert "INFO (2 findings, 2 rules)" in verbose.stderr
-    listed = verbose.stderr.split("INFO (2 findings, 2 rules)")[1]
+    assert "INFO (3 findings, 3 rules)" in verbose.stderr
+    listed = verbose.stderr.split("INFO (3 findings, 3 rules)")[1]
     assert "\n  gpu:\n" in listed and "\n  packages:\n" in listed, verbose.stderr
 
 
@@ -148,10 +148,10 @@ def test_guard_verbose_lists_warnings_then_infos(seed: Path) -> None:
     args = ["guard", "--baseline", str(seed / "base.toml"), "--root", str(HOSTS / "seed-experiment"),
             "--vllm-cmd", SERVE, *VERSION, "--accept", "dsa.**", "--accept", "vllm.**"]
     plain, verbose = invoke(*args), invoke(*args, "-v")
-    assert "18 warning, 14 info not listed; -v lists them" in plain.stderr, plain.stderr
+    assert "18 warning, 15 info not listed; -v lists them" in plain.stderr, plain.stderr
     text = verbose.stderr
-    assert text.index("WARNING (18 findings, 3 rules)") < text.index("INFO (14 findings, 7 rules)"), text
-    assert "accel_config.saved.differences: list changed" in text.split("INFO (14 findings")[1]
+    assert text.index("WARNING (18 findings, 3 rules)") < text.index("INFO (15 findings, 8 rules)"), text
+    assert "accel_config.saved.differences: list changed" in text.split("INFO (15 findings")[1]
 
 
 # -- the command line a non-comparable run starts -------------------------------------------------------------------

@@ -59,7 +59,7 @@ def test_the_seed_sweep_is_refused(sweep: pathlib.Path) -> None:
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "hoststate results: 4 cell(s), 2 host state(s): refused: results from hosts that do not match"
-    assert lines[1].startswith("  A reference (baseline <baseline>): sha256:cbf8db9c4aa0, 3 cell(s)")
+    assert lines[1].startswith("  A reference (baseline <baseline>): sha256:4acbaa1bfd34, 3 cell(s)")
     assert "  MISMATCH    20261203_120000/SERVE--default-BENCH--rate-inf/run=2.json  (host state B)" in lines
     # every subsystem that separates the host states is named under the group, not only the first
     assert "      dsa0, dsa1: 8 WQs disabled -> enabled (+24 derived settings)" in lines
