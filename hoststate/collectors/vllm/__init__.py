@@ -69,7 +69,7 @@ SKIPPED_PACKAGES = "packages under --root"
 #: What this collector reads (process files, a log, a URL, as failures are recorded) -> where it lands in the
 #: ``vllm`` table; first match names it. Anything else, such as /proc itself, hides the whole table.
 SOURCES = (
-    source(r"proc/\d+/environ", "env.**", "cudagraph.**"),
+    source(r"proc/\d+/environ", "env.**", "cudagraph.**", absent=("ESRCH",)),  # the process exited meanwhile
     source(r"(?:proc/\d+ )?--config .*", "args.**", "args_error", "args_resolved.**", "cudagraph.**"),
     source(r"proc/\d+ packages", "packages.**", "version*"),
     source(SKIPPED_PACKAGES, "packages.**"),
