@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from hoststate import slurm
-from tests.conftest import FIXTURES, HOSTS, PYTHONPATH, REPO, require
+from tests.conftest import FIXTURES, HOSTS, PACKAGE, PYTHONPATH, REPO, require
 from tests.slurmnode import SlurmNode, available
 
 ONLY = ["system", "dsa"]
@@ -70,7 +70,7 @@ def venv(shared: Path) -> Path:
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, src / name)
-    shutil.copytree(REPO / "hoststate", src / "hoststate", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(PACKAGE, src / "hoststate", ignore=shutil.ignore_patterns("__pycache__"))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     made = subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(shared / "venv")], capture_output=True, text=True,
                           timeout=120, env=env)

@@ -22,7 +22,7 @@ from hoststate.snapshot import load
 from hoststate.text import clean
 from hoststate.watch import baseline_metrics, judge, load_trace
 from scripts.draw_timelines import DRAWINGS, OUT, draw, eight_gpus
-from tests.conftest import FIXTURES, PYTHONPATH, REPO, require
+from tests.conftest import FIXTURES, PACKAGE, PYTHONPATH, REPO, require
 
 WATCH = FIXTURES / "watch"
 SVG = "{http://www.w3.org/2000/svg}"
@@ -313,5 +313,5 @@ def test_the_renderer_is_installed_with_every_other_package() -> None:
     from hoststate.snapshot import toml_loads
 
     listed = set(toml_loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "hoststate").rglob("__init__.py")}
+    found = {".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("__init__.py")}
     assert "hoststate.render" in found and found == listed, found ^ listed

@@ -14,10 +14,10 @@ import pytest
 from hoststate.diff import compare
 from hoststate.policy import DEFAULT_VARIABLES, VARIABLE_PLACES, default_policy, default_rules
 from hoststate.snapshot import toml_loads
-from tests.conftest import FIXTURES, REPO
+from tests.conftest import FIXTURES, PACKAGE
 
 NAMES = json.loads((FIXTURES / "vllm" / "envs" / "names.json").read_text())
-TABLE = toml_loads((REPO / "hoststate" / DEFAULT_VARIABLES).read_text())["variable"]
+TABLE = toml_loads((PACKAGE / DEFAULT_VARIABLES).read_text())["variable"]
 
 
 def test_every_name_vllm_reads_has_its_own_entry_with_the_versions_as_source():
