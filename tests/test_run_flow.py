@@ -9,6 +9,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -44,6 +45,7 @@ def _workdir(tmp_path: pathlib.Path, name: str) -> pathlib.Path:
     snap = ["snap", "-q", "--root", "host", "--only", "system,dsa,vllm", "--vllm-cmd", SERVE,
             "--vllm-version", "0.12.0", "-o", "base.toml"]
     subprocess.run([sys.executable, "-m", "hoststate", *snap], cwd=work, env=_env(), check=True, timeout=120)
+    time.sleep(1.0)  # taken_at is in whole seconds: the guard's snapshot must not share the baseline's second
     return work
 
 
