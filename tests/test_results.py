@@ -22,7 +22,7 @@ from hoststate.render.results import render_text
 from hoststate.results import check_results
 from hoststate.run.record import MAX_DEPTH, content_digest, file_digest, json_depth, load_objects, text_digest
 from hoststate.snapshot import to_toml
-from tests.conftest import FIXTURES, PYTHONPATH, REPO, require
+from tests.conftest import FIXTURES, PACKAGE, PYTHONPATH, REPO, require
 from tests.sweeps import CHANGES, NO_GPU, SEED, host, write_cell
 
 EXPERIMENT = "results/20261203_120000/SERVE--default-BENCH--rate-inf"
@@ -294,10 +294,15 @@ def test_a_cell_unreadable_to_the_caller_refuses(tmp_path: pathlib.Path) -> None
         for p in sweep.parent.rglob("*"):
             p.chmod(0o755 if p.is_dir() else 0o644)
         (sweep / "run=1.json").chmod(0o600)
+        # the package under test (installed or the checkout's), where nobody can read it
+        shutil.copytree(PACKAGE, top / "pkg" / "hoststate", ignore=shutil.ignore_patterns("__pycache__"))
+        for p in (top / "pkg").rglob("*"):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        (top / "pkg").chmod(0o755)
         proc = subprocess.run(["/usr/bin/python3", "-c", "import sys\nfrom hoststate.results import check_results\n"
                                "r = check_results([sys.argv[1]])\nprint(r.refused_cells)\nsys.exit(r.exit_code)",
                                str(sweep)], capture_output=True, text=True, timeout=120, user=65534, group=65534,
-                              extra_groups=[], env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+                              extra_groups=[], env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(top / "pkg")})
         require("No module named" not in proc.stderr, f"hoststate's dependencies for /usr/bin/python3: {proc.stderr}")
         assert proc.returncode == 1, proc.stderr
         assert "run=1.json', 'problem': 'cannot read result: Permission denied'" in proc.stdout

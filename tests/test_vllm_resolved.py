@@ -22,6 +22,7 @@ from hoststate.collectors import vllm as vllm_collector
 from hoststate.collectors.vllm.argv import locate, normalise
 from hoststate.collectors.vllm.defaults import defaults_for
 from hoststate.diff import compare
+from tests.conftest import PACKAGE
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_attention_heads": 32,
@@ -157,6 +158,7 @@ def test_the_defaults_table_is_derived_from_the_recorded_parsers():
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    module.OUT = PACKAGE / "data" / "vllm_defaults.json"  # the package under test's copy (installed or checkout)
     assert module.main(["--check"]) == 0, "run: python scripts/vllm_defaults.py"
     recorded = json.loads((REPO / "fixtures/vllm/oracle/options/0.12.0.json").read_text())
     assert defaults_for("0.12.0").defaults["seed"] == recorded["dests"]["seed"]["actions"][0]["default"] == 0
