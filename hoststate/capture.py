@@ -13,7 +13,7 @@ import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 from hoststate import SCHEMA, __version__
@@ -95,9 +95,6 @@ class SnapOptions:
             if given.get(key) is not None:
                 given[key] = tuple(given[key])
         return cls(**given)
-
-    def but(self, **changes: Any) -> SnapOptions:
-        return replace(self, **changes)
 
 
 def context_of(opts: SnapOptions) -> tuple[Context, tuple[str, ...]]:
