@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import PACKAGE, PYTHONPATH, REPO
+from tests.conftest import PACKAGE, PYTHONPATH, REPO, require
 
 VERDICT = ("policy", "positions", "diff", "digest")
 CAPTURE = ("hoststate.capture", "hoststate.collectors")
@@ -108,8 +108,8 @@ def test_the_import_graph_has_no_cycle() -> None:
 def test_ci_tests_the_installed_package() -> None:
     """.ci/run installs the wheel and runs the tests from a copy without hoststate/ (HOSTSTATE_TEST_INSTALLED=1):
     there the package under test must be the installed one, with its data files."""
-    if os.environ.get("HOSTSTATE_TEST_INSTALLED") != "1":
-        pytest.skip("the checkout's own package is under test (HOSTSTATE_TEST_INSTALLED unset)")
+    require(os.environ.get("HOSTSTATE_TEST_INSTALLED") == "1",
+            "the checkout's own package is under test (HOSTSTATE_TEST_INSTALLED unset)")
     assert "site-packages" in PACKAGE.parts, PACKAGE
     for data in ("default_policy.toml", "run/judge_rules.toml"):
         assert (PACKAGE / data).is_file(), data

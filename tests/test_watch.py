@@ -29,7 +29,7 @@ from hoststate.watch import (
     parse_vllm_counters,
     sidecar_path,
 )
-from tests.conftest import FIXTURES, HOSTS, PYTHONPATH, REPO
+from tests.conftest import FIXTURES, HOSTS, PYTHONPATH, REPO, require
 
 WATCH = FIXTURES / "watch"
 SERVE = "vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 8 --gpu-memory-utilization 0.85 --max-model-len 16384 -O1"
@@ -598,9 +598,9 @@ def _as_nobody(path: pathlib.Path) -> None:
     os.chown(path, nobody.pw_uid, nobody.pw_gid)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
 def test_attach_never_stamps_another_users_result(tmp_path: pathlib.Path) -> None:
     """As root, a result owned by another user (their numbers, or a file they planted at the path) is refused."""
+    require(os.geteuid() == 0, "chown to another user needs root (CI runs as root)")
     result = tmp_path / "r.json"
     result.write_text(json.dumps({"completed": 1}))
     _as_nobody(result)
