@@ -223,9 +223,8 @@ vllm:request_success_total{engine="0",finished_reason="abort",model_name="m"} 0.
 """
 
 
-def test_vllm_metrics_scraped_at_both_ends() -> None:
-    state = {"text": METRICS_BEFORE}
-
+def _metrics_server(state: dict[str, str]) -> http.server.ThreadingHTTPServer:
+    """A loopback server answering /metrics with ``state["text"]`` (changed by the test between reads)."""
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802
             body = state["text"].encode()
@@ -239,6 +238,12 @@ def test_vllm_metrics_scraped_at_both_ends() -> None:
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_vllm_metrics_scraped_at_both_ends() -> None:
+    state = {"text": METRICS_BEFORE}
+    server = _metrics_server(state)
     try:
         sampler = Sampler(None, root=str(WATCH), vllm_url=f"http://127.0.0.1:{server.server_port}",
                           server_pid=os.getpid()).start()
@@ -690,19 +695,7 @@ def test_a_trickling_metrics_server_never_holds_the_start_past_the_deadline(monk
 def test_metrics_are_read_only_from_the_described_servers_socket() -> None:
     """The counters come from the process the snapshot described (``server_pid``); a listener held by another
     process on the URL's port is never read: the scrape fails closed, recorded as a sampler error."""
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the handler's own name
-            body = METRICS_BEFORE.encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = _metrics_server({"text": METRICS_BEFORE})
     try:
         url = f"http://127.0.0.1:{server.server_port}"
         other = Sampler(None, root=str(WATCH), vllm_url=url, server_pid=1).start()  # pid 1 holds no such socket
