@@ -116,14 +116,18 @@ def load_config(path: str | None = None) -> Config:
 # -- files the job reads -------------------------------------------------------------------------------------------
 
 
-def stamp_dir(config: Config) -> str:
-    """The stamp directory, made root-only-writable; refused when it is a link or someone else's."""
-    path = config.stamp_dir
-    os.makedirs(path, mode=0o755, exist_ok=True)
+def _own_dir(path: str, mode: int) -> str:
+    """``path`` made with ``mode`` if missing; refused when it is a link, someone else's, or writable by others."""
+    os.makedirs(path, mode=mode, exist_ok=True)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise OSError(f"{path}: not a directory owned by uid {os.geteuid()} and writable only by it")
     return path
+
+
+def stamp_dir(config: Config) -> str:
+    """The stamp directory, made root-only-writable; refused when it is a link or someone else's."""
+    return _own_dir(config.stamp_dir, 0o755)
 
 
 def write_atomic(directory: str, name: str, text: str, mode: int = 0o644) -> str:
@@ -286,12 +290,7 @@ def _boot_id() -> str:
 
 def state_dir(config: Config) -> str:
     """Root's state directory, made and checked like the stamp directory, but readable by root only."""
-    path = config.state_dir
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise OSError(f"{path}: not a directory owned by uid {os.geteuid()} and writable only by it")
-    return path
+    return _own_dir(config.state_dir, 0o700)
 
 
 def new_kernel_records(config: Config) -> list[KmsgRecord]:
