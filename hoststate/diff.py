@@ -18,7 +18,7 @@ from operator import attrgetter
 from typing import Any
 
 from hoststate import coverage
-from hoststate.paths import Path, PatternIndex, format_path, get, leaves, split_path
+from hoststate.paths import Path, PatternIndex, format_path, leaves, split_path
 from hoststate.policy import RANK, SEVERITIES, Policy, Rule, _meets, compile_pattern, default_policy
 from hoststate.snapshot import jsonable
 
@@ -188,32 +188,27 @@ def _patch_only(old: Any, new: Any) -> bool:
 # -- the engine --------------------------------------------------------------------------------------------------
 
 
-def _differing(base: Mapping[str, Any], cur: Mapping[str, Any], prefix: Path = ()) -> Iterator[Path]:
-    """Every path where the two tables differ: a key on one side only, a table against a non-table, or two
-    leaves that are not the same typed value. Equal subtrees are not entered past their keys; a list is one
+def _differing(base: Mapping[str, Any], cur: Mapping[str, Any], missing: object,
+               prefix: Path = ()) -> Iterator[tuple[Path, Any, Any]]:
+    """(path, old, new) for every leaf that differs between two tables (``missing`` on the side without it): a
+    key on one side only gives every leaf under it, a table against a non-table every leaf of both, two leaves
+    that are not the same typed value the pair. Equal subtrees are not entered past their keys; a list is one
     leaf. Every key is compared as it is: no key is private, no table too different to enter, no number close
-    enough to another; one pass, so time and memory grow with the size of the two trees."""
+    enough to another; one pass that hands on the values it holds, so time and memory grow with the size of the
+    two trees and no leaf is looked up again."""
     for key in base.keys() | cur.keys():
         path = (*prefix, key)
-        if key not in base or key not in cur:
-            yield path
-            continue
-        a, b = base[key], cur[key]
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            yield from _differing(a, b, path)
-        elif isinstance(a, Mapping) or isinstance(b, Mapping) or not _equal_leaf(a, b):
-            yield path
-
-
-def _leaves_at(data: Mapping[str, Any], path: Path) -> dict[Path, Any]:
-    """The leaves at or under ``path``: one entry for a scalar or list, every leaf for a table, none if absent."""
-    missing = object()
-    value = get(data, path, missing)
-    if value is missing:
-        return {}
-    if isinstance(value, Mapping):
-        return dict(leaves(value, path))
-    return {path: value}
+        a, b = base.get(key, missing), cur.get(key, missing)
+        a_table, b_table = isinstance(a, Mapping), isinstance(b, Mapping)
+        if a_table and b_table:
+            yield from _differing(a, b, missing, path)
+        elif a_table or b_table:
+            old = dict(leaves(a, path)) if a_table else {} if a is missing else {path: a}
+            new = dict(leaves(b, path)) if b_table else {} if b is missing else {path: b}
+            for leaf in old.keys() | new.keys():
+                yield leaf, old.get(leaf, missing), new.get(leaf, missing)
+        elif a is missing or b is missing or not _equal_leaf(a, b):
+            yield path, a, b
 
 
 # -- coverage and unreadable -----------------------------------------------------------------------------------
@@ -319,16 +314,14 @@ def _coverage(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> list[F
 # -- compare -----------------------------------------------------------------------------------------------------
 
 
-def _rate(policy: Policy, path: Path) -> tuple[str, str, str, Rule | None]:
-    rule = policy.rule_for(path)
-    if rule is None:
-        return "warning", "", "Not classified by the policy.", None
-    return rule.severity, rule.path, rule.reason, rule
-
-
-def _finding(policy: Policy, path: Path, old: Any, new: Any, unknown: tuple[Regions, Regions],
+def _finding(rule: Rule | None, path: Path, old: Any, new: Any, unknown: tuple[Regions, Regions],
              missing: object) -> Finding | None:
-    severity, pattern, reason, rule = _rate(policy, path)
+    """The finding for one leaf that differs, rated by ``rule`` (the policy's winner for ``path``), or None where
+    the rule takes the two values as the same."""
+    if rule is None:
+        severity, pattern, reason = "warning", "", "Not classified by the policy."
+    else:
+        severity, pattern, reason = rule.severity, rule.path, rule.reason
     if old is not missing and new is not missing:
         if _same(old, new, rule):
             return None
@@ -436,13 +429,11 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], policy: Pol
     unknown = (Regions(unknowns(baseline)), Regions(unknowns(current)))
     missing = object()
     findings = _coverage(baseline, current)
-    for path in _differing(base, cur):  # disjoint subtrees: no leaf is reached twice
-        old_leaves, new_leaves = _leaves_at(base, path), _leaves_at(cur, path)
-        for leaf in old_leaves.keys() | new_leaves.keys():
-            found = _finding(policy, leaf, old_leaves.get(leaf, missing), new_leaves.get(leaf, missing),
-                             unknown, missing)
-            if found is not None:
-                findings.append(_evidence_rating(found, policy.rule_for(leaf), (base, cur), unknown))
+    for leaf, old, new in _differing(base, cur, missing):  # disjoint subtrees: no leaf is reached twice
+        rule = policy.rule_for(leaf)
+        found = _finding(rule, leaf, old, new, unknown, missing)
+        if found is not None:
+            findings.append(_evidence_rating(found, rule, (base, cur), unknown))
     findings = _merge(findings, _regions(policy, unknown))
     from hoststate.policy import unmatched_reason, unmatched_rules  # a misspelt user rule must not do nothing
 

@@ -10,24 +10,37 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-_BARE = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE = re.compile(r"[A-Za-z0-9_-]+")
 
 Path = tuple[str, ...]
 
 
 def quote(key: str) -> str:
     """A key as TOML writes it in a dotted path: bare when it can be, else double-quoted."""
-    if _BARE.match(key):
+    if _BARE.fullmatch(key):  # fullmatch: "$" would let a key end in a newline
         return key
     return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+#: A path whose keys are all bare (no key holds a dot when the dots number one less than the keys).
+_BARE_PATH = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
+
+
 def format_path(parts: Path) -> str:
+    text = ".".join(parts)
+    if _BARE_PATH.fullmatch(text) and text.count(".") == len(parts) - 1:  # one match instead of one per key
+        return text
     return ".".join(quote(p) for p in parts)
 
 
 def split_path(text: str) -> Path:
     """Inverse of format_path; raises ValueError on an unbalanced quote or an empty key."""
+    if '"' not in text:  # no quoted key: the keys between the dots (a report splits one path per finding)
+        keys = tuple(text.split(".") if text.isprintable() and " " not in text  # nothing to strip
+                     else (key.strip() for key in text.split(".")))
+        if all(keys):
+            return keys
+        raise ValueError(f"empty or badly quoted key in path {text!r}")
     parts: list[str] = []
     i, n = 0, len(text)
     while True:
@@ -146,19 +159,23 @@ class PatternIndex:
 class Prefixed:
     """Items filed by a literal key or a key prefix: ``get`` gives those whose key is ``key`` or a prefix of it."""
 
-    __slots__ = ("_exact", "_sizes")
+    __slots__ = ("_exact", "_sizes", "_starts")
 
     def __init__(self) -> None:
         self._exact: dict[str, list[Any]] = {}
         self._sizes: dict[int, dict[str, list[Any]]] = {}
+        self._starts: tuple[str, ...] = ()  # every prefix filed: one startswith call rules them all out
 
     def add(self, key: str, item: Any, exact: bool = False) -> None:
         if exact:
             self._exact.setdefault(key, []).append(item)
         else:
             self._sizes.setdefault(len(key), {}).setdefault(key, []).append(item)
+            if key not in self._starts:
+                self._starts += (key,)
 
     def get(self, key: str) -> Iterator[Any]:
         yield from self._exact.get(key, ())
-        for size, by_prefix in self._sizes.items():
-            yield from by_prefix.get(key[:size], ())
+        if key.startswith(self._starts):
+            for size, by_prefix in self._sizes.items():
+                yield from by_prefix.get(key[:size], ())

@@ -41,6 +41,10 @@ _VARIABLE_KEYS = {"name", "severity", "reason", "source", "rated_by", "when_same
 VARIABLE_PLACES = ("env.{name}", "vllm.**.env.{name}", "vllm.**.nccl_conf.*.settings.{name}")
 
 
+#: The position sets Pattern closures hold, each kept once (a frozenset costs 216 bytes).
+_REACH: dict[frozenset[int], frozenset[int]] = {}
+
+
 class Pattern:
     """A path pattern, matched key by key: ``*`` is exactly one (non-empty) key, ``**`` any number of (non-empty)
     keys, zero included, ``ab*`` / ``power_*_mw`` one key matching that glob, anything else one literal key.
@@ -83,7 +87,8 @@ class Pattern:
         while i < len(self._items) and self._items[i][0] == "**":
             i += 1
             out.add(i)
-        return frozenset(out)
+        reach = frozenset(out)
+        return _REACH.setdefault(reach, reach)  # one object per set: a policy's 2,000 patterns share a few dozen
 
     def match(self, keys: Path) -> bool:
         fewest, most = self._sizes
@@ -531,16 +536,20 @@ _NOT_YET = object()
 
 class _Spelling:
     """The keys a set of rules names: literal pattern keys, and globs filed by their first piece (or, where that is
-    empty, by their last piece reversed; a glob empty at both ends, ``*a*``, is always tried)."""
+    empty, by their last piece reversed); ``*a*`` is a substring test, any other glob empty at both ends is always
+    tried."""
 
     def __init__(self, rules: Iterable[Rule]):
         parts = {part for r in rules if r.pattern is not None for part in r.pattern.parts}
         self.literals = {p for p in parts if "*" not in p}
         self.first, self.last = Prefixed(), Prefixed()
         self.inner: list[tuple[str, ...]] = []
+        self.within: tuple[str, ...] = ()  # ``*x*``: a key that holds x
         for glob in sorted(p for p in parts if "*" in p and p not in ("*", "**")):
             pieces = tuple(glob.split("*"))
-            if pieces[0]:
+            if len(pieces) == 3 and not pieces[0] and not pieces[2] and pieces[1]:
+                self.within += (pieces[1],)
+            elif pieces[0]:
                 self.first.add(pieces[0], pieces)
             elif pieces[-1]:
                 self.last.add(pieces[-1][::-1], pieces)
@@ -548,7 +557,7 @@ class _Spelling:
                 self.inner.append(pieces)
 
     def names(self, key: str) -> bool:
-        if key in self.literals:
+        if key in self.literals or any(piece in key for piece in self.within):
             return True
         for pieces in itertools.chain(self.first.get(key), self.last.get(key[::-1]), self.inner):
             if glob_key(pieces, key):

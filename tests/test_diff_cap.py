@@ -36,6 +36,9 @@ def test_the_streamed_json_report_is_the_whole_report() -> None:
         if shape == "wide":
             b["env"]["VAR_0000001_PADDING"] = 'é "quoted" \\ \n\t\u202e'
             b["env"]["VAR_0000002_PADDING"] = [{"k": [1, {}]}, [], 1.5]
+            for n, value in enumerate((True, False, 0, -7, 10**30, 1e300, -0.0, float("nan"), float("inf"), [], {},
+                                       "", "\x00\x1f\u2028")):  # every scalar the fast encoder writes itself
+                b["env"][f"VAR_{n + 3:07d}_PADDING"] = value
         result = compare(a, b, include_ignored=True)
         text = "".join(iter_json(result, baseline="a", current="b", batch=7))
         assert text == json.dumps(to_json(result, baseline="a", current="b"), indent=2, ensure_ascii=False) + "\n"

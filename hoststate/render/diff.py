@@ -7,8 +7,11 @@ once; every finding only with ``verbose``; then the verdict line. The verdict an
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import attrgetter
 from typing import Any
 
 from hoststate.diff import DiffResult, Finding
@@ -28,6 +31,7 @@ from hoststate.render.findings import (
 )
 from hoststate.render.summary import SUMMARY_WIDTH, summarize
 from hoststate.render.text import COLOURS, RESET, WIDTH, clip, fit, md_code, md_table, md_text, safe, show_value
+from hoststate.snapshot import jsonable
 
 _VERDICT_TONE = {"invalidating": "invalidating", "warning": "warning"}
 
@@ -121,18 +125,20 @@ def iter_json(result: DiffResult, *, baseline: str, current: str, batch: int = 5
             "counts": {s: result.counts.get(s, 0) for s in SEVERITIES}}  # DiffResult.to_dict, less its findings
     text = json.dumps(head, indent=2, ensure_ascii=False)
     yield text[:-2] + ',\n  "findings": ['
-    yield from _json_items((f.to_dict() for f in result.findings), batch)
+    yield from _json_items(map(_finding_json, result.findings), batch)
     yield ',\n  "summary": ['
     yield from _json_items((s.to_dict() for s in summarize(result.findings)), batch)
     yield "\n}\n"
 
 
-def _json_items(items: Iterable[dict[str, Any]], batch: int) -> Iterator[str]:
-    """The elements of a JSON array at depth 1 of an ``indent=2`` document, then its closing bracket."""
+def _json_items(items: Iterable[dict[str, Any] | str], batch: int) -> Iterator[str]:
+    """The elements of a JSON array at depth 1 of an ``indent=2`` document, then its closing bracket; an element
+    is an object or its text as ``_dump_object`` writes it."""
     chunk: list[str] = []
     empty = True
     for item in items:
-        chunk.append(("\n    " if empty else ",\n    ") + _dump_object(item).replace(
+        text = item if isinstance(item, str) else _dump_object(item)
+        chunk.append(("\n    " if empty else ",\n    ") + text.replace(
             "\n", "\n    "))  # a JSON string holds no raw newline: each one is a line break of the layout
         empty = False
         if len(chunk) >= batch:
@@ -142,18 +148,43 @@ def _json_items(items: Iterable[dict[str, Any]], batch: int) -> Iterator[str]:
 
 
 def _dump_object(item: dict[str, Any]) -> str:
-    """``json.dumps(item, indent=2, ensure_ascii=False)``, with each scalar value encoded by the C encoder (the
-    indenting encoder is pure Python, and a report may hold a finding per leaf of two 8 MiB snapshots)."""
+    """``json.dumps(item, indent=2, ensure_ascii=False)`` for an object whose values ``_json_value`` writes."""
     if not item:
         return "{}"
-    lines = []
-    for key, value in item.items():
-        if isinstance(value, dict | list) and value:
-            text = json.dumps(value, indent=2, ensure_ascii=False).replace("\n", "\n  ")
-        else:
-            text = json.dumps(value, ensure_ascii=False)
-        lines.append(f"  {json.dumps(key, ensure_ascii=False)}: {text}")
-    return "{\n" + ",\n".join(lines) + "\n}"
+    return "{\n" + ",\n".join(f"  {_string(key)}: {_json_value(value)}" for key, value in item.items()) + "\n}"
+
+
+def _finding_json(finding: Finding) -> str:
+    """``_dump_object(finding.to_dict())`` without the dict: one object per leaf of two 8 MiB snapshots."""
+    return "{\n" + ",\n".join(map(str.__add__, _FINDING_KEYS, map(_json_value, _finding_values(finding)))) + "\n}"
+
+
+def _json_value(value: Any) -> str:
+    """``json.dumps(jsonable(value), indent=2, ensure_ascii=False)`` as a value of a top-level object's key: a
+    scalar without the encoder's per-call set-up (the indenting encoder is pure Python, and a report may hold a
+    finding per leaf of two 8 MiB snapshots); a table or list through ``json.dumps``."""
+    kind = type(value)
+    if kind is str:
+        return _string(value)
+    if value is None or kind is bool:
+        return _SCALARS[value]
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and math.isfinite(value):
+        return float.__repr__(value)
+    value = jsonable(value)
+    if isinstance(value, dict | list) and value:
+        return json.dumps(value, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+    return json.dumps(value, ensure_ascii=False)
+
+
+#: The C string encoder ``json.dumps(..., ensure_ascii=False)`` calls, and the constants it writes.
+_string: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_SCALARS = {None: "null", True: "true", False: "false"}
+#: Finding.to_dict's keys, in its order (its fields'), as ``"key": `` and the getter of their values.
+_FINDING_FIELDS = tuple(f.name for f in dataclasses.fields(Finding))
+_FINDING_KEYS = tuple(f"  {_string(name)}: " for name in _FINDING_FIELDS)
+_finding_values = attrgetter(*_FINDING_FIELDS)
 
 
 def render_json(result: DiffResult, *, baseline: str, current: str, **_ignored: Any) -> str:

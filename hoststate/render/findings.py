@@ -64,9 +64,15 @@ def subsystem(parts: tuple[str, ...]) -> str:
     return {"accel_config": "accel-config", "hoststate": "host"}.get(first, first)
 
 
+#: (length, first key) -> the leads of that shape, with their rank: a path is matched against those only.
+_LEADS_BY: dict[tuple[int, str], list[tuple[int, tuple[str, ...]]]] = {}
+for _rank, _lead in enumerate(_LEADS):
+    _LEADS_BY.setdefault((len(_lead), _lead[0]), []).append((_rank, _lead))
+
+
 def _lead_rank(parts: tuple[str, ...]) -> int:
-    for i, lead in enumerate(_LEADS):
-        if len(lead) == len(parts) and all(a in ("*", b) for a, b in zip(lead, parts, strict=True)):
+    for i, lead in _LEADS_BY.get((len(parts), parts[0] if parts else ""), ()):
+        if all(a in ("*", b) for a, b in zip(lead, parts, strict=True)):
             return i
     return len(_LEADS)
 

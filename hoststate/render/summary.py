@@ -7,6 +7,7 @@ Each subsystem has its describer in DESCRIBE; a line keeps to the summary width 
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -98,10 +99,16 @@ def _fit(head: str, items: list[list[Part]], total: int, more: str = "more") -> 
     return one_line(_joined(head, shown, total - len(shown), more), SUMMARY_WIDTH)
 
 
+def _first(findings: list[Finding], n: int = 6) -> list[Finding]:
+    """The ``n`` most important findings, as ``sorted(findings, key=importance)[:n]`` gives them, without sorting
+    a group that may hold a finding per leaf of two 8 MiB snapshots."""
+    return heapq.nsmallest(n, findings, key=importance)
+
+
 def _generic(label: str, findings: list[Finding], skip: int) -> str:
     """``label: item, item (+N more)``: the most important findings first, one item each."""
-    ranked = sorted(findings, key=importance)
-    return _fit(f"{label}: ", [_short(f, _rel(parts_of(f), skip)) for f in ranked[:6]], len(findings))
+    ranked = _first(findings)
+    return _fit(f"{label}: ", [_short(f, _rel(parts_of(f), skip)) for f in ranked], len(findings))
 
 
 def _dsa(findings: list[Finding]) -> str:
@@ -125,7 +132,7 @@ def _dsa(findings: list[Finding]) -> str:
 def _vllm(findings: list[Finding]) -> str:
     """The cudagraph modes first (declared, then what the log says ran), then arguments and the rest."""
     items: list[list[Part]] = []
-    for f in sorted(findings, key=importance)[:6]:
+    for f in _first(findings):
         p = parts_of(f)
         body = p[3:] if len(p) > 2 and p[1] == "servers" else p[1:]
         if body[:1] == ("cudagraph",) and len(body) == 2 and f.change == "changed":
@@ -157,7 +164,7 @@ def _gpu(findings: list[Finding]) -> str:
             if parts_of(f)[1:2] != ("devices",) or len(parts_of(f)) < 3 or parts_of(f)[2] not in whole]
     if whole_items:
         return _fit("GPU: ", whole_items, len(whole_items) + len(rest), "related")
-    items = [_short(f, _rel(parts_of(f), 1)) for f in sorted(rest, key=importance)[:6]]
+    items = [_short(f, _rel(parts_of(f), 1)) for f in _first(rest)]
     return _fit("GPU: ", items, len(rest))
 
 
