@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -19,17 +18,9 @@ from typing import Any
 from hoststate import SCHEMA, __version__
 from hoststate.collectors import NAMES, Context, Section, run_all, select
 from hoststate.errors import InputError
-from hoststate.io import Reader
+from hoststate.io import Reader, check_timeout  # noqa: F401 - check_timeout is part of this API
 from hoststate.snapshot import finite
 from hoststate.text import clean_all
-
-
-def check_timeout(seconds: Any) -> float:
-    """``seconds`` when it is a finite number above 0; InputError otherwise (nan or inf would never time out)."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) \
-            or seconds <= 0:
-        raise InputError(f"--timeout {seconds!r}: must be a finite number of seconds greater than 0")
-    return float(seconds)
 
 
 def check_root(root: str | os.PathLike[str] | None) -> str:

@@ -88,7 +88,7 @@ def _csv(_ctx: click.Context, _param: click.Parameter, value: str | None) -> lis
 
 
 def _timeout(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
-    from hoststate.capture import check_timeout
+    from hoststate.io import check_timeout
 
     try:
         return check_timeout(value)

@@ -8,6 +8,7 @@ host that lacks a file, denies it, or wedges on it.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import stat
 from dataclasses import dataclass
@@ -451,3 +452,12 @@ def run(argv: list[str], *, timeout: float = 5.0, env: dict[str, str] | None = N
     except OSError as err:
         return Completed(None, "", "", error=reason_of(err))
     return Completed(proc.returncode, decode(proc.stdout), decode(proc.stderr))
+
+
+def check_timeout(seconds: Any) -> float:
+    """``seconds`` when it is a finite number above 0; InputError otherwise (nan or inf would never time out).
+    Here, not in hoststate.capture: ``check FILE`` validates its --timeout without loading the collectors."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) \
+            or seconds <= 0:
+        raise InputError(f"--timeout {seconds!r}: must be a finite number of seconds greater than 0")
+    return float(seconds)

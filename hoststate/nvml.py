@@ -5,6 +5,11 @@ Data only, importing nothing: reading a snapshot (``check FILE``) must not load 
 
 from __future__ import annotations
 
+#: Files whose presence says an NVIDIA driver is loaded (a WSL host has /dev/dxg instead of /dev/nvidiactl).
+DRIVER_MARKERS = ("/dev/nvidiactl", "/proc/driver/nvidia/version", "/dev/dxg")
+#: The environment variable naming recorded NVML output to replay instead of the live library (hoststate.nvml_replay).
+NVML_REPLAY_ENV = "HOSTSTATE_NVML_REPLAY"
+
 #: nvmlClocksEventReason* bits, named as nvidia-smi -q -x names them (clocks_event_reason_<name>).
 EVENT_REASONS = (
     (0x1, "gpu_idle"),

@@ -23,9 +23,9 @@ VLLM_PARSERS = tuple(f"hoststate.collectors.vllm.{m}" for m in ("argv", "cudagra
 NOT_SNAP = ("hoststate.diff", "hoststate.report", "hoststate.guard", "hoststate.nvml_replay", "hoststate.check",
             "hoststate.render", "hoststate.fleet", "hoststate.export", "hoststate.watch", "hoststate.rebaseline",
             "hoststate.results", "hoststate.policy_table", "hoststate.render.timeline")
-#: What reading snapshots never needs: the collectors, redaction and the host-reading libraries (`check` still
-#: loads hoststate.capture, light now, to validate its --timeout option).
-CAPTURE = ("hoststate.redact", "hoststate.procfiles", "hoststate.userread", "pynvml",
+#: What reading snapshots never needs: the collectors, redaction and the host-reading libraries (`check FILE`
+#: validates its --timeout option with hoststate.io).
+CAPTURE = ("hoststate.capture", "hoststate.collectors", "hoststate.redact", "hoststate.procfiles", "hoststate.userread", "pynvml",
            "psutil", "pyudev", "tomli_w", *(f"hoststate.collectors.{m}" for m in COLLECTOR_MODULES))
 
 # Runs the CLI as `python -m hoststate` does and writes the names in sys.modules at exit (click exits via SystemExit).

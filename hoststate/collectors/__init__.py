@@ -116,7 +116,13 @@ def settle_coverage(section: Section, sources: tuple[Any, ...]) -> Section:
 
 
 def _call(info: CollectorInfo, ctx: Context) -> Section:
-    """The collector's section, or an ``error`` section for an exception (a bug must not cost the snapshot)."""
+    """The collector's section, or an ``error`` section for an exception (a bug must not cost the snapshot); the
+    section a child collected ahead for this context when there is one (hoststate.ahead), timed by that child."""
+    from hoststate import ahead
+
+    early = ahead.take(info.name, ctx)
+    if early is not None:
+        return early
     start = time.perf_counter()
     try:
         module = _load(info)
@@ -196,6 +202,9 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
                                          took_ms=took)
         ctx.sections.clear()
         ctx.sections.update(out)
+    from hoststate import ahead
+
+    ahead.discard()  # a child collecting ahead that this collection did not take must not outlive it
     return out
 
 

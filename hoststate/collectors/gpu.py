@@ -21,9 +21,9 @@ from typing import Any
 from hoststate.collectors import Context, Section, gpu_occupancy
 from hoststate.coverage import source
 from hoststate.io import Reader
-from hoststate.nvml import EVENT_REASONS
+from hoststate.nvml import DRIVER_MARKERS, EVENT_REASONS, NVML_REPLAY_ENV
 
-REPLAY_ENV = "HOSTSTATE_NVML_REPLAY"
+REPLAY_ENV = NVML_REPLAY_ENV
 
 #: Errors that describe the hardware rather than a failed read: recorded, status stays ``ok``.
 _U = r"(?P<u>GPU-[^/]+)"
@@ -57,7 +57,6 @@ BENIGN = frozenset({"NotSupported"})
 ABSENT_INIT = frozenset({"LibraryNotFound", "DriverNotLoaded"})
 #: Any of these exists where the NVIDIA driver is loaded (bare metal, containers, WSL2); checked
 #: before importing pynvml (30-90 ms) so a host without a driver is ``absent`` in microseconds.
-DRIVER_MARKERS = ("/dev/nvidiactl", "/proc/driver/nvidia/version", "/dev/dxg")
 
 CLOCKS = (("graphics", 0), ("sm", 1), ("mem", 2), ("video", 3))  # NVML_CLOCK_*
 APP_CLOCKS = CLOCKS[:3]  # applications clocks exist for graphics, SM and memory

@@ -1,0 +1,142 @@
+"""The GPU section collected ahead in a forked child (hoststate.ahead): forked only where the command reads the
+GPUs with a default context, the same section as the collector run in the parent, and a child that hangs,
+fails or is not taken never outlives the collection."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hoststate import ahead
+from hoststate.collectors import Context
+from hoststate.nvml import NVML_REPLAY_ENV
+from hoststate.snapshot import toml_loads
+from tests.conftest import PYTHONPATH, REPO
+
+REPLAY = REPO / "fixtures" / "nvml" / "h200.json"
+
+CASES = [
+    (["snap"], True),
+    (["snap", "-q", "-o", "a.toml"], True),
+    (["--debug", "snap"], True),
+    (["snap", "--only", "gpu"], True),
+    (["snap", "--only=system,gpu"], True),
+    (["snap", "--skip", "dsa"], True),
+    (["guard", "--baseline", "b.toml", "--", "vllm", "serve", "--root", "x", "--vllm-pid", "3"], True),
+    (["snap", "--root", "/srv/tree"], False),
+    (["snap", "--root=/srv/tree"], False),
+    (["snap", "--vllm-pid", "4242"], False),
+    (["snap", "--help"], False),
+    (["snap", "--only", "dsa,system"], False),
+    (["snap", "--only"], False),
+    (["snap", "--skip=gpu"], False),
+    (["guard", "--skip", "env,gpu", "--", "true"], False),
+    (["show", "a.toml"], False),
+    (["diff", "a.toml", "b.toml"], False),
+    (["check"], False),
+    ([], False),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), CASES)
+def test_forked_only_where_the_command_reads_the_gpus_with_a_default_context(argv: list[str],
+                                                                            expected: bool) -> None:
+    assert ahead.wanted(argv, {}, exists=lambda _p: True) is expected
+    assert ahead.wanted(argv, {}, exists=lambda _p: False) is False  # no driver: nothing to read
+    assert ahead.wanted(argv, {NVML_REPLAY_ENV: str(REPLAY)}, exists=lambda _p: False) is expected
+
+
+#: A command run as the installed `hoststate` runs it, or entered after the imports (no child), writing the
+#: modules the parent process loaded.
+ENTRY = """
+import atexit, json, sys
+out, how, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+sys.argv = ["hoststate", *args]
+if how == "ahead":
+    from hoststate.__main__ import main
+    main()
+else:
+    from hoststate.cli import main
+    main(args)
+"""
+
+
+def _snap(tmp_path: Path, how: str, *args: str) -> tuple[dict, set[str]]:
+    out, modules = tmp_path / f"{how}.toml", tmp_path / f"{how}.json"
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, NVML_REPLAY_ENV: str(REPLAY)}
+    done = subprocess.run([sys.executable, "-c", ENTRY, str(modules), how, "snap", "-q", "-o", str(out), *args],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    return toml_loads(out.read_text()), set(json.loads(modules.read_text()))
+
+
+@pytest.mark.parametrize("args", [("--only", "gpu"), ("--only", "gpu,system,env")])
+def test_the_section_collected_ahead_is_the_one_the_parent_would_collect(tmp_path: Path, args: tuple) -> None:
+    early, early_modules = _snap(tmp_path, "ahead", *args)
+    here, here_modules = _snap(tmp_path, "here", *args)
+    assert "hoststate.collectors.gpu" in here_modules
+    assert "hoststate.collectors.gpu" not in early_modules  # the child read the GPUs, not the parent
+    assert "hoststate.nvml_replay" not in early_modules
+    for snap in (early, here):
+        snap["collectors"]["gpu"].pop("took_ms")
+    assert early["gpu"] == here["gpu"] and early["gpu"]["devices"]
+    assert early["collectors"]["gpu"] == here["collectors"]["gpu"]
+    assert early["hoststate"]["digest"] == here["hoststate"]["digest"]
+
+
+def _child(argv: list[str], data: bytes | None = None) -> subprocess.Popen:
+    """A process standing in for the forked child, with the read end of a pipe it may have written."""
+    read, write = os.pipe()
+    if data is not None:
+        os.write(write, data)
+        os.close(write)
+    proc = subprocess.Popen(argv, pass_fds=() if data is not None else (write,))
+    if data is None:
+        os.close(write)  # the child holds the only write end: the pipe stays open while it runs
+    ahead._child = (proc.pid, read)
+    return proc
+
+
+def _gone(proc: subprocess.Popen) -> bool:
+    """Whether the stand-in was ended and reaped by hoststate.ahead (its pid is no process any more)."""
+    try:
+        os.kill(proc.pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_child_that_does_not_answer_is_killed_at_the_timeout() -> None:
+    proc = _child(["sleep", "60"])
+    section = ahead.take("gpu", Context(timeout=0.3))
+    assert section is not None and section.status == "timeout" and "0.3s" in section.reason
+    assert _gone(proc) and ahead._child is None
+
+
+def test_a_child_that_fails_leaves_the_collector_to_the_parent() -> None:
+    proc = _child(["true"], b"\x80\x04not a pickle")
+    assert ahead.take("gpu", Context(timeout=5)) is None
+    assert _gone(proc) and ahead._child is None
+
+
+@pytest.mark.parametrize("ctx", [Context(root="/srv/tree"), Context(vllm_pid=4242), Context(nvml=object())])
+def test_a_child_collected_for_another_context_is_not_used(ctx: Context) -> None:
+    proc = _child(["sleep", "60"])
+    assert ahead.take("gpu", ctx) is None
+    assert _gone(proc) and ahead._child is None
+
+
+def test_a_child_not_taken_is_ended_with_the_collection() -> None:
+    from hoststate.collectors import run_all
+
+    proc = _child(["sleep", "60"])
+    assert ahead.take("system", Context()) is None and ahead._child is not None  # only the gpu section
+    run_all(Context(root=str(REPO / "fixtures" / "hosts" / "seed-baseline")), ("system",))
+    assert _gone(proc) and ahead._child is None
