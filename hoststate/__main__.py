@@ -2,10 +2,16 @@
 (hoststate.ahead) before click and the command are imported, then the command line (hoststate.cli)."""
 
 
+def _gpu_section() -> object:
+    from hoststate.capture import gpu_section  # in the child only
+
+    return gpu_section()
+
+
 def main() -> None:
     from hoststate import ahead
 
-    ahead.start()
+    ahead.start(_gpu_section)
     from hoststate.cli import main as cli_main
 
     cli_main()

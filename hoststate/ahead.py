@@ -5,9 +5,10 @@ Reading the GPUs is the longest part of a snapshot on a GPU host, and most of it
 the collector's code) plus NVML's first calls into the driver (docs/performance.md). Threads share one
 interpreter lock, so the GPU collector's thread waits for the parsing threads and they for it; a child forked
 before any thread exists has an interpreter of its own and runs beside them on another core. The child runs the
-very collector a thread would (hoststate.collectors._call on a default Context: the live host, no ``--vllm-pid``)
-and hands its Section back over a pipe only the two processes hold. The parent uses it only for a context it
-was collected for (``take``); otherwise, or when the child failed, the collector runs in the parent as before.
+very collector a thread would (hoststate.collectors._call on a plain snap's Context: the live host, no
+``--vllm-pid``) and hands its Section back over a pipe only the two processes hold. The parent uses it only for
+a context it was collected for (``take``); otherwise, or when the child failed, the collector runs in the parent
+as before.
 A child that does not answer within the collector's timeout is killed and the section is ``timeout``, as a
 wedged thread's is.
 
@@ -21,12 +22,8 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from hoststate.nvml import DRIVER_MARKERS, NVML_REPLAY_ENV  # data only: every command imports this module
-
-if TYPE_CHECKING:
-    from hoststate.collectors import Context, Section
 
 #: The commands that read the live host's GPUs, and the collector read ahead.
 COMMANDS = ("snap", "guard")
@@ -54,8 +51,9 @@ def wanted(argv: Sequence[str], environ: Mapping[str, str], exists: Callable[[st
     return bool(environ.get(NVML_REPLAY_ENV)) or any(exists(p) for p in DRIVER_MARKERS)
 
 
-def start(argv: Sequence[str] | None = None) -> bool:
-    """Fork the child that collects the GPU section when the command line will read it; whether it was forked."""
+def start(work: Callable[[], object], argv: Sequence[str] | None = None) -> bool:
+    """Fork the child that runs ``work`` (the GPU collector: hoststate.capture.gpu_section) when the command line
+    will read the GPUs; whether it was forked."""
     global _child
     threading = sys.modules.get("threading")
     if _child is not None or not hasattr(os, "fork") or (threading is not None and threading.active_count() > 1):
@@ -75,7 +73,7 @@ def start(argv: Sequence[str] | None = None) -> bool:
             import pickle
 
             os.close(read)
-            data = pickle.dumps(_collect())
+            data = pickle.dumps(work())
             with open(write, "wb") as pipe:
                 pipe.write(data)
             status = 0
@@ -99,40 +97,25 @@ def discard() -> None:
         _end(pid, read, kill=True)
 
 
-def _collect() -> Section:
-    from hoststate.collectors import COLLECTORS, Context, _call
-
-    return _call(next(c for c in COLLECTORS if c.name == NAME), Context())
-
-
-def take(name: str, ctx: Context) -> Section | None:
-    """The section the child collected, for a context equal in what it reads (the live host, no ``--vllm-pid``,
-    the real NVML module); None when there is no child for ``name``, the context differs or the child failed:
-    the collector then runs here."""
+def take(deadline: float) -> tuple[str, object]:
+    """What the child handed over: ``("ok", value)``; ``("timeout", None)`` when it did not finish by
+    ``deadline`` (time.perf_counter; it is killed); ``("failed", None)`` when it died or wrote no value;
+    ``("none", None)`` when no child was forked. The child is reaped either way."""
     global _child
-    if name != NAME or _child is None:
-        return None
+    if _child is None:
+        return "none", None
+    import pickle
+
     pid, read = _child
     _child = None
-    if not (ctx.live and ctx.vllm_pid is None and ctx.nvml is None):
-        _end(pid, read, kill=True)
-        return None
-    import pickle
-    import time
-
-    from hoststate.collectors import Section
-
-    started = time.perf_counter()
-    data = _read(read, started + ctx.timeout)
+    data = _read(read, deadline)
     _end(pid, read, kill=data is None)
     if data is None:
-        return Section(status="timeout", reason=f"did not finish within {ctx.timeout:g}s",
-                       took_ms=round((time.perf_counter() - started) * 1000, 1))
+        return "timeout", None
     try:
-        section = pickle.loads(data)  # our own child's, over a pipe only the two of us hold
-    except Exception:  # a child that died half-way: collect here
-        return None
-    return section if isinstance(section, Section) else None
+        return "ok", pickle.loads(data)  # our own child's, over a pipe only the two of us hold
+    except Exception:  # a child that died half-way
+        return "failed", None
 
 
 def _read(fd: int, deadline: float) -> bytes | None:

@@ -11,12 +11,13 @@ import contextlib
 import datetime as dt
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from hoststate import SCHEMA, __version__
-from hoststate.collectors import NAMES, Context, Section, run_all, select
+from hoststate import SCHEMA, __version__, ahead
+from hoststate.collectors import COLLECTORS, NAMES, Context, Section, _call, run_all, select
 from hoststate.errors import InputError
 from hoststate.io import Reader, check_timeout  # noqa: F401 - check_timeout is part of this API
 from hoststate.snapshot import finite
@@ -45,8 +46,34 @@ def context(*, root: str | os.PathLike[str] | None = "/", only: Sequence[str] | 
     except ValueError as err:
         raise InputError(str(err)) from err
     ctx = Context(root=root, vllm_pid=vllm_pid, vllm_cmd=vllm_cmd, vllm_log=vllm_log, vllm_url=vllm_url,
-                  vllm_version=vllm_version, timeout=timeout)
+                  vllm_version=vllm_version, timeout=timeout, early=_early)
     return ctx, names
+
+
+def gpu_section() -> Section:
+    """The GPU collector's section on a plain snap's Context (the live host, no --vllm-pid), as run_all's thread
+    collects it: what the child forked by hoststate.ahead hands over."""
+    ctx, _names = context(only=(ahead.NAME,))
+    ctx.early = None
+    return _call(next(c for c in COLLECTORS if c.name == ahead.NAME), ctx)
+
+
+def _early(name: str, ctx: Context) -> Section | None:
+    """The section the child forked at the start collected (hoststate.ahead), for a context equal in what it
+    reads (the live host, no --vllm-pid, the real NVML module); None otherwise or when the child failed: the
+    collector then runs here. A child that does not answer within the collector's timeout is killed and the
+    section is ``timeout``, as a wedged thread's is."""
+    if name != ahead.NAME:
+        return None
+    if not (ctx.live and ctx.vllm_pid is None and ctx.nvml is None):
+        ahead.discard()
+        return None
+    started = time.perf_counter()
+    state, section = ahead.take(started + ctx.timeout)
+    if state == "timeout":
+        return Section(status="timeout", reason=f"did not finish within {ctx.timeout:g}s",
+                       took_ms=round((time.perf_counter() - started) * 1000, 1))
+    return section if state == "ok" and isinstance(section, Section) else None
 
 
 #: The host's name when hoststate runs in a container of its own UTS namespace (the Kubernetes DaemonSet sets it
@@ -167,6 +194,7 @@ def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = No
         redacted.add(id(sec))
 
     sections = run_all(ctx, names, finish)
+    ahead.discard()  # a child collecting ahead that this collection did not take must not outlive it
     for sec in sections.values():
         if id(sec) not in redacted:  # a timeout's or a skipped collector's section, made after the threads
             _redact_section(sec)

@@ -625,8 +625,11 @@ def _read_toml(text: str, origin: str) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=1)
+@functools.cache
 def default_rules() -> tuple[Rule, ...]:
-    """The shipped rules: default_policy.toml and the environment variable table (variables.toml), one layer."""
+    """The shipped rules: default_policy.toml and the environment variable table (variables.toml), one layer.
+    Read once per process (the rules are frozen; a guarded run, a sweep's cells and fleet rate with them many
+    times)."""
     from hoststate.parsed import parse_once
 
     rules: list[Rule] = []

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hoststate import ahead
-from hoststate.collectors import Context
+from hoststate import ahead, capture
 from hoststate.nvml import NVML_REPLAY_ENV
 from hoststate.snapshot import toml_loads
 from tests.conftest import PYTHONPATH, REPO
@@ -115,28 +114,27 @@ def _gone(proc: subprocess.Popen) -> bool:
 
 def test_a_child_that_does_not_answer_is_killed_at_the_timeout() -> None:
     proc = _child(["sleep", "60"])
-    section = ahead.take("gpu", Context(timeout=0.3))
+    section = capture._early("gpu", capture.context(timeout=0.3)[0])
     assert section is not None and section.status == "timeout" and "0.3s" in section.reason
     assert _gone(proc) and ahead._child is None
 
 
 def test_a_child_that_fails_leaves_the_collector_to_the_parent() -> None:
     proc = _child(["true"], b"\x80\x04not a pickle")
-    assert ahead.take("gpu", Context(timeout=5)) is None
+    assert capture._early("gpu", capture.context(timeout=5)[0]) is None
     assert _gone(proc) and ahead._child is None
 
 
-@pytest.mark.parametrize("ctx", [Context(root="/srv/tree"), Context(vllm_pid=4242), Context(nvml=object())])
-def test_a_child_collected_for_another_context_is_not_used(ctx: Context) -> None:
+@pytest.mark.parametrize("options", [{"root": str(REPO / "fixtures" / "hosts" / "seed-baseline")},
+                                     {"vllm_pid": 4242}])
+def test_a_child_collected_for_another_context_is_not_used(options: dict) -> None:
     proc = _child(["sleep", "60"])
-    assert ahead.take("gpu", ctx) is None
+    assert capture._early("gpu", capture.context(**options)[0]) is None
     assert _gone(proc) and ahead._child is None
 
 
 def test_a_child_not_taken_is_ended_with_the_collection() -> None:
-    from hoststate.collectors import run_all
-
     proc = _child(["sleep", "60"])
-    assert ahead.take("system", Context()) is None and ahead._child is not None  # only the gpu section
-    run_all(Context(root=str(REPO / "fixtures" / "hosts" / "seed-baseline")), ("system",))
+    assert capture._early("system", capture.context()[0]) is None and ahead._child is not None  # gpu only
+    capture.snap(capture.SnapOptions(root=str(REPO / "fixtures" / "hosts" / "seed-baseline"), only=("system",)))
     assert _gone(proc) and ahead._child is None

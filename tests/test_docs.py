@@ -209,7 +209,8 @@ def _pytest_with_the_recipe(tmp_path, baseline) -> subprocess.CompletedProcess:
     conftest = next(c.text for c in docexec.parse(RECIPES) if c.file == "conftest.py")
     (tmp_path / "conftest.py").write_text(conftest)
     (tmp_path / "test_bench.py").write_text(BENCH_TEST)
-    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "HOSTSTATE_BASELINE": str(baseline)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}  # a user's own session
+    env.update(PYTHONPATH=PYTHONPATH, HOSTSTATE_BASELINE=str(baseline))
     env.pop("HOSTSTATE_ACCEPT", None)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *QUICK], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=300)

@@ -139,7 +139,7 @@ def test_the_same_selection_on_both_sides_is_context_not_a_gap(tmp_path: Path) -
 @pytest.mark.parametrize("init, status, extra", [
     ({"error": "Unknown"}, "error", ()),
     ({"error": "NoPermission"}, "denied", ()),
-    ({"hang": 120.0}, "timeout", ("--timeout", "5")),
+    ({"hang": 120.0}, "timeout", ("--timeout", "2")),  # each guard waits this long for the hung GPU collector
 ])
 def test_gpu_collector_failing_now_refuses_unless_accepted(full_baseline: Path, tmp_path: Path, init: dict,
                                                            status: str, extra: tuple) -> None:

@@ -25,8 +25,9 @@ NOT_SNAP = ("hoststate.diff", "hoststate.report", "hoststate.guard", "hoststate.
             "hoststate.results", "hoststate.policy_table", "hoststate.render.timeline")
 #: What reading snapshots never needs: the collectors, redaction and the host-reading libraries (`check FILE`
 #: validates its --timeout option with hoststate.io).
-CAPTURE = ("hoststate.capture", "hoststate.collectors", "hoststate.redact", "hoststate.procfiles", "hoststate.userread", "pynvml",
-           "psutil", "pyudev", "tomli_w", *(f"hoststate.collectors.{m}" for m in COLLECTOR_MODULES))
+CAPTURE = ("hoststate.capture", "hoststate.collectors", "hoststate.redact", "hoststate.procfiles",
+           "hoststate.userread", "pynvml", "psutil", "pyudev", "tomli_w",
+           *(f"hoststate.collectors.{m}" for m in COLLECTOR_MODULES))
 
 # Runs the CLI as `python -m hoststate` does and writes the names in sys.modules at exit (click exits via SystemExit).
 RUNNER = """

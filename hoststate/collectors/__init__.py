@@ -55,6 +55,9 @@ class Context:
     nvml: Any = None
     #: Sections already collected, by name, for collectors that cross-check an earlier one.
     sections: dict[str, Section] = field(default_factory=dict)
+    #: A collector's section collected ahead of this collection for this context, or None (hoststate.ahead; set
+    #: by hoststate.capture): the collector then runs here.
+    early: Callable[[str, Context], Section | None] | None = None
 
     @property
     def live(self) -> bool:
@@ -117,10 +120,8 @@ def settle_coverage(section: Section, sources: tuple[Any, ...]) -> Section:
 
 def _call(info: CollectorInfo, ctx: Context) -> Section:
     """The collector's section, or an ``error`` section for an exception (a bug must not cost the snapshot); the
-    section a child collected ahead for this context when there is one (hoststate.ahead), timed by that child."""
-    from hoststate import ahead
-
-    early = ahead.take(info.name, ctx)
+    section collected ahead for this context when there is one (Context.early), timed where it was collected."""
+    early = ctx.early(info.name, ctx) if ctx.early is not None else None
     if early is not None:
         return early
     start = time.perf_counter()
@@ -202,9 +203,6 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
                                          took_ms=took)
         ctx.sections.clear()
         ctx.sections.update(out)
-    from hoststate import ahead
-
-    ahead.discard()  # a child collecting ahead that this collection did not take must not outlive it
     return out
 
 

@@ -264,7 +264,7 @@ def open_source(*, live: bool = True, replicate: int = 1) -> tuple[Any, str]:
         return load_trace(replay), "ok"
     if not live:
         return None, "skipped: NVML reads the running host and cannot honour --root"
-    from hoststate.collectors.gpu import DRIVER_MARKERS
+    from hoststate.nvml import DRIVER_MARKERS
 
     if not any(os.path.exists(p) for p in DRIVER_MARKERS):
         return None, "absent: no NVIDIA driver loaded"
