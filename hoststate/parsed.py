@@ -1,13 +1,14 @@
 """A shipped data file parsed once per content, not once per process.
 
-The default policy is 90 kB of TOML: tomllib (pure Python) reads it in 11-12 ms on the project's 2-core VM, the
-same data as JSON (read in C) in 0.3 ms. Its parsed form is kept as JSON beside the package's bytecode, where
+The default policy is 90 kB of TOML: tomllib (pure Python) reads it in 11-12 ms on the project's 2-core VM, the same
+data as JSON (read in C) in 0.3 ms. Its parsed form (for the shipped policy each rule's checked fields, so that
+neither the TOML nor the checks are redone; ``form`` names it) is kept as JSON beside the package's bytecode, where
 Python keeps its own ``.pyc`` files (``__pycache__``, or under ``sys.pycache_prefix``), named by the sha256 of the
-text it came from: an edited file has another name, so a stale copy is never read; the copy holds that sha256
-too, so a copy renamed from another text's is not read either. Whoever can write that directory can already
-replace the package's bytecode; a copy is still read only when it is a regular file of this user (or root) that
-no one else may write. Nothing is written when bytecode is not (``PYTHONDONTWRITEBYTECODE``); any failure to read
-or write the copy just means parsing the text.
+text it came from: an edited file has another name, so a stale copy is never read; the copy holds that sha256 too,
+so a copy renamed from another text's is not read either. Whoever can write that directory can already replace the
+package's bytecode; a copy is still read only when it is a regular file of this user (or root) that no one else may
+write. Nothing is written when bytecode is not (``PYTHONDONTWRITEBYTECODE``); any failure to read or write the copy
+just means parsing the text.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def cache_path(source: str, text: str) -> str:
-    """Where the parsed copy of ``text``, read from the file ``source``, is kept."""
+def cache_path(source: str, text: str, form: str = "") -> str:
+    """Where the parsed copy of ``text``, read from the file ``source``, is kept; ``form`` names what the parse
+    makes of it (a copy of one form is never read as another)."""
     folder = os.path.dirname(importlib.util.cache_from_source(os.path.abspath(source)))
-    name = os.path.basename(source).rsplit(".", 1)[0]
+    name = os.path.basename(source).rsplit(".", 1)[0] + (f".{form}" if form else "")
     return os.path.join(folder, f"{name}.{_sha256(text)[:32]}.json")
 
 
@@ -72,9 +74,10 @@ def _write(path: str, sha256: str, doc: dict[str, Any]) -> None:
             os.unlink(tmp)
 
 
-def parse_once(source: str, text: str, parse: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
-    """``parse(text)``, or its copy kept from an earlier process; the copy is written the first time."""
-    path, sha256 = cache_path(source, text), _sha256(text)
+def parse_once(source: str, text: str, parse: Callable[[str], dict[str, Any]], form: str = "") -> dict[str, Any]:
+    """``parse(text)``, or its copy kept from an earlier process; the copy is written the first time. ``form``
+    names what ``parse`` makes of the text, so that another parse of the same file keeps its own copy."""
+    path, sha256 = cache_path(source, text, form), _sha256(text)
     kept = _read(path)
     if isinstance(kept, dict) and kept.get("sha256") == sha256 and isinstance(kept.get("doc"), dict):
         return kept["doc"]

@@ -57,20 +57,31 @@ class Pattern:
     __slots__ = ("parts", "_items", "any_keys", "_sizes", "_last", "_closure")
 
     def __init__(self, parts: Path):
-        items: list[tuple[str, Any]] = []
         for part in parts:
+            if "**" in part and part != "**":
+                raise ValueError(f"'**' must be a whole key, not part of {part!r}")
+        self.parts = tuple(parts)
+
+    def __getattr__(self, name: str) -> Any:
+        """The matcher's tables, made on first use (a slot not yet set): a policy holds 2,000 patterns and a
+        command tries a few hundred of them."""
+        if name not in Pattern.__slots__ or name == "parts":
+            raise AttributeError(name)
+        self._build()
+        return object.__getattribute__(self, name)
+
+    def _build(self) -> None:
+        items: list[tuple[str, Any]] = []
+        for part in self.parts:
             if part == "**":
                 if not (items and items[-1][0] == "**"):  # '**.**' is '**'
                     items.append(("**", None))
             elif part == "*":
                 items.append(("*", None))
-            elif "**" in part:
-                raise ValueError(f"'**' must be a whole key, not part of {part!r}")
             elif "*" in part:
                 items.append(("glob", tuple(part.split("*"))))
             else:
                 items.append(("key", part))
-        self.parts = tuple(parts)
         self._items = tuple(items)
         #: How many ``**`` the pattern holds ('**.**' is one).
         self.any_keys = sum(1 for kind, _ in items if kind == "**")
@@ -624,12 +635,24 @@ def _read_toml(text: str, origin: str) -> dict[str, Any]:
         raise PolicyError(f"not valid TOML: {err}", origin) from err
 
 
+#: A shipped rule as its parsed copy keeps it (hoststate.parsed): Rule's fields in order, less origin, pattern and
+#: layer, checked once per content by parse_rules when the copy is made; ``_ROWS_FORMAT`` names this layout.
+_ROW = ("path", "severity", "reason", "tolerance", "compare", "one_side", "absolute", "source", "floor",
+        "above_floor", "rated_by", "when_same", "listed_in", "unlisted_patch")
+_ROWS_FORMAT = "rules-1"
+
+
+def _rows(doc: dict[str, Any], origin: str) -> dict[str, Any]:
+    """A shipped document's rules, every check of parse_rules passed, as rows of _ROW."""
+    return {"format": _ROWS_FORMAT,
+            "rows": [[getattr(rule, name) for name in _ROW] for rule in parse_rules(doc, origin, DEFAULT_LAYER)]}
+
+
 @functools.lru_cache(maxsize=1)
-@functools.cache
 def default_rules() -> tuple[Rule, ...]:
-    """The shipped rules: default_policy.toml and the environment variable table (variables.toml), one layer.
-    Read once per process (the rules are frozen; a guarded run, a sweep's cells and fleet rate with them many
-    times)."""
+    """The shipped rules: default_policy.toml and the environment variable table (variables.toml), one layer;
+    read once per process, and parsed and checked once per content (their rows are kept beside the bytecode by
+    hoststate.parsed, so a process builds the rules from JSON instead of parsing 200 kB of TOML)."""
     from hoststate.parsed import parse_once
 
     rules: list[Rule] = []
@@ -637,8 +660,14 @@ def default_rules() -> tuple[Rule, ...]:
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name)  # shipped beside this module
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
-        doc = parse_once(path, text, lambda t, n=name: _read_toml(t, n))  # parsed once per content
-        rules.extend(parse_rules(doc, name, DEFAULT_LAYER))
+        kept = parse_once(path, text, lambda t, n=name: _rows(_read_toml(t, n), n), form=_ROWS_FORMAT)
+        if kept.get("format") != _ROWS_FORMAT or not isinstance(kept.get("rows"), list):
+            kept = _rows(_read_toml(text, name), name)  # not a copy this layout reads
+        for (rule_path, severity, reason, tolerance, compare, one_side, absolute, source, floor, above_floor,
+             rated_by, when_same, listed_in, unlisted_patch) in kept["rows"]:
+            rules.append(Rule(rule_path, severity, reason, tolerance, compare, name, Pattern(split_path(rule_path)),
+                              one_side, DEFAULT_LAYER, absolute, source, floor, above_floor, rated_by, when_same,
+                              listed_in, unlisted_patch))
     return tuple(rules)
 
 

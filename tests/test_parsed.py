@@ -3,6 +3,7 @@ file is never served a stale copy, and a copy someone else could have written is
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hoststate import parsed
-from tests.conftest import PYTHONPATH, require
+from tests.conftest import PYTHONPATH, REPO, require
 
 TEXT = '[[rule]]\npath = "gpu.*.clocks"\nseverity = "warning"\nreason = "r"\ntolerance = 0.5\n'
 
@@ -120,3 +121,18 @@ def test_the_default_policy_from_its_copy_is_the_same_in_fresh_processes(tmp_pat
                            check=True, timeout=120).stdout for mode in ("parse", "no-parse")]
     assert len(list(tmp_path.rglob("default_policy.*.json"))) == 1
     assert runs[0] == runs[1] and "Rule(" in runs[0]
+
+
+def test_the_shipped_rules_built_from_their_rows_are_the_rules_the_toml_gives() -> None:
+    """The copy keeps each rule as a row of its checked fields: building from it gives field for field, pattern
+    included, what parse_rules gives from the TOML (a field left out of the row would be lost silently)."""
+    from hoststate import policy
+
+    built = policy.default_rules()
+    parsed_now = [rule for name in (policy.DEFAULT_VARIABLES, policy.DEFAULT_POLICY)
+                  for rule in policy.parse_rules(policy._read_toml((REPO / "hoststate" / name).read_text(), name),
+                                                 name, policy.DEFAULT_LAYER)]
+    assert list(built) == parsed_now and len(built) > 2000
+    assert [r.pattern.parts for r in built] == [r.pattern.parts for r in parsed_now]
+    fields = {f.name for f in dataclasses.fields(policy.Rule)}
+    assert fields == {*policy._ROW, "origin", "pattern", "layer"}  # every field is in the row or rebuilt
