@@ -61,6 +61,7 @@ def start(work: Callable[[], object], argv: Sequence[str] | None = None) -> bool
     if not wanted(sys.argv[1:] if argv is None else argv, os.environ):
         return False
     read, write = os.pipe()
+    parent = os.getpid()
     try:
         pid = os.fork()
     except OSError:
@@ -72,6 +73,7 @@ def start(work: Callable[[], object], argv: Sequence[str] | None = None) -> bool
         try:
             import pickle
 
+            _end_with(parent)
             os.close(read)
             data = pickle.dumps(work())
             with open(write, "wb") as pipe:
@@ -85,6 +87,19 @@ def start(work: Callable[[], object], argv: Sequence[str] | None = None) -> bool
 
     atexit.register(discard)  # a command that never collected the GPUs (a usage error, guard --only system)
     return True
+
+
+def _end_with(parent: int) -> None:
+    """The child is killed when its parent dies (PR_SET_PDEATHSIG): a parent ended by a signal runs no exit
+    handler, and a child must not outlive it waiting on a wedged driver."""
+    import contextlib
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: the parent's deadline still ends the child
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1 (linux/prctl.h)
+    if os.getppid() != parent:  # the parent died before the call
+        os._exit(1)
 
 
 def discard() -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,42 @@ def test_a_child_not_taken_is_ended_with_the_collection() -> None:
     assert capture._early("system", capture.context()[0]) is None and ahead._child is not None  # gpu only
     capture.snap(capture.SnapOptions(root=str(REPO / "fixtures" / "hosts" / "seed-baseline"), only=("system",)))
     assert _gone(proc) and ahead._child is None
+
+
+#: A parent that forks the child (whose work never ends), then is killed by a signal: no exit handler runs.
+KILLED_PARENT = """
+import os, signal, sys, time
+from hoststate import ahead
+def work():
+    with open(sys.argv[1] + ".tmp", "w") as fh:
+        fh.write(str(os.getpid()))
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    time.sleep(120)
+assert ahead.start(work, ["snap"])
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that still runs (a zombie waiting for its reaper has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_child_dies_with_a_parent_killed_by_a_signal(tmp_path: Path) -> None:
+    marker = tmp_path / "child.pid"
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, NVML_REPLAY_ENV: str(REPLAY)}
+    with open(tmp_path / "stderr", "wb") as err:  # not a pipe: the child would hold it open
+        done = subprocess.run([sys.executable, "-c", KILLED_PARENT, str(marker)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=err, timeout=60, check=False)
+    assert done.returncode == -9, (tmp_path / "stderr").read_text()
+    pid = int(marker.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)  # killed with its parent, not left sleeping for two minutes
