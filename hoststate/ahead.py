@@ -7,10 +7,9 @@ interpreter lock, so the GPU collector's thread waits for the parsing threads an
 before any thread exists has an interpreter of its own and runs beside them on another core. The child runs the
 very collector a thread would (hoststate.collectors._call on a plain snap's Context: the live host, no
 ``--vllm-pid``) and hands its Section back over a pipe only the two processes hold. The parent uses it only for
-a context it was collected for (``take``); otherwise, or when the child failed, the collector runs in the parent
-as before.
-A child that does not answer within the collector's timeout is killed and the section is ``timeout``, as a
-wedged thread's is.
+a context it was collected for (hoststate.capture's ``_early``); otherwise, or when the child failed, the
+collector runs in the parent as before. A child that does not answer within the collector's timeout is killed
+and the section is ``timeout``, as a wedged thread's is; a child also dies with its parent.
 
 Whether to fork is decided from argv alone, and any doubt (``--root``, ``--vllm-pid``, ``--skip gpu``, an
 ``--only`` without it, ``--help``, no driver and no replay, a thread already running) means not forking, which
@@ -138,10 +137,12 @@ def _read(fd: int, deadline: float) -> bytes | None:
     import select
     import time
 
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
     chunks = []
     while True:
         left = deadline - time.perf_counter()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        if left <= 0 or not poll.poll(left * 1000):
             return None
         chunk = os.read(fd, 1 << 16)
         if not chunk:
