@@ -158,7 +158,7 @@ def run_tests(workdir: str, tests: tuple[str, ...], timeout: float) -> tuple[int
     env.pop("PYTHONPATH", None)  # tests/conftest.py puts the copy first on sys.path
     start = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-n", "0", "-q", "-p", "no:cacheprovider", *tests],
+        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
                               cwd=workdir, env=env, capture_output=True, timeout=timeout, check=False)
         status, tail = done.returncode, (done.stdout + done.stderr).decode(errors="replace")[-3000:]
     except subprocess.TimeoutExpired:

@@ -91,8 +91,7 @@ def test_the_conformance_tests_parametrize_over_a_collector_added_to_the_registr
     conformance tests for it and fails them: a new collector cannot escape them."""
     (tmp_path / "dummy_registry.py").write_text(PLUGIN)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), PYTHONPATH])}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
-                           "-p", "dummy_registry",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "dummy_registry",
                            "-k", "dummy and registered", "-rf", "tests/test_coverage.py"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr

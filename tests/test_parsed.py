@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hoststate import parsed
-from tests.conftest import PYTHONPATH, REPO, require
+from tests.conftest import PYTHONPATH, require
 
 TEXT = '[[rule]]\npath = "gpu.*.clocks"\nseverity = "warning"\nreason = "r"\ntolerance = 0.5\n'
 
@@ -129,9 +129,10 @@ def test_the_shipped_rules_built_from_their_rows_are_the_rules_the_toml_gives() 
     from hoststate import policy
 
     built = policy.default_rules()
+    shipped = Path(policy.__file__).parent  # the installed package's files when the wheel is under test
     parsed_now = [rule for name in (policy.DEFAULT_VARIABLES, policy.DEFAULT_POLICY)
-                  for rule in policy.parse_rules(policy._read_toml((REPO / "hoststate" / name).read_text(), name),
-                                                 name, policy.DEFAULT_LAYER)]
+                  for rule in policy.parse_rules(policy._read_toml((shipped / name).read_text(), name), name,
+                                                 policy.DEFAULT_LAYER)]
     assert list(built) == parsed_now and len(built) > 2000
     assert [r.pattern.parts for r in built] == [r.pattern.parts for r in parsed_now]
     fields = {f.name for f in dataclasses.fields(policy.Rule)}
