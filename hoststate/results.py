@@ -505,26 +505,26 @@ def separating_findings(reference: Mapping[str, Any], other: Mapping[str, Any]) 
     """The invalidating findings between two snapshots under the default policy (what makes their digests
     differ), most important first; a value unreadable alike on both sides did not differ and is left out."""
     from hoststate.diff import compare
-    from hoststate.render.findings import importance
+    from hoststate.render.findings import by_importance
 
     result = compare(_host_state(reference), _host_state(other))
     kept = [f for f in result.findings if f.severity == "invalidating"
             and not (f.change in ("unreadable", "coverage") and f.old == f.new)]
-    return sorted(kept, key=importance)
+    return by_importance(kept)
 
 
 def _accepted(group: Group) -> list[Any]:
     """The invalidating findings guard accepted for the group's first cell: its drift from the baseline (what
     names the group when no cell ran on the baseline). Entries that are not findings are left out."""
     from hoststate.diff import Finding
-    from hoststate.render.findings import importance
+    from hoststate.render.findings import by_importance
 
     out = []
     for item in _get(group.cells[0].record, "guard", "accepted") or []:
         if isinstance(item, dict) and isinstance(item.get("path"), str):
             out.append(Finding(item["path"], str(item.get("change", "changed")), item.get("old"), item.get("new"),
                                "invalidating", str(item.get("rule", "")), str(item.get("reason", ""))))
-    return sorted(out, key=importance)
+    return by_importance(out)
 
 
 def _compare_groups(groups: Sequence[Group], ref: Reference) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 from benchmarks.bench_diff_cap import shaped
 from hoststate.diff import compare
@@ -64,3 +65,48 @@ def test_diff_json_at_scale_through_the_cli_loses_no_finding(tmp_path) -> None:
     assert len(env) == report["counts"]["invalidating"] and len(env) > 3000
     assert [f["path"] for f in env] == sorted(f["path"] for f in env)
     assert all(f["old"] != f["new"] for f in env)
+
+
+def test_evidence_is_read_once_per_pattern_whatever_the_number_of_findings_it_rates(monkeypatch) -> None:
+    """2,000 packages moved by a patch release, each rated by the serving path (``listed_in``): the snapshots are
+    read for that pattern once a side, not once a finding (once a finding made such a diff at the cap quadratic:
+    2,000 packages beside 100,000 other leaves took minutes)."""
+    import hoststate.diff as diff
+    from benchmarks.bench_diff_cap import _base
+
+    read: list[str] = []
+    real = diff._evidence
+    monkeypatch.setattr(diff, "_evidence", lambda pattern, *rest: read.append(pattern) or real(pattern, *rest))
+
+    def snap(patch: int) -> dict:
+        return _base({"vllm": {"serving_path": ["torch", "vllm-x7"],
+                               "packages": {f"vllm-x{i}": f"1.0.{patch}" for i in range(2000)}}})
+
+    rated = {f.path: f.severity for f in compare(snap(0), snap(1)).findings}
+    assert rated["vllm.packages.vllm-x7"] == "invalidating"  # on the serving path
+    assert rated["vllm.packages.vllm-x8"] == "warning"  # a patch release of a package the server does not load
+    assert sorted(read) == ["vllm.**.serving_path"] * 2
+
+
+def test_a_pair_loaded_together_holds_each_key_once(tmp_path) -> None:
+    """The current snapshot takes the baseline's key objects (hoststate.snapshot.share_keys): equal to what it
+    would be alone, the baseline unchanged, and each key held once (at the cap that is 396,000 keys a side)."""
+    from benchmarks.bench_diff_cap import write_pair
+    from hoststate.snapshot import load
+
+    a, b, _ = write_pair(str(tmp_path), "deep", 64 * 1024)
+    base = load(a)
+    alone, shared = load(b), load(b, like=base)
+    assert shared == alone and load(a) == base
+    pairs = [(p, q) for (p, _), (q, _) in zip(_key_paths(base), _key_paths(shared), strict=True)]
+    assert len(pairs) > 1000 and all(p == q and p[-1] is q[-1] for p, q in pairs)
+
+
+def _key_paths(tree: dict, prefix: tuple = ()) -> list[tuple[tuple, Any]]:
+    """(path, value) of every key, the keys themselves (not copies) in the path, in key order."""
+    out = []
+    for key in sorted(tree):
+        out.append(((*prefix, key), tree[key]))
+        if isinstance(tree[key], dict):
+            out.extend(_key_paths(tree[key], (*prefix, key)))
+    return out

@@ -7,14 +7,12 @@ once; every finding only with ``verbose``; then the verdict line. The verdict an
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from operator import attrgetter
 from typing import Any
 
-from hoststate.diff import DiffResult, Finding
+from hoststate.diff import FIELDS, DiffResult, Finding
 from hoststate.policy import SEVERITIES
 from hoststate.render.findings import (
     TITLES,
@@ -182,9 +180,9 @@ def _json_value(value: Any) -> str:
 _string: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
 _SCALARS = {None: "null", True: "true", False: "false"}
 #: Finding.to_dict's keys, in its order (its fields'), as ``"key": `` and the getter of their values.
-_FINDING_FIELDS = tuple(f.name for f in dataclasses.fields(Finding))
+_FINDING_FIELDS = FIELDS
 _FINDING_KEYS = tuple(f"  {_string(name)}: " for name in _FINDING_FIELDS)
-_finding_values = attrgetter(*_FINDING_FIELDS)
+_finding_values = Finding.values
 
 
 def render_json(result: DiffResult, *, baseline: str, current: str, **_ignored: Any) -> str:
