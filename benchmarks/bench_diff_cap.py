@@ -3,8 +3,9 @@
     python benchmarks/bench_diff_cap.py [--runs 3] [--sizes 1 2 4 7.5] [--formats json text]
 
 Setup writes pairs of snapshots of 1, 2, 4 and 7.5 MiB (the cap is 8 MiB), each with its digest, whose every
-leaf differs (the worst case for a diff: one finding per leaf), in three shapes: one wide table (env), deep
-nesting (a vLLM argument tree) and long lists. Each pair is diffed by a fresh `hoststate diff --format FORMAT`
+leaf differs (the worst case for a diff: one finding per leaf), in four shapes: one wide table (env), deep
+nesting (a vLLM argument tree), long lists, and package versions each rated by another fact (a rule's
+``listed_in``: the server's serving path). Each pair is diffed by a fresh `hoststate diff --format FORMAT`
 process; the table gives the median wall time, the CPU time of that process (on a shared machine the wall time
 follows the load, the CPU time does not), its peak resident memory and the growth exponent of CPU time between
 the smallest and largest pair (1.0 is linear). Measures only; never passes or fails on time.
@@ -28,6 +29,8 @@ sys.path.insert(0, REPO)
 from benchmarks.common import PY, machine, table  # noqa: E402
 
 MIB = 1 << 20
+#: wide: one table; deep: a vLLM argument tree; lists: long lists; rated: packages rated by the serving path.
+SHAPES = ("wide", "deep", "lists", "rated")
 
 
 def _base(body: dict) -> dict:
@@ -53,6 +56,9 @@ def shaped(shape: str, n: int, side: int) -> dict:
                 node = node.setdefault(f"k{level}", {})
             node[f"leaf{i}"] = i * (side + 1)
         return _base({"vllm": {"args": args}})
+    if shape == "rated":  # every leaf a patch release that a rule rates by another fact (the serving path)
+        return _base({"vllm": {"serving_path": ["torch"], "packages": {f"vllm-x{i:07d}": f"1.0.{side}"
+                                                                        for i in range(n)}}})
     per = 200
     return _base({"packages": {f"pkg{i}": [f"item-{side}-{i}-{j}" for j in range(per)] for i in range(n // per)}})
 
@@ -102,7 +108,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="hoststate-bench-cap-") as workdir:
-        for shape in ("wide", "deep", "lists"):
+        for shape in SHAPES:
             pairs = [write_pair(workdir, shape, int(mib * MIB)) for mib in args.sizes]  # the last under the cap
             for fmt in args.formats:
                 points = []

@@ -247,9 +247,10 @@ class Evidence:
         return self._names[pattern]
 
 
-def _evidence_rating(finding: Finding, rule: Rule | None, evidence: Evidence) -> Finding:
+def _evidence_rating(finding: Finding, rule: Rule | None, evidence: Evidence, key: str) -> Finding:
     """A change rated by what it did elsewhere: ``rated_by`` (the leaves that show its effect, equal on both
-    sides) or ``listed_in`` (a package that neither side's serving path names, moved by a patch release only)."""
+    sides) or ``listed_in`` (a package that neither side's serving path names, moved by a patch release only).
+    ``key``: the last key of the finding's path (a package's name)."""
     if rule is None or finding.change == "unreadable" or finding.severity == "ignore":
         return finding
     if rule.rated_by and rule.when_same and (same := evidence.same(rule.rated_by)) is not None:
@@ -258,7 +259,7 @@ def _evidence_rating(finding: Finding, rule: Rule | None, evidence: Evidence) ->
                           f"({same} values): {finding.reason}")
     if (rule.listed_in and rule.unlisted_patch and finding.change == "changed"
             and _patch_only(finding.old, finding.new) and (listed := evidence.listed(rule.listed_in)) is not None
-            and split_path(finding.path)[-1] not in listed):
+            and key not in listed):
         finding.severity = rule.unlisted_patch
         finding.reason = (f"A patch release of a package the server does not load (not in {rule.listed_in} "
                           f"on either side): {finding.reason}")
@@ -526,7 +527,7 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], policy: Pol
         rule = policy.rule_for(leaf)
         found = _finding(rule, leaf, old, new, unknown, missing)
         if found is not None:
-            findings.append(_evidence_rating(found, rule, evidence))
+            findings.append(_evidence_rating(found, rule, evidence, leaf[-1]))
     findings = _merge(findings, _regions(policy, unknown))
     from hoststate.policy import unmatched_reason, unmatched_rules  # a misspelt user rule must not do nothing
 

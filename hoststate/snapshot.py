@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hoststate import SCHEMA
@@ -51,20 +51,32 @@ def check_values(data: Mapping[str, Any], source: str) -> None:
     Iterative, so no input can exhaust the stack. NaN and infinity are no host's value: NaN never equals
     itself (identical hosts would never match) and JSON cannot carry either.
     """
-    stack: list[tuple[tuple[str, ...], Any]] = [((), data)]
+    # A stack of the tables and lists being walked, each with its path and an iterator over its items: memory
+    # grows with the depth, not with the widest table (a table of 300,000 keys is not copied).
+    stack: list[tuple[tuple[str, ...], Iterator[tuple[str, Any]]]] = [((), _items(data))]
     while stack:
-        path, node = stack.pop()
-        if len(path) > MAX_DEPTH:
-            shown = ".".join(path[:4])
+        path, items = stack[-1]
+        item = next(items, None)
+        if item is None:
+            stack.pop()
+            continue
+        here, node = (*path, item[0]), item[1]
+        if len(here) > MAX_DEPTH:
+            shown = ".".join(here[:4])
             raise InputError(f"nested deeper than {MAX_DEPTH} levels (under {shown}...)", source)
-        if isinstance(node, Mapping):
-            stack.extend(((*path, str(k)), v) for k, v in node.items())
-        elif isinstance(node, list):
-            stack.extend(((*path, f"[{i}]"), v) for i, v in enumerate(node))
+        if isinstance(node, Mapping | list):
+            stack.append((here, _items(node)))
         elif isinstance(node, float) and not math.isfinite(node):
-            where = format_path(tuple(p for p in path if not p.startswith("[")))
+            where = format_path(tuple(p for p in here if not p.startswith("[")))
             raise InputError(f"{where}: {node} is not a value a snapshot can hold (NaN and infinity never compare "
                              "equal and JSON cannot carry them)", source)
+
+
+def _items(node: Mapping[str, Any] | list[Any]) -> Iterator[tuple[str, Any]]:
+    """A table's (key, value) pairs, or a list's (``[i]``, item) pairs."""
+    if isinstance(node, Mapping):
+        return ((str(k), v) for k, v in node.items())
+    return ((f"[{i}]", v) for i, v in enumerate(node))
 
 
 def finite(value: Any) -> Any:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from typing import Any
 
-from benchmarks.bench_diff_cap import shaped
+from benchmarks.bench_diff_cap import SHAPES, shaped
 from hoststate.diff import compare
 from hoststate.paths import leaves
 from hoststate.policy import default_policy
@@ -24,7 +24,7 @@ CANDIDATES_MAX = 24
 def test_each_leaf_tries_a_bounded_number_of_rules() -> None:
     policy = default_policy()
     assert len(policy.rules) > 10 * CANDIDATES_MAX  # the bound means something: most rules are never tried
-    paths = [p for shape in ("wide", "deep", "lists") for p, _ in leaves(shaped(shape, 2000, 0))]
+    paths = [p for shape in SHAPES for p, _ in leaves(shaped(shape, 2000, 0))]
     paths += [p for r in policy.rules for p in instances(r.pattern.parts, "leaf") if p]  # every rule's own paths
     tried = {p: len(list(policy.candidates(p))) for p in paths}
     worst = max(tried, key=tried.__getitem__)

@@ -34,6 +34,27 @@ def test_the_indexed_policy_picks_the_rule_a_scan_of_every_rule_picks() -> None:
         assert policy.rule_for(parts) is _scan(parts), parts
 
 
+def test_keys_taken_by_the_same_globs_share_one_answer_and_it_is_the_right_one() -> None:
+    """Policy.rule_for rates a key that only globs name as the first key seen that the same globs take: for paths
+    built from every glob rule with keys that other globs take too (``pcie_*`` and ``pcie_*current*``), a literal
+    key, and keys no rule names, in two orders (the first key seen differs), each answer is the rule the policy's
+    uncached matching picks for that very path."""
+    from hoststate.policy import Policy
+    from tests.test_verdict_properties import instances
+
+    fills = ["w", "", "xcurrenty", "vllm", "NCCL_", "x_pending", "tx_supported", "7"]
+    globbed = [r for r in default_rules() if any("*" in p and p not in ("*", "**") for p in r.pattern.parts)]
+    paths = sorted({path for r in globbed for fill in fills for path in instances(r.pattern.parts, fill) if path})
+    assert len(globbed) > 100 and len(paths) > 1000
+    for order in (paths, paths[::-1]):
+        policy = Policy(default_rules())
+        shared = 0
+        for parts in order:
+            assert policy.rule_for(parts) is policy._winner(parts), parts
+            shared += any(policy._canonical(k) not in (k, "\x00") for k in parts)
+        assert shared > 100  # the shortcut was taken
+
+
 def _without_times(snap: dict[str, Any]) -> dict[str, Any]:
     snap = {k: v for k, v in snap.items() if k != "hoststate"}
     snap["collectors"] = {k: {f: x for f, x in v.items() if f != "took_ms"} for k, v in snap["collectors"].items()}
