@@ -17,11 +17,6 @@ from hoststate.errors import InputError
 from hoststate.io import SNAPSHOT_MAX_BYTES, read_input
 from hoststate.paths import format_path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 in CI
-    import tomli as tomllib
-
 #: The collector sections a snapshot holds, in file order (hoststate.collectors registers one per name).
 NAMES: tuple[str, ...] = ("system", "dsa", "accel_config", "gpu", "vllm", "env", "packages")
 #: Every status a collector section may carry.
@@ -35,6 +30,10 @@ BOOKKEEPING = ("hoststate", "collectors", "guard")
 def toml_loads(text: str) -> dict[str, Any]:
     """tomllib.loads with every parse failure as ValueError (tomllib's own error is one; nesting deep enough to
     exhaust its recursion is one too)."""
+    if sys.version_info >= (3, 11):  # imported here: a snap reads no TOML, and tomllib compiles its patterns
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 in CI
+        import tomli as tomllib
     try:
         return tomllib.loads(text)
     except RecursionError as err:
