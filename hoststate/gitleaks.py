@@ -13,14 +13,16 @@ the tests, never the snapshot:
 
 - a flag group in mid-pattern (``SG\\.(?i)[a-z]``), which Python refuses, becomes a scoped group that ends where
   the enclosing group ends, closed and reopened around each ``|`` of that group, as RE2 scopes it;
-- ``\\z`` (end of text) is Python's ``\\Z``; POSIX classes (``[[:alnum:]]``) are spelled out;
+- ``\\z`` (end of text) is Python's ``\\Z``, and in a rule's final terminator it also takes the end of a quoted
+  value, as gitleaks' generated rules do (``(?:\\s|\\z)`` of curl-auth-user: a command quoted in JSON ends at
+  its quote); POSIX classes (``[[:alnum:]]``) are spelled out;
 - an open repetition (``*``, ``+``, ``{n,}``) takes at most MAX_REPEAT characters, so a failed start costs a
   bounded scan where Python's re would backtrack over the whole rest of the text;
 - the lazy ``[\\w.-]{0,50}?`` that starts the context-word rules only widens the match to the left, never
   decides whether there is one, and costs 50 steps at every position: it is dropped;
 - a rule that starts with a word and up to N more lines of anything (``\\bcurl\\b(?:.*|.*(?:[\\r\\n]{1,2}.*){1,5})``,
-  which backtracks quadratically in Python) runs as its remainder, kept where the word occurs within 2N line
-  breaks before it.
+  which backtracks quadratically in Python) runs as its remainder, kept where the word occurs within 2N ``\\n``
+  before it (each ``[\\r\\n]{1,2}`` holds at most two; a ``\\r`` is any character to ``.``).
 
 RE2's ``\\w``, ``\\d``, ``\\s`` and ``\\b`` are ASCII; Python's Unicode ones match a superset, so a translated
 rule never matches less. Every scan is linear in its input (RE2 is; each translated pattern is bounded, and the
@@ -172,7 +174,7 @@ class Rule:
         words = [m.end() for m in self.near.finditer(text)]
         if not words:
             return []
-        breaks = [m.start() for m in re.finditer(r"[\r\n]", text)]
+        breaks = [m.start() for m in re.finditer("\n", text)]  # '.' takes a '\r', only '\n' ends a line
         found = []
         for m in self.pattern.finditer(text):
             w = bisect.bisect_right(words, m.start()) - 1
@@ -191,7 +193,7 @@ def compile_rule(row: dict) -> Rule:
     m = _NEAR_WORD.match(regex)
     if m:
         near = re.compile(rf"\b{m.group('word')}\b")
-        breaks = 2 * int(m.group("lines"))  # each of the N line breaks is one or two of \r, \n
+        breaks = 2 * int(m.group("lines"))  # each of the N line breaks ([\r\n]{1,2}) holds at most two '\n'
         source = regex[m.end():]
     pattern = re.compile(to_python(_terminator_as_lookahead(_drop_lazy_prefix(source))))
     named = set(pattern.groupindex.values())
@@ -199,10 +201,18 @@ def compile_rule(row: dict) -> Rule:
     return Rule(row["id"], regex, pattern, keywords(row), row.get("secret_group"), whole, near, breaks)
 
 
+#: Where gitleaks' generated rules take a value to end (besides white space and the end of the text): a quote, a
+#: ';', an escaped line break. A terminator that ends a value only at white space or the end of the text
+#: (``(?:\\s|\\z)`` of curl-auth-user) ends it here too, so a command quoted in a JSON string or a repr
+#: (``"curl -u 'bob:pw'"``) is read as the command is.
+_END_OF_VALUE = r"""[\x60'"\s;]|\\[nr]|"""
+
+
 def _terminator_as_lookahead(regex: str) -> str:
     """A regex that ends in a non-capturing group (the terminator ``(?:[\\x60'"\\s;]|\\\\[nr]|$)`` most rules end
     with) with that group as a lookahead: it still decides whether there is a match, but is no part of it, so a
-    rule whose secret is its whole match (sentry-org-token) never takes the quote that closes a JSON string."""
+    rule whose secret is its whole match (sentry-org-token) never takes the quote that closes a JSON string. A
+    terminator that takes the end of the text (``\\z``) also takes the end of a quoted value (_END_OF_VALUE)."""
     if not regex.endswith(")"):
         return regex
     depth, start, i = 0, -1, 0
@@ -222,7 +232,8 @@ def _terminator_as_lookahead(regex: str) -> str:
             depth -= 1
         i += 1
     if start > 0 and regex.startswith("(?:", start) and re.compile(to_python(regex[start:])).groups == 0:
-        return regex[:start] + "(?=" + regex[start + 3:]
+        ends_text = r"\z" in regex[start:]
+        return regex[:start] + "(?=" + (_END_OF_VALUE if ends_text else "") + regex[start + 3:]
     return regex  # no final group, or one that holds the secret (kubernetes-secret-yaml is one group)
 
 

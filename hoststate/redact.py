@@ -11,12 +11,13 @@ Secrets are found two ways, in every input (argv, environment, ``--vllm-cmd``, `
 - by shape: gitleaks' own rules, compiled from their published regexes (hoststate/gitleaks.py, the table
   hoststate/gitleaks_rules.toml), ``TOKEN_FORMATS`` (provider token formats with floors, some gitleaks lacks),
   ``VALUE_RULES`` (PEM blocks, URL passwords, ``user:pw@host`` without a scheme, headers, webhooks, JWTs) and
-  ``key = value`` pairs in any text (JSON, Python literals, queries and fragments, ``NAME=value``; keys of any
-  length, escapes decoded), so an ``sk-...`` key given as a positional argument, or a password nested in a JSON
-  option, is redacted as surely as one under ``--api-key``;
+  ``key = value`` pairs in any text (JSON, Python literals, queries and fragments, ``NAME=value``, ``=>`` and
+  ``:=``, ``cfg['key'] =``; keys of any length, escapes decoded), so an ``sk-...`` key given as a positional
+  argument, or a password nested in a JSON option, is redacted as surely as one under ``--api-key``;
 - in any text, also what only decoding shows: a quoted literal with backslash escapes (JSON in a JSON string)
-  and a URL-encoded word (``AccountKey%3D...``) are decoded, redacted, and written again; and a program's
-  secret short option after its name (``mysql -pSECRET`` in a log line or an environment value).
+  and a URL-encoded word (``AccountKey%3D...``) are decoded, redacted, and written again, and what the shapes
+  find in the text as written is redacted too (each reading can take away a context the other needs); and a
+  program's secret short option after its name (``mysql -pSECRET`` in a log line or an environment value).
 
 A redacted value is replaced by ``REDACTED``; nothing here raises, and every scan is linear in its input
 (no repetition can restart inside its own match or backtrack over another), because the text comes from
@@ -132,7 +133,7 @@ def _rule(name: str, pattern: str, replacement: str, hints: str) -> ValueRule:
 
 
 #: What follows the '@' of ``user:password@host``: a host name, then a port, a path or the end of the word.
-_HOST_AFTER_AT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::\d{1,5})?(?:[/?#,;)\]}]|$)")
+_HOST_AFTER_AT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::\d{1,5})?(?:[/?#,;)\]}']|$)")
 
 
 def _bare_userinfo(m: re.Match[str]) -> str:
@@ -166,11 +167,13 @@ VALUE_RULES: tuple[ValueRule, ...] = (
     _rule("bearer", r"(?i:\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=-]{8,})", _KEEP2, "bearer basic token"),
     # scheme://user:PASSWORD@host: the password may hold '@' and '/', so it runs to the last '@' of the word
     # (the replacement is a function: the pattern takes the whole word once instead of backtracking in it).
-    # A user name of any length: it stops at '/', which every later '://' holds, so scans never overlap.
-    _rule("url-userinfo", r"(?i:(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,31}://[^/\s:@\"'<>]*:[^\s\"'<>]+)", "", "://"),
+    # A user name of any length: it stops at '/', which every later '://' holds, so scans never overlap. The
+    # password may hold a "'" (RFC 3986 allows it unencoded), not its first character.
+    _rule("url-userinfo", r"(?i:(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,31}://[^/\s:@\"'<>]*:[^\s\"'<>][^\s\"<>]*)", "",
+          "://"),
     # user:PASSWORD@host without a scheme (a DSN, an scp-like target): from where a word starts, the password
-    # to the word's last '@', when a host name follows it (not ``image:tag@sha256:...``).
-    _rule("userinfo-no-scheme", r"(?<![^\s\"'=,;(\[{])[\w.~%!$&*+-]{1,128}:(?!//)[^\s\"'<>]+", "", "@"),
+    # to the word's last '@', when a host name follows it (not ``image:tag@sha256:...``); a "'" in it as above.
+    _rule("userinfo-no-scheme", r"(?<![^\s\"'=,;(\[{])[\w.~%!$&*+-]{1,128}:(?!//)[^\s\"'<>][^\s\"<>]*", "", "@"),
     # scheme://TOKEN@host: a bare token as the user name (git remotes).
     _rule("url-token-user", r"(?i:(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{0,31}://)[a-z0-9_-]{20,}(@))",
           r"\1" + REDACTED + r"\2", "://"),
@@ -438,11 +441,12 @@ def is_secret_flag(flag: str) -> bool:
 #: ``%5F``.
 _KEY_ESCAPE = r"\\+u[0-9a-fA-F]{4}|\\+U[0-9a-fA-F]{8}|\\+x[0-9a-fA-F]{2}|%[0-9a-fA-F]{2}"
 #: A key where a word starts (so a scan never restarts inside one; a key of any length is scanned once), its
-#: closing quote and separator; a value after white space only follows an option (``--api-key KEY``), not any
-#: word.
+#: closing quote (and a subscript's ``]``: ``cfg['db_password'] = ``) and separator (``:``, ``=``, also ``=>`` of
+#: a Ruby or PHP hash and Go's ``:=``, which would otherwise leave the value to the scan as ``>``); a value after
+#: white space only follows an option (``--api-key KEY``), not any word.
 _KEYED = re.compile(
-    rf"(?<![\w.\\%-])(?:(--)|-?)((?:[A-Za-z_]|{_KEY_ESCAPE})(?:[\w.-]|{_KEY_ESCAPE})*)(\\?[\"']?)"
-    r"(\s{0,8}[:=]\s{0,8}|(?(1)[ \t]{1,8}(?=[^\s-])|(?!)))"
+    rf"(?<![\w.\\%-])(?:(--)|-?)((?:[A-Za-z_]|{_KEY_ESCAPE})(?:[\w.-]|{_KEY_ESCAPE})*)(\\?[\"']?\]?)"
+    r"(\s{0,8}(?:=>|:=|[:=])\s{0,8}|(?(1)[ \t]{1,8}(?=[^\s-])|(?!)))"
 )
 _ESCAPED_CHAR = re.compile(r"\\+(?:u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|x([0-9a-fA-F]{2}))|%([0-9a-fA-F]{2})")
 
@@ -454,7 +458,10 @@ def _unescaped_key(key: str) -> str:
     return _ESCAPED_CHAR.sub(lambda m: chr(min(int(next(g for g in m.groups() if g), 16), 0x10FFFF)), key)
 
 
-_BARE = re.compile(r"[^\s,;&#}\])\"']*")
+#: A bare value: up to white space, a separator, a quote or a closing bracket that ends it (one followed by white
+#: space, a separator, a quote, another closing bracket or the end: ``dict(password=x)``); a closing bracket
+#: followed by anything else is the value's own (``password=)x]y``, as a connection string's parser reads it).
+_BARE = re.compile(r"(?:[^\s,;&#}\])\"']|[}\])]+(?=[^\s,;&#}\])\"']))*")
 
 
 def bracket_depths(text: str, start: int = 0) -> Iterator[tuple[int, int]]:
@@ -546,14 +553,92 @@ DECODE_DEPTH = 4
 def _redact(text: str, depth: int) -> str:
     if not isinstance(text, str) or not text:
         return text
-    if depth < DECODE_DEPTH:  # first what only decoding shows (a shape may hold a literal's escapes)
-        text = _redact_escaped_literals(_redact_encoded(text, depth), depth)
-    text = _redact_shapes(text)
+    shaped = _redact_shapes(text)
+    if depth < DECODE_DEPTH and ("\\" in text or _ENCODED_SEPARATOR.search(text)):
+        # first what only decoding shows (a shape may hold a literal's escapes), then the shapes. Each reading
+        # can take away the context another needs (a pair's value redacted inside a decoded literal is the ``=>``
+        # of freemius' ``"secret_key" => "sk_..."`` outside it; a token read as written takes the word ``kucoin``
+        # a rule reads inside the literal), so what the shapes find in the text as written goes too.
+        decoded = _redact_escaped_literals(_redact_encoded(text, depth), depth)
+        if decoded != text:
+            shaped = _union(text, shaped, _redact_shapes(decoded))
+    text = shaped
     lower = text.lower()
     if _program_hint().search(lower):
         text = _redact_program_options(text)
         lower = text.lower()
     return _redact_keyed(text) if any(hint in lower for hint in KEY_HINTS) else text
+
+
+def _union(text: str, first: str, second: str) -> str:
+    """``text`` with what either of two redactions of it replaced (each is ``text`` with pieces replaced by
+    REDACTED). Where one of them also respelled the text (an encoded word written again), ``second`` with every
+    piece ``first`` replaced."""
+    a, b = _replaced_spans(text, first), _replaced_spans(text, second)
+    if a is None or b is None:
+        for piece in sorted(_removed(text, first), key=len, reverse=True):
+            second = second.replace(piece, REDACTED)
+        return second
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(a + b):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    out, pos = [], 0
+    for start, end in merged:
+        out += [text[pos:start], REDACTED]
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _replaced_spans(before: str, after: str) -> list[tuple[int, int]] | None:
+    """The (start, end) spans of ``before`` that became REDACTED in ``after``, else None (``after`` is not
+    ``before`` with spans replaced). Where a kept piece could stand at several places, each span runs from the
+    earliest end of the piece before it to the latest start of the piece after it: never less than was replaced."""
+    pieces = after.split(REDACTED)
+    if len(pieces) == 1:
+        return [] if before == after else None
+    earliest, latest = _embed(before, pieces), _embed_from_right(before, pieces)
+    if earliest is None or latest is None:
+        return None
+    return [(earliest[k - 1] + len(pieces[k - 1]), latest[k]) for k in range(1, len(pieces))]
+
+
+def _embed(text: str, pieces: list[str]) -> list[int] | None:
+    """Where each of ``pieces`` starts in ``text``, in order, the first at 0 and the last at the end, each as
+    early as it can (None when they do not fit)."""
+    if not text.startswith(pieces[0]):
+        return None
+    starts, pos = [0], len(pieces[0])
+    for piece in pieces[1:-1]:
+        at = text.find(piece, pos)
+        if at < 0:
+            return None
+        starts.append(at)
+        pos = at + len(piece)
+    last = len(text) - len(pieces[-1])
+    if last < pos or not text.endswith(pieces[-1]):
+        return None
+    return [*starts, last]
+
+
+def _embed_from_right(text: str, pieces: list[str]) -> list[int] | None:
+    """As _embed, each piece as late as it can."""
+    if not text.endswith(pieces[-1]):
+        return None
+    end = len(text) - len(pieces[-1])
+    starts = [end]
+    for piece in reversed(pieces[1:-1]):
+        at = text.rfind(piece, len(pieces[0]), end)
+        if at < 0:
+            return None
+        starts.append(at)
+        end = at
+    if end < len(pieces[0]) or not text.startswith(pieces[0]):
+        return None
+    return [0, *reversed(starts)]
 
 
 def _redact_shapes(text: str) -> str:

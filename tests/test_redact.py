@@ -403,7 +403,10 @@ HOSTILE = [
         "Authorization: ", "%5F", "hvs.a-", "\\", "'api_key': '", "--api-ke ",
         # gitleaks' rules, escaped literals, encoded words and program options (issue 34)
         '"\\', "'\\", '<add key="Password" value="', "kind: secret data: ", "curl -u ", "curl\n", "mysql -p",
-        "mysql ", "%3D", "a%3D", "adafruit = ", "u:p@", "-----BEGIN PRIVATE KEY-----")),
+        "mysql ", "%3D", "a%3D", "adafruit = ", "u:p@", "-----BEGIN PRIVATE KEY-----",
+        # a hash's separator, a bare value of closing brackets, a quote in a URL password, a secret in a decoded
+        # literal and as written, a curl command in a string (scripts/gitleaks_hunt.py)
+        "'k' => ", "password=)", "a:b'@", '"a\\u0041 sk-abcdefghijklmnop" ', 'curl -u a:b"')),
     "http://" + "u" * N + "@h", "http://" + "a:" * (N // 2), "http://u:" + "@" * N + " x", '{"' + "a" * N,
     "a_" * (N // 2) + "token", "hvs." + "a" * N, "a:" * (N // 2) + "@", "%5F" * (N // 3) + "=x", "x" * N + "Q~",
 ]
@@ -442,6 +445,15 @@ FREE_TEXT_FORMS = [
     ("https://h.example/cb?next=%2Fx%3Fpassword%3DFree10pw%26a%3D1", "Free10pw"),
     ("state=token%253DFree11double%2526x%253D1", "Free11double"),
     ('{"cmd": "mysql -pFree12json db", "n": 1}', "Free12json"),
+    # found by scripts/gitleaks_hunt.py --free (docs/security.md section 5): a hash's ``=>``, Go's ``:=``, a
+    # subscript, a value that starts with a closing bracket, a "'" in a URL password, curl quoted in JSON
+    ("'db_password' => \"Free13 ruby\"", "Free13 ruby"),
+    ('db_pass := "Free14go"', "Free14go"),
+    ("$cfg['db_password'] = 'Free15php';", "Free15php"),
+    ("AccountName%3Dacct%3BAccountKey%3D%29Free16%5Dparen%3BEndpointSuffix%3Dcore.windows.net", "%29Free16%5Dparen"),
+    ("dsn admin:Free17'quote@db.example.com:5432/app", "Free17'quote"),
+    ("postgres://admin:Free18'quote@db.example.com/app", "Free18'quote"),
+    ('{"cmd": "curl -s -u bob:Free19curl"}', "Free19curl"),
 ]
 
 
@@ -455,7 +467,8 @@ def test_free_text_forms_are_redacted_in_argv_env_and_text(text, secret):
         "command line": redact_command_line(f"bash -c {text!r}"),
         "nested": str(redact_strings({"k": [text]})),
     }
-    if not text.startswith("{"):  # the words of a command (a JSON text split at spaces is no command)
+    # the words of a command (a JSON text or a program's statement split at spaces is no command)
+    if not text.startswith("{") and not any(op in text for op in ("=>", ":=", "] =")):
         outputs["argv"] = " ".join(redact_argv(text.split(" ")))
     left = {where: out for where, out in outputs.items() if secret in out or REDACTED not in out}
     assert not left, left
@@ -506,6 +519,15 @@ def test_a_secret_inside_an_escaped_literal_is_redacted_and_the_escapes_around_i
     value = "xoxe-abcdefghijkuCoin\u2028'=>\r\"\f=E96E5da6-DF4a-187b-42A0-70ceeE1630d4"
     for dumped in (json.dumps({"a": value}), json.dumps({"a": value}, ensure_ascii=False)):
         assert "E96E5da6-DF4a-187b-42A0-70ceeE1630d4" not in redact_text(dumped), dumped
+
+
+def test_a_secret_the_text_as_written_shows_goes_whole_where_a_decoded_literal_took_part_of_it():
+    """The first '"' opens a literal that ends at the next one; decoded (it holds a backslash), its pair takes the
+    value ``'sk_0000'`` and leaves the ``=>`` freemius' rule needs only to its quoted key as written: what the
+    shapes find in the text as written goes too (scripts/gitleaks_hunt.py found it with two values in a label)."""
+    secret = "sk_0000'" + "1" * 22 + "\\x"
+    text = f"\"secret_key'=>'{secret}' and \"quoted\""
+    assert redact_text(text) == f"\"secret_key'=>'{REDACTED}' and \"quoted\""
 
 
 def test_program_names_inside_other_words_never_break_redaction():
