@@ -275,14 +275,22 @@ def diff(ctx: click.Context, baseline: str, current: str, policies: tuple[str, .
 
     Exit 0 when nothing is invalidating, 1 when something is, 2 on bad input (snapshot or policy).
     """
+    from hoststate.gcpause import paused
+
+    if baseline == current == STDIO:
+        raise click.UsageError("only one of BASELINE and CURRENT can be '-' (stdin)")
+    with paused():  # two trees and a finding per leaf that differs: no cycles to collect (hoststate.gcpause)
+        _diff(ctx, baseline, current, policies, fmt, verbose, include_ignored, name_only, color, paths)
+
+
+def _diff(ctx: click.Context, baseline: str, current: str, policies: tuple[str, ...], fmt: str,
+          verbose: bool, include_ignored: bool, name_only: bool, color: str, paths: tuple[str, ...]) -> None:
     from hoststate.diff import compare, only
     from hoststate.policy import load_policy
     from hoststate.render.diff import iter_json, render_diff
     from hoststate.render.sources import vllm_source_note
     from hoststate.render.text import safe
 
-    if baseline == current == STDIO:
-        raise click.UsageError("only one of BASELINE and CURRENT can be '-' (stdin)")
     policy = load_policy(list(policies))
     base = load_snapshot(baseline)
     cur = load_snapshot(current, like=base)  # the pair holds each key once: a diff at the cap stays under 200 MB

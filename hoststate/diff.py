@@ -19,6 +19,7 @@ from operator import attrgetter
 from typing import Any
 
 from hoststate import coverage
+from hoststate.gcpause import paused
 from hoststate.paths import Path, PatternIndex, format_path, get, leaves, split_path
 from hoststate.policy import RANK, SEVERITIES, Policy, Rule, _meets, compile_pattern, default_policy
 from hoststate.snapshot import jsonable
@@ -254,22 +255,45 @@ def _evidence_rating(finding: Finding, rule: Rule | None, evidence: Evidence, ke
     if rule is None or finding.change == "unreadable" or finding.severity == "ignore":
         return finding
     if rule.rated_by and rule.when_same and (same := evidence.same(rule.rated_by)) is not None:
-        finding.severity = rule.when_same
-        finding.reason = (f"What it changes is recorded at {rule.rated_by} and is the same on both sides "
-                          f"({same} values): {finding.reason}")
+        finding.rating = _reworded(finding.rating, rule.when_same, _SAME_AT, rule.rated_by, same)
     if (rule.listed_in and rule.unlisted_patch and finding.change == "changed"
             and _patch_only(finding.old, finding.new) and (listed := evidence.listed(rule.listed_in)) is not None
             and key not in listed):
-        finding.severity = rule.unlisted_patch
-        finding.reason = (f"A patch release of a package the server does not load (not in {rule.listed_in} "
-                          f"on either side): {finding.reason}")
+        finding.rating = _reworded(finding.rating, rule.unlisted_patch, _UNLISTED, rule.listed_in)
     return finding
+
+
+_SAME_AT = "What it changes is recorded at {} and is the same on both sides ({} values): {}"
+_UNLISTED = "A patch release of a package the server does not load (not in {} on either side): {}"
+
+
+def _reworded(rating: tuple[str, str, str, str], severity: str, template: str, *words: Any) -> tuple[str, ...]:
+    """``rating`` with another severity and its reason put in ``template``: one tuple (and one reason string) for
+    every finding so rated, not one each (a diff at the input cap may rate 320,000 packages this way)."""
+    try:
+        return _reworded_once(rating, severity, template, *words)
+    except TypeError:  # a rating that cannot be hashed is reworded each time
+        return _reworded_once.__wrapped__(rating, severity, template, *words)
+
+
+@functools.lru_cache(maxsize=4096)
+def _reworded_once(rating: tuple[str, str, str, str], severity: str, template: str, *words: Any) -> tuple[str, ...]:
+    change, _severity, rule, reason = rating
+    return _rated(change, severity, rule, template.format(*words, reason))
 
 
 _VERSION = re.compile(r"(\d+(?:\.\d+)+?)\.(\d+)([^\d.].*)?")
 
 
 def _patch_only(old: Any, new: Any) -> bool:
+    try:
+        return _patch_only_of(old, new)
+    except TypeError:  # a value that cannot be hashed is no version
+        return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _patch_only_of(old: Any, new: Any) -> bool:
     """Whether two versions differ in their last dotted component only, the ones before it equal and numeric
     (``2.27.3`` -> ``2.27.5``; ``0.2.8`` -> ``0.3.0`` is not; a local suffix such as ``+cu128`` must match)."""
     if not (isinstance(old, str) and isinstance(new, str)):
@@ -507,6 +531,7 @@ def _one_side(rule: Rule | None, severity: str) -> str:
 _UNREADABLE = "Not readable in the {side}, so not known to be unchanged; rated as a change: {reason}"
 
 
+@paused()
 def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], policy: Policy | None = None, *,
             include_ignored: bool = False) -> DiffResult:
     """Findings for every leaf that differs between two snapshots, rated by ``policy`` (None: the default).

@@ -34,14 +34,8 @@ from __future__ import annotations
 import bisect
 import functools
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 TABLE = Path(__file__).with_name("gitleaks_rules.toml")
 
@@ -272,7 +266,9 @@ def _first_group_repeats(regex: str) -> bool:
 @functools.cache
 def table() -> dict:
     """The rule table as written (rows under ``rule``; ``source`` and ``commit`` name the gitleaks version)."""
-    return tomllib.loads(TABLE.read_text(encoding="utf-8"))
+    from hoststate.snapshot import toml_loads
+
+    return toml_loads(TABLE.read_text(encoding="utf-8"))
 
 
 @functools.cache

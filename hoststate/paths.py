@@ -157,25 +157,39 @@ class PatternIndex:
 
 
 class Prefixed:
-    """Items filed by a literal key or a key prefix: ``get`` gives those whose key is ``key`` or a prefix of it."""
+    """Items filed by a literal key or a key prefix: ``get`` gives those whose key is ``key`` or a prefix of it.
 
-    __slots__ = ("_exact", "_sizes", "_starts")
+    The prefixes a key starts with are the longest one and the prefixes of that one: one regular-expression match
+    (alternatives longest first) finds the longest, and each prefix keeps the list of those it starts with."""
+
+    __slots__ = ("_chains", "_exact", "_longest", "_prefixed", "_starts")
 
     def __init__(self) -> None:
         self._exact: dict[str, list[Any]] = {}
-        self._sizes: dict[int, dict[str, list[Any]]] = {}
+        self._prefixed: dict[str, list[Any]] = {}
         self._starts: tuple[str, ...] = ()  # every prefix filed: one startswith call rules them all out
+        self._longest: re.Pattern[str] | None = None
+        self._chains: dict[str, tuple[list[Any], ...]] = {}
 
     def add(self, key: str, item: Any, exact: bool = False) -> None:
         if exact:
             self._exact.setdefault(key, []).append(item)
         else:
-            self._sizes.setdefault(len(key), {}).setdefault(key, []).append(item)
+            self._prefixed.setdefault(key, []).append(item)
+            self._longest = None
             if key not in self._starts:
                 self._starts += (key,)
 
     def get(self, key: str) -> Iterator[Any]:
         yield from self._exact.get(key, ())
         if key.startswith(self._starts):
-            for size, by_prefix in self._sizes.items():
-                yield from by_prefix.get(key[:size], ())
+            if self._longest is None:
+                self._index()
+            match = self._longest.match(key)  # type: ignore[union-attr]
+            for items in self._chains[match.group()]:  # type: ignore[union-attr]
+                yield from items
+
+    def _index(self) -> None:
+        by_length = sorted(self._prefixed, key=len)
+        self._longest = re.compile("|".join(map(re.escape, reversed(by_length))))
+        self._chains = {p: tuple(self._prefixed[q] for q in by_length if p.startswith(q)) for p in by_length}

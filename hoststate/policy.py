@@ -467,10 +467,9 @@ class Policy:
         """The winning rule for ``parts``. A key no rule spells (a GPU's bus id, an argument's name, an env
         variable no rule names) is taken only by ``*`` and ``**``, so it is rated as :data:`_UNSPELT`: paths that
         differ only in such keys share one cached answer."""
-        try:
-            return self._cache[parts]
-        except KeyError:
-            pass
+        rule = self._cache.get(parts, _NOT_YET)  # most paths of a large diff are new: no KeyError raised for each
+        if rule is not _NOT_YET:
+            return rule  # type: ignore[return-value]
         canonical = tuple(map(self._canonical, parts))
         rule = self._cache.get(canonical, _NOT_YET)
         if rule is _NOT_YET:
@@ -516,14 +515,15 @@ class Policy:
         item takes a key by its literal text, by a glob, or because it is ``*``/``**`` (Pattern, _takes), so
         keys taken by the same globs are rated alike: 160,000 packages that only ``vllm*`` names are rated once,
         not once each."""
-        try:
-            return self._canonical_keys[key]
-        except KeyError:
-            pass
+        out = self._canonical_keys.get(key)
+        if out is not None:
+            return out
         if self._spelling is None:
             self._spelling = _Spelling(self.rules)
         if not key or "*" in key or key in self._spelling.literals:
             out = key
+        elif not self._spelling.may_glob(key):
+            out = _UNSPELT
         elif taken := self._spelling.globs(key):
             if len(self._by_globs) >= self.CACHE_MAX:
                 self._by_globs.clear()
@@ -593,12 +593,25 @@ class _Spelling:
                 self.last.add(pieces[-1][::-1], pieces)
             else:
                 self.inner.append(pieces)
+        every = [tuple(glob.split("*")) for glob in parts if "*" in glob and glob not in ("*", "**")]
+        self.starts = tuple(sorted({pieces[0] for pieces in every if pieces[0]}))
+        self.ends = tuple(sorted({pieces[-1] for pieces in every if pieces[-1]}))
+
+    def may_glob(self, key: str) -> bool:
+        """False when no glob can take ``key``: it starts with no glob's first piece and ends with no glob's last,
+        holds no ``*x*`` piece, and no glob is empty at both ends (three C calls for most keys of a large diff)."""
+        return bool(key.startswith(self.starts) or key.endswith(self.ends) or self.inner
+                    or any(piece in key for piece in self.within))
 
     def globs(self, key: str) -> frozenset[tuple[str, ...]]:
         """Every glob (as its pieces) that takes ``key``."""
-        found = {("", piece, "") for piece in self.within if piece in key}
-        found.update(pieces for pieces in itertools.chain(self.first.get(key), self.last.get(key[::-1]), self.inner)
-                     if glob_key(pieces, key))
+        found = [("", piece, "") for piece in self.within if piece in key]
+        if key.startswith(self.starts):
+            found += [pieces for pieces in self.first.get(key) if glob_key(pieces, key)]
+        if key.endswith(self.ends):
+            found += [pieces for pieces in self.last.get(key[::-1]) if glob_key(pieces, key)]
+        if self.inner:
+            found += [pieces for pieces in self.inner if glob_key(pieces, key)]
         return frozenset(found)
 
     def names(self, key: str) -> bool:

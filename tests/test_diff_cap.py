@@ -32,7 +32,7 @@ def test_each_leaf_tries_a_bounded_number_of_rules() -> None:
 
 
 def test_the_streamed_json_report_is_the_whole_report() -> None:
-    for shape in ("lists", "wide"):  # list values, and text with non-ASCII and escapes
+    for shape in ("lists", "wide", "rated"):  # list values, text with non-ASCII and escapes, ratings shared
         a, b = shaped(shape, 600, 0), shaped(shape, 600, 1)
         if shape == "wide":
             b["env"]["VAR_0000001_PADDING"] = 'é "quoted" \\ \n\t\u202e'

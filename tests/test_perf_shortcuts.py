@@ -8,11 +8,14 @@ import pathlib
 import shutil
 from typing import Any
 
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
 from hoststate import redact
 from hoststate.capture import collect
 from hoststate.collectors import Context, Section, run_all
-from hoststate.paths import leaves
-from hoststate.policy import default_policy, default_rules
+from hoststate.paths import Prefixed, glob_key, leaves
+from hoststate.policy import Rule, _Spelling, compile_pattern, default_policy, default_rules
 from hoststate.snapshot import load
 from tests.conftest import FIXTURES, HOSTS
 
@@ -94,3 +97,33 @@ def test_a_failing_finish_leaves_the_section_whole() -> None:
     sections = run_all(Context(root=str(HOSTS / "seed-baseline")), ("system", "env"), finish)
     assert len(calls) == 2
     assert sections["system"].status == "ok" and sections["system"].data
+
+
+_KEYS = st.text(alphabet="ab_*x", max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_KEYS, st.booleans()), max_size=12), st.lists(_KEYS, min_size=1, max_size=8))
+def test_prefixed_gives_exactly_the_items_whose_key_is_the_key_or_a_prefix_of_it(filed, keys) -> None:
+    """Prefixed.get (one match of the longest prefix, then that prefix's own prefixes) against a scan of all."""
+    index = Prefixed()
+    for n, (key, exact) in enumerate(filed):
+        index.add(key, n, exact=exact)
+    for key in keys:
+        expected = sorted(n for n, (k, exact) in enumerate(filed) if (k == key if exact else key.startswith(k)))
+        assert sorted(index.get(key)) == expected, (filed, key)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="ab*", min_size=1, max_size=5).filter(lambda p: "**" not in p or p == "**"),
+                max_size=8), st.lists(_KEYS, min_size=1, max_size=8))
+@example(patterns=["*a*b*", "*b*"], keys=["ab", "xbx"])  # a glob empty at both ends, and a ``*x*`` one
+def test_spelling_finds_every_glob_that_takes_a_key_and_rules_out_only_keys_none_takes(patterns, keys) -> None:
+    """_Spelling.globs against glob_key over every glob; may_glob False only where no glob takes the key."""
+    rules = [Rule(path=p, severity="info", reason="r", pattern=compile_pattern((p,))) for p in patterns]
+    spelling = _Spelling(rules)
+    every = {tuple(p.split("*")) for p in patterns if "*" in p and p not in ("*", "**")}
+    for key in keys:
+        expected = frozenset(pieces for pieces in every if glob_key(pieces, key))
+        assert spelling.globs(key) == expected, (patterns, key)
+        assert spelling.may_glob(key) or not expected, (patterns, key)

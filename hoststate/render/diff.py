@@ -12,10 +12,11 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from hoststate.diff import FIELDS, DiffResult, Finding
+from hoststate.diff import DiffResult, Finding
 from hoststate.policy import SEVERITIES
 from hoststate.render.findings import (
     TITLES,
+    by_importance,
     by_rule,
     counts_text,
     example,
@@ -39,13 +40,14 @@ def render_text(result: DiffResult, *, baseline: str, current: str, color: bool 
     """Summary lines, then the findings by rule (every finding with ``verbose``), then the verdict line. ``note``
     (vllm_source_note) comes first: it changes how every vLLM finding reads."""
     lines: list[str] = list(note)
-    for s in summarize(result.findings):
+    ordered = by_importance(result.findings)  # ranked once, for the summary and the rules
+    for s in summarize(ordered):
         lines.append(f"{tag(s.severity, color)}  {clip(s.text, SUMMARY_WIDTH)}")
     if lines:
         lines.append("")
     lines += fit([f"baseline: {safe(baseline)}"], WIDTH, 10)  # file names: wrapped, never cut
     lines += fit([f"current:  {safe(current)}"], WIDTH, 10)
-    groups = by_rule(result.findings)
+    groups = by_rule(ordered)
     for severity in SEVERITIES:
         mine = [g for g in groups if g[0] == severity]
         if not mine:
@@ -96,10 +98,11 @@ def render_markdown(result: DiffResult, *, baseline: str, current: str, verbose:
     if not result.findings:
         out.append("No findings.")
         return "\n".join(out) + "\n"
-    out += [f"- **{s.severity}** {md_text(s.text)}" for s in summarize(result.findings)]
+    ordered = by_importance(result.findings)
+    out += [f"- **{s.severity}** {md_text(s.text)}" for s in summarize(ordered)]
     out += ["", *md_table(("severity", "rule", "findings", "change", "why"), [
         (f"**{severity}**", md_code(rule), str(len(group)), md_code(example(group, 60)), md_text(reason))
-        for severity, rule, reason, group in by_rule(result.findings)])]
+        for severity, rule, reason, group in by_rule(ordered)])]
     if verbose:
         out += ["", f"<details><summary>All {len(result.findings)} findings</summary>", "",
                 *md_table(("severity", "path", "change", "baseline", "current"),
@@ -123,21 +126,23 @@ def iter_json(result: DiffResult, *, baseline: str, current: str, batch: int = 5
             "counts": {s: result.counts.get(s, 0) for s in SEVERITIES}}  # DiffResult.to_dict, less its findings
     text = json.dumps(head, indent=2, ensure_ascii=False)
     yield text[:-2] + ',\n  "findings": ['
-    yield from _json_items(map(_finding_json, result.findings), batch)
+    yield from _json_items(map(_finding_json, result.findings), batch, indented=True)
     yield ',\n  "summary": ['
-    yield from _json_items((s.to_dict() for s in summarize(result.findings)), batch)
+    yield from _json_items((s.to_dict() for s in summarize(by_importance(result.findings))), batch)
     yield "\n}\n"
 
 
-def _json_items(items: Iterable[dict[str, Any] | str], batch: int) -> Iterator[str]:
+def _json_items(items: Iterable[dict[str, Any] | str], batch: int, indented: bool = False) -> Iterator[str]:
     """The elements of a JSON array at depth 1 of an ``indent=2`` document, then its closing bracket; an element
-    is an object or its text as ``_dump_object`` writes it."""
+    is an object or its text as ``_dump_object`` writes it (``indented``: with its lines already indented as
+    elements of that array)."""
     chunk: list[str] = []
     empty = True
     for item in items:
         text = item if isinstance(item, str) else _dump_object(item)
-        chunk.append(("\n    " if empty else ",\n    ") + text.replace(
-            "\n", "\n    "))  # a JSON string holds no raw newline: each one is a line break of the layout
+        if not indented:  # a JSON string holds no raw newline: each one is a line break of the layout
+            text = text.replace("\n", "\n    ")
+        chunk.append(("\n    " if empty else ",\n    ") + text)
         empty = False
         if len(chunk) >= batch:
             yield "".join(chunk)
@@ -153,8 +158,39 @@ def _dump_object(item: dict[str, Any]) -> str:
 
 
 def _finding_json(finding: Finding) -> str:
-    """``_dump_object(finding.to_dict())`` without the dict: one object per leaf of two 8 MiB snapshots."""
-    return "{\n" + ",\n".join(map(str.__add__, _FINDING_KEYS, map(_json_value, _finding_values(finding)))) + "\n}"
+    """``_dump_object(finding.to_dict())`` indented as an element of the findings array, without the dict: one
+    object per leaf of two 8 MiB snapshots. The rating's lines are written once per rating (findings rated alike
+    share it)."""
+    rating = finding.rating
+    try:
+        change, rest = _RATING_JSON[rating]
+    except (KeyError, TypeError):
+        change, rest = _rating_json(rating)
+    return (f'{{\n      "path": {_string(finding.path)},\n{change}      "old": {_element(finding.old)},\n'
+            f'      "new": {_element(finding.new)},\n{rest}    }}')
+
+
+def _element(value: Any) -> str:
+    """``_json_value`` indented as a finding's value inside the findings array."""
+    text = _json_value(value)
+    return text.replace("\n", "\n    ") if "\n" in text else text
+
+
+#: A rating's lines (change; severity, rule and reason) in a finding's object, by the rating they write.
+_RATING_JSON: dict[tuple[Any, ...], tuple[str, str]] = {}
+
+
+def _rating_json(rating: tuple[Any, ...]) -> tuple[str, str]:
+    change, severity, rule, reason = (_element(v) for v in rating)
+    out = (f'      "change": {change},\n',
+           f'      "severity": {severity},\n      "rule": {rule},\n      "reason": {reason}\n')
+    try:
+        if len(_RATING_JSON) >= 4096:
+            _RATING_JSON.clear()
+        _RATING_JSON[rating] = out
+    except TypeError:  # a rating holding a value that cannot be hashed is written each time
+        pass
+    return out
 
 
 def _json_value(value: Any) -> str:
@@ -179,10 +215,6 @@ def _json_value(value: Any) -> str:
 #: The C string encoder ``json.dumps(..., ensure_ascii=False)`` calls, and the constants it writes.
 _string: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
 _SCALARS = {None: "null", True: "true", False: "false"}
-#: Finding.to_dict's keys, in its order (its fields'), as ``"key": `` and the getter of their values.
-_FINDING_FIELDS = FIELDS
-_FINDING_KEYS = tuple(f"  {_string(name)}: " for name in _FINDING_FIELDS)
-_finding_values = Finding.values
 
 
 def render_json(result: DiffResult, *, baseline: str, current: str, **_ignored: Any) -> str:

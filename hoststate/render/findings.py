@@ -69,13 +69,28 @@ def subsystem(parts: tuple[str, ...]) -> str:
 _LEADS_BY: dict[tuple[int, str], list[tuple[int, tuple[str, ...]]]] = {}
 for _rank, _lead in enumerate(_LEADS):
     _LEADS_BY.setdefault((len(_lead), _lead[0]), []).append((_rank, _lead))
+#: The keys the leads name: any other key is matched only by a lead's ``*``, so it is looked up as "".
+_LEAD_KEYS = frozenset(k for lead in _LEADS for k in lead if k != "*")
+#: The lead rank of each path shape (its keys, those no lead names as ""): a few dozen shapes, one per finding.
+_LEAD_RANKS: dict[tuple[str, ...], int] = {}
 
 
 def _lead_rank(parts: tuple[str, ...]) -> int:
-    for i, lead in _LEADS_BY.get((len(parts), parts[0] if parts else ""), ()):
+    if (len(parts), parts[0] if parts else "") not in _LEADS_BY:
+        return len(_LEADS)
+    shape = tuple(k if k in _LEAD_KEYS else "" for k in parts)
+    try:
+        return _LEAD_RANKS[shape]
+    except KeyError:
+        pass
+    rank = len(_LEADS)
+    for i, lead in _LEADS_BY[len(parts), parts[0]]:
         if all(a in ("*", b) for a, b in zip(lead, parts, strict=True)):
-            return i
-    return len(_LEADS)
+            rank = i
+            break
+    if len(_LEAD_RANKS) < 4096:
+        _LEAD_RANKS[shape] = rank
+    return rank
 
 
 def importance(f: Finding) -> tuple[int, int, int, str]:
@@ -98,10 +113,17 @@ def _rank_key(f: Finding) -> tuple[int, int, int]:
     return _RANK_KEYS.setdefault(ranks, ranks)
 
 
-def by_importance(findings: Iterable[Finding]) -> list[Finding]:
+class Ranked(list):
+    """Findings already in :func:`importance` order (what :func:`by_importance` returns): a reader of them
+    (:func:`by_rule`, hoststate.render.summary) takes that order instead of ranking every finding again."""
+
+
+def by_importance(findings: Iterable[Finding]) -> Ranked:
     """``findings`` sorted by :func:`importance`, without a key tuple per finding (a diff at the input cap has
     396,000): sorted by path, then stably by the ranks before it, each rank tuple made once."""
-    ordered = sorted(findings, key=attrgetter("path"))
+    if isinstance(findings, Ranked):
+        return findings
+    ordered = Ranked(sorted(findings, key=attrgetter("path")))
     ordered.sort(key=_rank_key)
     return ordered
 
@@ -219,10 +241,22 @@ def by_rule(findings: Iterable[Finding]) -> list[Group]:
 
 def _example_parts(group: list[Finding]) -> list[Part]:
     """:func:`example` as parts for :func:`fit`."""
-    first = change_parts(group[0])
-    shown = change_text(group[0], 10**6)
-    same = all(change_text(f, 10**6) == shown for f in group)  # stops at the first that differs
+    head = group[0]
+    first = change_parts(head)
+    shown = change_text(head, 10**6)
+    # stops at the first that differs; a finding with the same change of the same plain values is not shown again
+    same = all(_same_change(f, head) or change_text(f, 10**6) == shown for f in group)
     return first if same else ["e.g. ", *first]
+
+
+def _same_change(f: Finding, g: Finding) -> bool:
+    """Whether two findings' changes read alike by their values alone: the same change of equal strings, integers
+    or None (types whose equal values are written alike; 0.0 and -0.0, or 1 and True, are not)."""
+    return f.change == g.change and _plain_equal(f.old, g.old) and _plain_equal(f.new, g.new)
+
+
+def _plain_equal(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and type(a) in (str, int, type(None)) and a == b
 
 
 def rule_lines(group: list[Finding], rule: str, width: int = WIDTH, indent: str = "  ") -> list[str]:
@@ -235,9 +269,10 @@ def rule_lines(group: list[Finding], rule: str, width: int = WIDTH, indent: str 
 
 def example(group: list[Finding], width: int) -> str:
     """The change of a rule's findings: once when they all agree (``"disabled" -> "enabled"``), else the first."""
-    changes = {change_text(f, width) for f in group}
-    first = change_text(group[0], width)
-    return first if len(changes) == 1 else f"e.g. {first}"
+    head = group[0]
+    first = change_text(head, width)
+    same = all(_same_change(f, head) or change_text(f, width) == first for f in group)
+    return first if same else f"e.g. {first}"
 
 
 def reason_lines(text: str, indent: int, width: int = WIDTH) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from hoststate.diff import Finding
 from hoststate.policy import RANK
-from hoststate.render.findings import ORDER, importance, list_delta, parts_of, subsystem
+from hoststate.render.findings import ORDER, Ranked, importance, list_delta, parts_of, subsystem
 from hoststate.render.text import WIDTH, Elide, Part, cells, one_line, plain, safe, show_value
 
 
@@ -101,8 +101,8 @@ def _fit(head: str, items: list[list[Part]], total: int, more: str = "more") -> 
 
 def _first(findings: list[Finding], n: int = 6) -> list[Finding]:
     """The ``n`` most important findings, as ``sorted(findings, key=importance)[:n]`` gives them, without sorting
-    a group that may hold a finding per leaf of two 8 MiB snapshots."""
-    return heapq.nsmallest(n, findings, key=importance)
+    a group that may hold a finding per leaf of two 8 MiB snapshots; the first ``n`` of findings in that order."""
+    return findings[:n] if isinstance(findings, Ranked) else heapq.nsmallest(n, findings, key=importance)
 
 
 def _generic(label: str, findings: list[Finding], skip: int) -> str:
@@ -206,7 +206,9 @@ DESCRIBE: dict[str, Callable[[list[Finding]], str]] = {
 
 
 def summarize(findings: Iterable[Finding]) -> list[SummaryLine]:
-    """One line per subsystem (vLLM: per server), most important first: severity, then ORDER."""
+    """One line per subsystem (vLLM: per server), most important first: severity, then ORDER. Findings in
+    importance order (hoststate.render.findings.Ranked) are grouped in that order and not ranked again."""
+    group_of = Ranked if isinstance(findings, Ranked) else list
     groups: dict[str, list[Finding]] = {}
     for f in findings:
         parts = parts_of(f)
@@ -214,7 +216,10 @@ def summarize(findings: Iterable[Finding]) -> list[SummaryLine]:
         key = name
         if name == "vllm" and parts[1:2] == ("servers",) and len(parts) > 2:
             key = f"vllm\x1f{parts[2]}"
-        groups.setdefault(key, []).append(f)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = group_of()
+        group.append(f)
     out = []
     for key, group in groups.items():
         name = key.split("\x1f")[0]
