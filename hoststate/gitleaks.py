@@ -265,10 +265,13 @@ def _first_group_repeats(regex: str) -> bool:
 
 @functools.cache
 def table() -> dict:
-    """The rule table as written (rows under ``rule``; ``source`` and ``commit`` name the gitleaks version)."""
+    """The rule table as written (rows under ``rule``; ``source`` and ``commit`` name the gitleaks version), parsed
+    once per content: every snap redacts with it, and its JSON copy beside the bytecode (hoststate.parsed) is read
+    in C where the TOML would be parsed and its parser imported each time."""
+    from hoststate.parsed import parse_once
     from hoststate.snapshot import toml_loads
 
-    return toml_loads(TABLE.read_text(encoding="utf-8"))
+    return parse_once(str(TABLE), TABLE.read_text(encoding="utf-8"), toml_loads)
 
 
 @functools.cache

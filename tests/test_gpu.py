@@ -11,6 +11,8 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from hoststate.capture import collect
 from hoststate.collectors import COLLECTORS, Context, run_one
@@ -472,3 +474,21 @@ def test_keys_are_snake_case_and_values_toml_types():
             assert isinstance(value, (str, int, float, bool)), path
 
     walk(copy.deepcopy(gpu), "gpu")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.binary(min_size=16, max_size=16), st.binary(max_size=20)))
+@example(raw=bytes(range(16)))
+def test_a_cluster_uuid_is_written_as_the_uuid_module_writes_it(raw: bytes) -> None:
+    """gpu._uuid_text against uuid.UUID: the same text for 16 bytes, ValueError for any other length."""
+    import uuid
+
+    from hoststate.collectors import gpu
+
+    if len(raw) == 16:
+        assert gpu._uuid_text(raw) == str(uuid.UUID(bytes=raw))
+    else:
+        with pytest.raises(ValueError):
+            uuid.UUID(bytes=raw)
+        with pytest.raises(ValueError):
+            gpu._uuid_text(raw)

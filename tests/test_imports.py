@@ -39,10 +39,12 @@ runpy.run_module("hoststate", run_name="__main__", alter_sys=True)
 """
 
 
-def loaded(tmp_path: Path, *args: str) -> set[str]:
-    """The modules a fresh process of ``hoststate ARGS`` has loaded when it exits."""
+def loaded(tmp_path: Path, *args: str, env: dict[str, str | None] | None = None) -> set[str]:
+    """The modules a fresh process of ``hoststate ARGS`` has loaded when it exits (``env``: variables set, or
+    unset where None)."""
     out = tmp_path / "modules.json"
-    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
+    merged = {**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})}
+    env = {k: v for k, v in merged.items() if v is not None}
     proc = subprocess.run([sys.executable, "-c", RUNNER, str(out), *args], capture_output=True, text=True,
                           env=env, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr
@@ -73,6 +75,26 @@ def test_snap_loads_no_verdict_module_and_no_vllm_parser_without_a_server(tmp_pa
     assert not mods & set(NOT_SNAP), sorted(mods & set(NOT_SNAP))
     assert not mods & set(VLLM_PARSERS), sorted(mods & set(VLLM_PARSERS))
     assert not any(m.startswith(("deepdiff", "urllib.request", "http.client")) for m in mods)
+
+
+def test_a_snap_parses_no_toml_once_the_shipped_tables_are_kept(tmp_path: Path) -> None:
+    """The shipped policy and gitleaks table are read from their copies beside the bytecode (hoststate.parsed)
+    after the first process: a snap then imports no TOML parser. The first process, which writes the copies, is
+    the control."""
+    env = {"PYTHONPYCACHEPREFIX": str(tmp_path / "pycache"), "PYTHONDONTWRITEBYTECODE": None}
+    first = loaded(tmp_path, "snap", "-q", "--root", str(TREE), "-o", str(tmp_path / "a.toml"), env=env)
+    then = loaded(tmp_path, "snap", "-q", "--root", str(TREE), "-o", str(tmp_path / "b.toml"), env=env)
+    assert "tomli" in first or "tomllib" in first
+    assert not then & {"tomli", "tomllib"}, sorted(then & {"tomli", "tomllib"})
+
+
+def test_the_gpu_collector_loads_no_uuid_module() -> None:
+    """The GPU section is collected ahead in a child forked before click is imported (hoststate.ahead): what the
+    child imports is its start-up, and uuid (which loads libuuid) is not needed to write a UUID."""
+    code = "import sys\nimport hoststate.ahead, hoststate.collectors.gpu\nprint('uuid' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": PYTHONPATH}, check=True).stdout
+    assert out.strip() == "False"
 
 
 def test_snap_of_one_collector_loads_no_other(tmp_path: Path) -> None:

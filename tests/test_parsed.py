@@ -137,3 +137,27 @@ def test_the_shipped_rules_built_from_their_rows_are_the_rules_the_toml_gives() 
     assert [r.pattern.parts for r in built] == [r.pattern.parts for r in parsed_now]
     fields = {f.name for f in dataclasses.fields(policy.Rule)}
     assert fields == {*policy._ROW, "origin", "pattern", "layer"}  # every field is in the row or rebuilt
+
+
+def test_the_gitleaks_table_from_its_copy_is_the_toml_and_a_snap_parses_no_toml(tmp_path: Path) -> None:
+    """Redaction's rule table is kept as a copy too: a second process, whose TOML reader is made to fail, reads the
+    copy, gets the table the TOML gives, and redacts with it; nothing TOML is imported by that snap's redaction."""
+    code = ("import sys, json\nfrom hoststate import gitleaks, snapshot\n"
+            "if sys.argv[1] == 'no-parse':\n"
+            "    snapshot.toml_loads = lambda *a: (_ for _ in ()).throw(AssertionError('parsed'))\n"
+            "from hoststate import redact\n"
+            "print(json.dumps(gitleaks.table(), sort_keys=True))\n"
+            "print(redact.redact_text('export GITHUB_TOKEN=ghp_' + 'a1B2' * 9))\n"
+            "print(sorted(m for m in sys.modules if m in ('tomli', 'tomllib')))")
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "PYTHONPYCACHEPREFIX": str(tmp_path)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    runs = [subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, env=env,
+                           check=True, timeout=120).stdout.splitlines() for mode in ("parse", "no-parse")]
+    assert len(list(tmp_path.rglob("gitleaks_rules.*.json"))) == 1
+    from hoststate import gitleaks
+    from hoststate.snapshot import toml_loads
+
+    shipped = toml_loads(gitleaks.TABLE.read_text(encoding="utf-8"))
+    assert runs[0][0] == runs[1][0] == json.dumps(shipped, sort_keys=True) and len(shipped["rule"]) > 200
+    assert runs[0][1] == runs[1][1] and "a1B2" not in runs[1][1]
+    assert runs[1][2] == "[]"
