@@ -108,6 +108,15 @@ def test_a_value_json_cannot_hold_is_parsed_each_time(tmp_path: Path, writing: N
     assert not Path(parsed.cache_path(source, text)).exists()
 
 
+def _parse_then_read(tmp_path: Path, code: str) -> list[str]:
+    """The output of ``code`` run by two processes under one pycache prefix (bytecode written), given ``parse``
+    then ``no-parse``: the first writes the copies, the second must read them."""
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "PYTHONPYCACHEPREFIX": str(tmp_path)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return [subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, env=env,
+                           check=True, timeout=120).stdout for mode in ("parse", "no-parse")]
+
+
 def test_the_default_policy_from_its_copy_is_the_same_in_fresh_processes(tmp_path: Path) -> None:
     """Two processes under one pycache prefix: the first parses and writes; the second, whose TOML parser is
     made to fail, can only have read the copy; both give the same rules."""
@@ -115,10 +124,7 @@ def test_the_default_policy_from_its_copy_is_the_same_in_fresh_processes(tmp_pat
             "if sys.argv[1] == 'no-parse':\n"
             "    policy._read_toml = lambda *a: (_ for _ in ()).throw(AssertionError('parsed'))\n"
             "print(repr(policy.default_rules()))")
-    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "PYTHONPYCACHEPREFIX": str(tmp_path)}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    runs = [subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, env=env,
-                           check=True, timeout=120).stdout for mode in ("parse", "no-parse")]
+    runs = _parse_then_read(tmp_path, code)
     assert len(list(tmp_path.rglob("default_policy.*.json"))) == 1
     assert runs[0] == runs[1] and "Rule(" in runs[0]
 
@@ -149,10 +155,7 @@ def test_the_gitleaks_table_from_its_copy_is_the_toml_and_a_snap_parses_no_toml(
             "print(json.dumps(gitleaks.table(), sort_keys=True))\n"
             "print(redact.redact_text('export GITHUB_TOKEN=ghp_' + 'a1B2' * 9))\n"
             "print(sorted(m for m in sys.modules if m in ('tomli', 'tomllib')))")
-    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "PYTHONPYCACHEPREFIX": str(tmp_path)}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    runs = [subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, env=env,
-                           check=True, timeout=120).stdout.splitlines() for mode in ("parse", "no-parse")]
+    runs = [out.splitlines() for out in _parse_then_read(tmp_path, code)]
     assert len(list(tmp_path.rglob("gitleaks_rules.*.json"))) == 1
     from hoststate import gitleaks
     from hoststate.snapshot import toml_loads
