@@ -62,10 +62,15 @@ def _write(path: str, sha256: str, doc: dict[str, Any]) -> None:
         blob = json.dumps({"sha256": sha256, "doc": doc}, ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError):
         return  # a value JSON cannot hold (a date): this file is parsed each time
-    tmp = f"{path}.{os.getpid()}.tmp"
+    # a name no other process picks: a PID alone repeats across PID namespaces (containers, test workers) that
+    # share the package's directory, and a name already taken must not be unlinked below as if it were ours
+    tmp = f"{path}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError:
+        return
+    try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(blob)
         os.replace(tmp, path)

@@ -47,6 +47,20 @@ def test_the_copy_is_written_once_and_read_back(tmp_path: Path, writing: None) -
     assert len(calls) == 1  # the second came from the copy
 
 
+def test_another_writers_temporary_file_is_left_alone(tmp_path: Path, writing: None) -> None:
+    """A process with this PID in another PID namespace (a container, a test worker) sharing the directory may be
+    writing its copy: its temporary file is neither taken over nor removed, and this process still writes its own."""
+    source = str(tmp_path / "policy.toml")
+    copy = Path(parsed.cache_path(source, TEXT))
+    copy.parent.mkdir()
+    theirs = copy.parent / f"{copy.name}.{os.getpid()}.tmp"
+    theirs.write_text("half written")
+    parsed.parse_once(source, TEXT, _parse)
+    assert theirs.read_text() == "half written"
+    assert json.loads(copy.read_text())["doc"] == _parse(TEXT)
+    assert sorted(p.name for p in copy.parent.iterdir()) == sorted([copy.name, theirs.name])  # no tmp of ours left
+
+
 def test_an_edited_text_is_parsed_again(tmp_path: Path, writing: None) -> None:
     source = str(tmp_path / "policy.toml")
     parsed.parse_once(source, TEXT, _parse)
