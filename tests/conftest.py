@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shlex
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -25,6 +28,59 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 if IN_CI:
     settings.load_profile("ci")
+
+
+#: Set to 1 to run xdist workers without their own PID namespace (to see the race it prevents).
+NO_PIDNS = os.environ.get("HOSTSTATE_TEST_NO_PIDNS") == "1"
+NSINIT = pathlib.Path(__file__).resolve().with_name("nsinit.py")
+UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "--"]
+#: In the controller's config: None when the workers get their own PID namespace, else why not.
+_PIDNS = pytest.StashKey["str | None"]()
+
+
+def _pidns_unavailable() -> str | None:
+    """Why xdist workers cannot each get a PID namespace here, or None when they can."""
+    if NO_PIDNS:
+        return "HOSTSTATE_TEST_NO_PIDNS=1"
+    if os.geteuid() != 0:
+        return "not root"
+    if shutil.which("unshare") is None:
+        return "no unshare (util-linux)"
+    try:
+        probe = subprocess.run([*UNSHARE, "true"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{shlex.join(UNSHARE)} true: {e}"
+    if probe.returncode != 0:
+        return f"{shlex.join(UNSHARE)} true: exit {probe.returncode}: {probe.stderr.strip()}"
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start each xdist worker in its own PID namespace with its own /proc (tests/nsinit.py as its PID 1).
+
+    Tests snap the live host, and others start and end stand-in vLLM servers and daemons: with one namespace for all
+    workers, a worker's snapshot would see (and race with) another worker's processes. xdist has turned ``-n N``
+    into N ``popen`` specs by now and starts the workers at session start; execnet runs a spec's ``python=`` command
+    with the worker's arguments. Without root or unshare the workers run as before, said in the header; under CI
+    (root, util-linux installed) that is an error instead."""
+    tx = getattr(config.option, "tx", None)
+    if hasattr(config, "workerinput") or not tx or config.getoption("dist", "no") == "no":
+        return
+    why = _pidns_unavailable()
+    config.stash[_PIDNS] = why
+    if why is None:
+        python = shlex.join([*UNSHARE, sys.executable, "-I", "-S", str(NSINIT)])
+        config.option.tx = [f"popen//python={python}" if spec == "popen" else spec for spec in tx]
+    elif IN_CI and not NO_PIDNS:
+        raise pytest.UsageError(f"CI=true but xdist workers cannot get their own PID namespace: {why}")
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if _PIDNS not in config.stash:
+        return None
+    why = config.stash[_PIDNS]
+    return ("xdist workers: each in its own PID namespace (tests/nsinit.py)" if why is None
+            else f"xdist workers: one PID namespace for all, a live snapshot sees the others' processes ({why})")
 
 
 #: PYTHONPATH for a child ``python -m hoststate``: this checkout first, then what the test run already has (a

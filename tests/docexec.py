@@ -45,8 +45,9 @@ END = "__HS_BLOCK__"
 #: Commands a test cannot run as written, replaced by what it can, and why.
 SUBSTITUTE: tuple[tuple[str, str, str], ...] = (
     ("pip install . && ", "", "the package is installed (editable) by the test run itself"),
-    ("pip install '.[test]' && python -m pytest",
-     'python -m pytest --collect-only -q -p no:cacheprovider "$HS_REPO/tests/test_presentation.py" >/dev/null',
+    ("pip install '.[test]' && python -m pytest -n auto --dist worksteal",
+     'python -m pytest -n auto --dist worksteal --collect-only -q -p no:cacheprovider '
+     '"$HS_REPO/tests/test_presentation.py" >/dev/null',
      "the whole suite cannot run inside one of its tests; collecting one file checks the command line"),
     ("python bench.py -o bench.json", "python bench.py --debug-single-value -o bench.json",
      "pyperf's full run takes minutes of CPU; one value runs the script, its worker and the metadata it records"),
