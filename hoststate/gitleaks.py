@@ -322,21 +322,28 @@ def _keyword_index() -> tuple[re.Pattern[str], dict[str, tuple[int, ...]]]:
     (a scan reports the longest keyword at a position: ``sk_live`` there also means ``sk``)."""
     by_keyword = dict(_by_keyword())
     words = sorted(by_keyword)
-    runs = {w: tuple(sorted({i for k in words if w.startswith(k) for i in by_keyword[k]})) for w in words}
+    # a keyword's prefixes that are keywords, by lookup (a keyword is at most tens of characters; a scan of every
+    # pair of the 242 keywords cost more than compiling the scan)
+    runs = {w: tuple(sorted({i for j in range(1, len(w) + 1) for i in by_keyword.get(w[:j], ())})) for w in words}
     return re.compile("(?=(" + _trie(words) + "))"), runs
+
+
+def rules_for(folded: str) -> set[int]:
+    """The indexes (into ``rows()``) of the rules one of whose keywords occurs in the case-folded text."""
+    scan, runs = _keyword_index()
+    ran: set[int] = set()
+    for m in scan.finditer(folded):
+        if m.group(1):
+            ran.update(runs[m.group(1)])
+    return ran
 
 
 def secret_spans(text: str, folded: str | None = None) -> list[tuple[int, int]]:
     """Every secret the rules find in ``text``, as sorted, merged (start, end) spans; a rule runs only when one
     of its keywords occurs in the case-folded text (``folded``, when the caller has it)."""
     folded = text.casefold() if folded is None else folded
-    scan, runs = _keyword_index()
-    ran: set[int] = set()
-    for m in scan.finditer(folded):
-        if m.group(1):
-            ran.update(runs[m.group(1)])
     spans: list[tuple[int, int]] = []
-    for index in sorted(ran):
+    for index in sorted(rules_for(folded)):
         spans.extend(s for s in _compiled(index).spans(text) if s[1] > s[0])
     merged: list[tuple[int, int]] = []
     for start, end in sorted(spans):

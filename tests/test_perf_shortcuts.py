@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from hoststate import redact
+from hoststate import gitleaks, redact
 from hoststate.capture import collect
 from hoststate.collectors import Context, Section, run_all
 from hoststate.paths import Prefixed, glob_key, leaves
@@ -127,3 +127,18 @@ def test_spelling_finds_every_glob_that_takes_a_key_and_rules_out_only_keys_none
         expected = frozenset(pieces for pieces in every if glob_key(pieces, key))
         assert spelling.globs(key) == expected, (patterns, key)
         assert spelling.may_glob(key) or not expected, (patterns, key)
+
+
+#: Keywords of the shipped gitleaks rules, and pieces of them (a prefix of one keyword inside another is the case the
+#: longest-match scan must still count).
+_GITLEAKS_WORDS = sorted({k for row in gitleaks.rows() for k in gitleaks.keywords(row)})
+_PIECES = st.one_of(st.sampled_from(_GITLEAKS_WORDS), st.sampled_from(_GITLEAKS_WORDS).map(lambda w: w[: len(w) // 2]),
+                    st.text(alphabet="ab_-=: .xyz", max_size=6))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PIECES, max_size=10).map("".join))
+@example(text="sk_live_x")  # ``sk`` and ``sk_live`` are both keywords where one match reports the longest
+def test_the_keyword_scan_runs_exactly_the_rules_whose_keyword_occurs(text: str) -> None:
+    expected = {i for i, row in enumerate(gitleaks.rows()) if any(k in text for k in gitleaks.keywords(row))}
+    assert gitleaks.rules_for(text) == expected
