@@ -121,8 +121,9 @@ class PatternIndex:
     def __init__(self, whole: bool = False) -> None:
         self._whole = whole
         self._here: list[Any] = []
-        self._last = Prefixed()
-        self._globs = Prefixed()
+        # made on the first item filed there: most of a policy's 3,000 nodes have neither
+        self._last: Prefixed | None = None
+        self._globs: Prefixed | None = None
         self._lit: dict[str, PatternIndex] = {}
 
     def add(self, parts: Path, item: Any) -> None:
@@ -132,11 +133,15 @@ class PatternIndex:
                 node = node._lit.setdefault(part, PatternIndex(self._whole))
                 continue
             if part != "**" and part.split("*", 1)[0]:
+                if node._globs is None:
+                    node._globs = Prefixed()
                 node._globs.add(part.split("*", 1)[0], item)
                 return
             break
         last = parts[-1] if parts else "**"
         if self._whole and last != "**" and (last.split("*", 1)[0] if "*" in last else last):
+            if node._last is None:
+                node._last = Prefixed()
             node._last.add(last.split("*", 1)[0] if "*" in last else last, item, exact="*" not in last)
         else:
             node._here.append(item)
@@ -146,14 +151,17 @@ class PatternIndex:
         end = path[-1] if path else ""
         for key in path:
             yield from node._here
-            yield from node._last.get(end)
-            yield from node._globs.get(key)
+            if node._last is not None:
+                yield from node._last.get(end)
+            if node._globs is not None:
+                yield from node._globs.get(key)
             child = node._lit.get(key)
             if child is None:
                 return
             node = child
         yield from node._here
-        yield from node._last.get(end)
+        if node._last is not None:
+            yield from node._last.get(end)
 
 
 class Prefixed:
