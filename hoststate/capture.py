@@ -131,9 +131,8 @@ def snap(opts: SnapOptions) -> dict[str, Any]:
 def _hostname(ctx: Context) -> str | None:
     if ctx.live:
         import os
-        import socket
 
-        return os.environ.get(HOSTNAME_ENV) or socket.gethostname()
+        return os.environ.get(HOSTNAME_ENV) or os.uname().nodename  # what gethostname(2) reads, without socket
     reader = Reader(ctx.root)
     for rel in ("proc/sys/kernel/hostname", "etc/hostname"):
         text = reader.read(rel, record=False)

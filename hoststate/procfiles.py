@@ -27,17 +27,18 @@ import atexit
 import contextlib
 import json
 import os
-import socket
 import struct
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hoststate import userread
 from hoststate.io import Reader, decode, reason_of
+
+if TYPE_CHECKING:
+    import socket
 
 #: Largest file read for another process (a ``--config`` YAML, a METADATA file, a pyvenv.cfg).
 MAX_FILE_BYTES = 1 << 20
@@ -163,6 +164,8 @@ class _Reader:
         self.broken_until = 0.0
 
     def _start(self) -> None:
+        import socket  # here: a snap that reads no other user's file starts no reader and needs no socket
+
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         groups = ",".join(str(g) for g in self.ident.groups)
         argv = [sys.executable, "-I", "-S", "-c", _reader_source(), str(self.ident.uid), str(self.ident.gid), groups,
@@ -218,6 +221,8 @@ class _Reader:
         body = json.dumps(request).encode("utf-8", "surrogatepass")
         frame = struct.pack("!I", len(body)) + body
         self.sock.settimeout(CALL_TIMEOUT)
+        import socket  # loaded by _start already
+
         sent = socket.send_fds(self.sock, [frame], [root])
         if sent < len(frame):
             self.sock.sendall(frame[sent:])
@@ -268,7 +273,7 @@ _SOURCE: list[str] = []
 
 def _reader_source() -> str:
     if not _SOURCE:
-        with open(userread.__file__, encoding="utf-8") as fh:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "userread.py"), encoding="utf-8") as fh:
             _SOURCE.append(fh.read())
     return _SOURCE[0]
 

@@ -88,6 +88,18 @@ def test_a_snap_parses_no_toml_once_the_shipped_tables_are_kept(tmp_path: Path) 
     assert not then & {"tomli", "tomllib"}, sorted(then & {"tomli", "tomllib"})
 
 
+def test_a_snap_that_reads_no_other_users_file_loads_no_socket(tmp_path: Path) -> None:
+    """The reader that holds another user's identity (hoststate.procfiles) is the only part of a snap without a
+    URL that needs sockets, and the live host's name is read without one. The control: a snap given a vLLM URL
+    resolves it through the socket module."""
+    live = loaded(tmp_path, "snap", "-q", "--only", "system,env,packages", "-o", str(tmp_path / "live.toml"))
+    tree = loaded(tmp_path, "snap", "-q", "--root", str(TREE), "-o", str(tmp_path / "tree.toml"))
+    assert "socket" not in live and "socket" not in tree
+    url = loaded(tmp_path, "snap", "-q", "--only", "vllm", "--vllm-url", "http://127.0.0.1:9", "--timeout", "5",
+                 "-o", str(tmp_path / "url.toml"))
+    assert "socket" in url
+
+
 def test_the_gpu_collector_loads_no_uuid_module() -> None:
     """The GPU section is collected ahead in a child forked before click is imported (hoststate.ahead): what the
     child imports is its start-up, and uuid (which loads libuuid) is not needed to write a UUID."""
