@@ -34,6 +34,7 @@ from __future__ import annotations
 import bisect
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -290,15 +291,6 @@ def rules() -> tuple[Rule, ...]:
     return tuple(_compiled(i) for i in range(len(rows())))
 
 
-@functools.cache
-def _by_keyword() -> tuple[tuple[str, tuple[int, ...]], ...]:
-    grouped: dict[str, list[int]] = {}
-    for i, row in enumerate(rows()):
-        for keyword in keywords(row) or ("",):
-            grouped.setdefault(keyword, []).append(i)
-    return tuple((k, tuple(v)) for k, v in grouped.items())
-
-
 def _trie(words: list[str]) -> str:
     """A pattern matching the longest of ``words`` that starts where it is tried (a trie: one branch per first
     character, so a position that starts no word costs one comparison per distinct first character)."""
@@ -316,22 +308,39 @@ def _trie(words: list[str]) -> str:
     return f"(?:{body})?" if ends else body
 
 
-@functools.cache
-def _keyword_index() -> tuple[re.Pattern[str], dict[str, tuple[int, ...]]]:
-    """One scan for every keyword, and for each keyword the rules of it and of every keyword it starts with
-    (a scan reports the longest keyword at a position: ``sk_live`` there also means ``sk``)."""
-    by_keyword = dict(_by_keyword())
-    words = sorted(by_keyword)
+#: One scan for every keyword; for each keyword the rules of it and of every keyword it starts with (a scan
+#: reports the longest keyword at a position: ``sk_live`` there also means ``sk``); the rules without a keyword.
+KeywordIndex = tuple[re.Pattern[str], dict[str, tuple[int, ...]], tuple[int, ...]]
+
+
+def keyword_index(keyword_lists: Sequence[Sequence[str]]) -> KeywordIndex:
+    """The index of rules whose keywords (case-folded) are ``keyword_lists[i]``; a rule without one runs on
+    every text, as gitleaks runs it."""
+    by_keyword: dict[str, list[int]] = {}
+    always: list[int] = []
+    for i, words in enumerate(keyword_lists):
+        words = [w for w in words if w]
+        if not words:
+            always.append(i)
+        for word in words:
+            by_keyword.setdefault(word, []).append(i)
+    ordered = sorted(by_keyword)
     # a keyword's prefixes that are keywords, by lookup (a keyword is at most tens of characters; a scan of every
     # pair of the 242 keywords cost more than compiling the scan)
-    runs = {w: tuple(sorted({i for j in range(1, len(w) + 1) for i in by_keyword.get(w[:j], ())})) for w in words}
-    return re.compile("(?=(" + _trie(words) + "))"), runs
+    runs = {w: tuple(sorted({i for j in range(1, len(w) + 1) for i in by_keyword.get(w[:j], ())})) for w in ordered}
+    return re.compile("(?=(" + _trie(ordered) + "))"), runs, tuple(always)
 
 
-def rules_for(folded: str) -> set[int]:
-    """The indexes (into ``rows()``) of the rules one of whose keywords occurs in the case-folded text."""
-    scan, runs = _keyword_index()
-    ran: set[int] = set()
+@functools.cache
+def _keyword_index() -> KeywordIndex:
+    return keyword_index([keywords(row) for row in rows()])
+
+
+def rules_for(folded: str, index: KeywordIndex | None = None) -> set[int]:
+    """The indexes (into ``rows()``, or into the lists ``index`` was made of) of the rules one of whose keywords
+    occurs in the case-folded text, and of those without a keyword."""
+    scan, runs, always = _keyword_index() if index is None else index
+    ran = set(always)
     for m in scan.finditer(folded):
         if m.group(1):
             ran.update(runs[m.group(1)])

@@ -68,11 +68,27 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     why = _pidns_unavailable()
     config.stash[_PIDNS] = why
+    specs = _expanded(tx)
     if why is None:
         python = shlex.join([*UNSHARE, sys.executable, "-I", "-S", str(NSINIT)])
-        config.option.tx = [f"popen//python={python}" if spec == "popen" else spec for spec in tx]
+        config.option.tx = [f"{spec}//python={python}" if _local(spec) else spec for spec in specs]
     elif not NO_PIDNS:
-        config.option.tx = tx[:1]
+        config.option.tx = specs[:1]
+
+
+def _expanded(tx: list[str]) -> list[str]:
+    """xdist's ``N*spec`` written out as N specs, one per worker (``--tx 2*popen``)."""
+    out: list[str] = []
+    for spec in tx:
+        count, star, rest = spec.partition("*")
+        out.extend([rest] * int(count) if star and count.isdigit() else [spec])
+    return out
+
+
+def _local(spec: str) -> bool:
+    """A worker this host starts with its own interpreter (``popen``, with options but no ``python=``)."""
+    kind, *options = spec.split("//")
+    return kind == "popen" and not any(o.startswith("python=") for o in options)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

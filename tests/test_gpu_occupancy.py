@@ -94,6 +94,10 @@ def test_descendants_of_the_server_are_its_own_real_processes(tmp_path):
         grandchild = int(child.stdout.readline())
         parent_of = gpu_occupancy.parent_reader(Reader("/").read)
         assert gpu_occupancy.is_own(grandchild, "python3", os.getpid(), parent_of)
+        assert gpu_occupancy.is_own(grandchild, "python3", child.pid, parent_of)
+        # walked up and not found: the server's parent (this process) and its parent (PID 1 in a test worker's own
+        # PID namespace, where the walk ends at once)
+        assert not gpu_occupancy.is_own(os.getpid(), "python3", child.pid, parent_of)
         assert not gpu_occupancy.is_own(os.getppid(), "bash", os.getpid(), parent_of)
         assert not gpu_occupancy.is_own(grandchild, "python3", None, parent_of)
     finally:

@@ -142,3 +142,12 @@ _PIECES = st.one_of(st.sampled_from(_GITLEAKS_WORDS), st.sampled_from(_GITLEAKS_
 def test_the_keyword_scan_runs_exactly_the_rules_whose_keyword_occurs(text: str) -> None:
     expected = {i for i, row in enumerate(gitleaks.rows()) if any(k in text for k in gitleaks.keywords(row))}
     assert gitleaks.rules_for(text) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.text(alphabet="abc", max_size=3), max_size=3), max_size=6),
+       st.text(alphabet="abcx", max_size=12))
+def test_a_keyword_index_runs_the_rules_whose_keyword_occurs_and_those_without_one(lists, text) -> None:
+    """Any table: keywords that are prefixes of others, repeated, empty; a rule without a keyword runs always."""
+    expected = {i for i, words in enumerate(lists) if any(w in text for w in words if w) or not any(lists[i])}
+    assert gitleaks.rules_for(text, gitleaks.keyword_index(lists)) == expected

@@ -369,10 +369,10 @@ def test_real_forged_records_of_this_kernel_are_not_xids(shared: Path) -> None:
     not the driver's."""
     require(os.geteuid() == 0 and os.path.exists("/dev/kmsg"), "root and /dev/kmsg")
     config = slurm.Config(kmsg="/dev/kmsg", state_dir=str(shared / "live-state"))
-    # this run's records: those after the log's last record now (an earlier run or another worker may have written
-    # the same address; a worker in its own PID namespace has the same small PID in every run)
+    # this run's records: those after the log's last record now, at an address drawn at random (an earlier run,
+    # or another run at once, may have written records too; a worker in its own PID namespace is always PID 2)
     before = max((r.seq for r in slurm.parse_kmsg(slurm.read_kmsg(config))), default=-1)
-    bus, dev = os.getpid() % 256, int.from_bytes(os.urandom(1), "big") % 32
+    bus, dev = os.urandom(1)[0], os.urandom(1)[0] % 32
     gpu = f"PCI:0000:{bus:02x}:{dev:02x}"
     text = f"NVRM: Xid ({gpu}): 79"
     subprocess.run(["unshare", "-Urm", "sh", "-c", f"mount -t tmpfs -o '{text}' none /mnt"], user=NOBODY,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -64,6 +65,37 @@ def test_nsinit_forwards_signals_reaps_orphans_and_exits_as_the_worker(end: str,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.stdout == "2 ['TERM'] reaped\n", done.stdout + done.stderr
     assert done.returncode == status, done.stderr
+
+
+GROUP_CHECK = r"""
+import signal, sys, time
+got = []
+signal.signal(signal.SIGINT, lambda *_: got.append("INT"))
+print("ready", flush=True)
+deadline = time.monotonic() + 20
+while not got and time.monotonic() < deadline:
+    time.sleep(0.02)
+time.sleep(0.5)  # time for a second copy to arrive
+print(got, flush=True)
+"""
+
+
+def test_a_terminals_interrupt_reaches_the_worker_once() -> None:
+    """Ctrl-C signals the whole process group, the worker included: nsinit must not forward another copy (a
+    second KeyboardInterrupt would land in the worker's clean-up)."""
+    require(os.geteuid() == 0 and shutil.which("unshare") is not None, "needs root and unshare (util-linux)")
+    proc = subprocess.Popen([*UNSHARE, sys.executable, "-I", "-S", str(NSINIT), "-c", GROUP_CHECK],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert out == "['INT']\n", out
+    assert proc.returncode == 0
 
 
 BARRIER_TEST = '''
