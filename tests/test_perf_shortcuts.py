@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import pathlib
 import shutil
+import sys
+import threading
+import time
+import types
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from hoststate import gitleaks, redact
+from hoststate import collectors, gitleaks, redact
 from hoststate.capture import collect
 from hoststate.collectors import Context, Section, run_all
 from hoststate.paths import Prefixed, glob_key, leaves
@@ -97,6 +102,51 @@ def test_a_failing_finish_leaves_the_section_whole() -> None:
     sections = run_all(Context(root=str(HOSTS / "seed-baseline")), ("system", "env"), finish)
     assert len(calls) == 2
     assert sections["system"].status == "ok" and sections["system"].data
+
+
+def _fake_collectors(monkeypatch: pytest.MonkeyPatch, behaviour: dict[str, Any]) -> list[tuple[str, str, float]]:
+    """Registered collectors replaced by modules whose ``collect`` runs ``behaviour[name]``; returns the log of
+    (name, "start"/"end", time) they write."""
+    log: list[tuple[str, str, float]] = []
+    infos = []
+    for name, run in behaviour.items():
+        module = types.ModuleType(f"fake_collector_{name}")
+
+        def collect(ctx: Context, name: str = name, run: Any = run) -> Section:
+            log.append((name, "start", time.perf_counter()))
+            run()
+            log.append((name, "end", time.perf_counter()))
+            return Section(status="ok", data={"x": 1})
+
+        module.collect = collect  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+        infos.append(collectors.CollectorInfo(name, module.__name__, name))
+    monkeypatch.setattr(collectors, "COLLECTORS", tuple(infos))
+    return log
+
+
+def test_collectors_that_finish_quickly_run_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python that holds the interpreter lock gains nothing from running beside other Python: each collector
+    runs alone while it finishes within STAGGER."""
+    log = _fake_collectors(monkeypatch, {n: (lambda: time.sleep(0.001)) for n in ("a", "b", "c", "d")})
+    sections = run_all(Context(root=str(HOSTS / "seed-baseline"), timeout=30), ("a", "b", "c", "d"))
+    assert all(sec.status == "ok" for sec in sections.values())
+    order = [(name, what) for name, what, _t in log]
+    assert order == [(n, w) for n in "abcd" for w in ("start", "end")], order
+
+
+def test_a_collector_that_waits_lets_the_next_start_and_a_hung_one_holds_nothing(monkeypatch) -> None:
+    hang = threading.Event()
+    log = _fake_collectors(monkeypatch, {"hung": lambda: hang.wait(60), "b": lambda: time.sleep(0.001),
+                                         "c": lambda: time.sleep(0.001)})
+    try:
+        sections = run_all(Context(root=str(HOSTS / "seed-baseline"), timeout=2), ("hung", "b", "c"))
+    finally:
+        hang.set()
+    assert sections["hung"].status == "timeout"
+    assert sections["b"].status == sections["c"].status == "ok"
+    started = {name: t for name, what, t in log if what == "start"}
+    assert started["hung"] + collectors.STAGGER <= started["b"] <= started["c"]  # b did not wait for the hung one
 
 
 _KEYS = st.text(alphabet="ab_*x", max_size=6)

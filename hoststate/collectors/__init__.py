@@ -136,12 +136,15 @@ def _call(info: CollectorInfo, ctx: Context) -> Section:
 
 #: The collector whose thread starts first (see run_all).
 FIRST = "gpu"
+#: Seconds a collector's thread runs alone before the next one starts (see run_all).
+STAGGER = 0.02
 
 
 def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
             finish: Callable[[Section], object] | None = None) -> dict[str, Section]:
-    """Run the named collectors, each in its own daemon thread, all at once (NVML and subprocesses wait
-    on the kernel while the others parse files); those not named are ``skipped``.
+    """Run the named collectors, each in its own daemon thread, started one after another: the next when the
+    last has finished or has run STAGGER seconds (NVML and subprocesses wait on the kernel while the others parse
+    files); those not named are ``skipped``.
 
     Each collector has ``ctx.timeout`` seconds from its own start (a collector with ``after`` waits at
     most that long for each of them first); one that overruns is recorded as ``timeout`` and its thread
@@ -180,15 +183,23 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
         if info.name in wanted:
             done[info.name] = threading.Event()
     # NVML's start (pynvml's import, nvmlInit) is the longest wait of a GPU host: its thread starts first, so the
-    # other collectors run while it waits without the interpreter lock.
+    # other collectors run while it waits without the interpreter lock. Each thread runs alone until it finishes
+    # or STAGGER has passed: most collectors are Python that holds the lock, and threads that only take turns with
+    # it cost more than running one after another (a snap's collection on the 2-core VM: 81 ms all at once, 66 ms
+    # one at a time, docs/performance.md); one that waits (NVML, accel-config, a wedged file) lets the next start.
+    starts: dict[str, float] = {}
+    previous: threading.Event | None = None
     for info in sorted((i for i in COLLECTORS if i.name in wanted), key=lambda i: i.name != FIRST):
+        if previous is not None:
+            previous.wait(STAGGER)
         waits = [(dep, done[dep]) for dep in info.after if dep in done]
+        starts[info.name] = time.perf_counter()
         threading.Thread(target=work, args=(info, waits), name=f"collect-{info.name}", daemon=True).start()
-    start = time.perf_counter()
+        previous = done[info.name]
     for info in COLLECTORS:
         if info.name in done:
             budget = ctx.timeout * (1 + len(info.after))
-            done[info.name].wait(max(0.0, start + budget - time.perf_counter()))
+            done[info.name].wait(max(0.0, starts[info.name] + budget - time.perf_counter()))
     with lock:
         final = True
         out: dict[str, Section] = {}
@@ -198,7 +209,7 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
             elif info.name in finished:
                 out[info.name] = finished[info.name]
             else:
-                took = round((time.perf_counter() - start) * 1000, 1)
+                took = round((time.perf_counter() - starts[info.name]) * 1000, 1)
                 out[info.name] = Section(status="timeout", reason=f"did not finish within {ctx.timeout:g}s",
                                          took_ms=took)
         ctx.sections.clear()
