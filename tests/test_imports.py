@@ -100,6 +100,18 @@ def test_a_snap_that_reads_no_other_users_file_loads_no_socket(tmp_path: Path) -
     assert "socket" in url
 
 
+def test_a_guard_that_watches_nothing_loads_no_sampler(tmp_path: Path, snapshots: tuple[str, str]) -> None:
+    """`guard -- CMD` rates the host and runs the command: the watch's sampler (and the vLLM metrics client it
+    imports) and its thresholds file are `--watch`'s alone. The control: `guard --watch` loads them."""
+    base = snapshots[0]
+    plain = loaded(tmp_path, "guard", "--baseline", base, "--root", str(TREE), "--", "true")
+    watched = loaded(tmp_path, "guard", "--watch", "--baseline", base, "--root", str(TREE), "--", "true")
+    watch_only = {"hoststate.run.sampler", "hoststate.collectors.vllm.http"}
+    assert not plain & watch_only, sorted(plain & watch_only)
+    assert watch_only <= watched
+    assert "importlib.resources" not in plain and "importlib.resources" in watched  # the thresholds' reader
+
+
 def test_the_gpu_collector_loads_no_uuid_module() -> None:
     """The GPU section is collected ahead in a child forked before click is imported (hoststate.ahead): what the
     child imports is its start-up, and uuid (which loads libuuid) is not needed to write a UUID."""

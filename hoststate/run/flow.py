@@ -14,8 +14,9 @@ from typing import Any
 from hoststate.capture import SnapOptions
 from hoststate.errors import GuardRefused, HoststateError
 from hoststate.policy import Policy, load_policy
+from hoststate.run import DEFAULT_CHECKPOINT, DEFAULT_INTERVAL, REPLAY_ENV
 from hoststate.run.guard import GuardResult, evaluate, host_state, refusal_message, snap_host
-from hoststate.run.judge import RULES, VERDICTS, Rule, baseline_metrics, judge
+from hoststate.run.judge import VERDICTS, Rule, baseline_metrics, judge, shipped_rules
 from hoststate.run.launch import run_command
 from hoststate.run.record import (
     attach,
@@ -28,7 +29,6 @@ from hoststate.run.record import (
     with_guard_table,
     write_sidecar,
 )
-from hoststate.run.sampler import DEFAULT_CHECKPOINT, DEFAULT_INTERVAL, REPLAY_ENV, Sampler, descendants, open_source
 
 #: Exit status of ``guard --watch --fail-on LEVEL`` when the command exited 0 and the run was judged LEVEL or worse.
 FAIL_ON_EXIT = 4
@@ -53,13 +53,17 @@ class WatchedRun:
         return self.returncode
 
 
+def _rules(rules: Sequence[Rule] | None) -> tuple[Rule, ...]:
+    return shipped_rules() if rules is None else tuple(rules)
+
+
 @dataclass(frozen=True)
 class WatchOptions:
     """How ``--watch`` samples and judges a run, and where it writes (``attach``: a JSON result; ``trace``)."""
 
     interval: float = DEFAULT_INTERVAL
     checkpoint: float = DEFAULT_CHECKPOINT
-    rules: tuple[Rule, ...] = RULES
+    rules: tuple[Rule, ...] = field(default_factory=shipped_rules)
     attach: str | None = None
     trace: str | None = None
     #: Attach to the result file the command itself names (``--result-dir``/``--result-filename``, as
@@ -192,6 +196,8 @@ def watch_command(guard_result: GuardResult, command: Sequence[str], opts: SnapO
     With ``watch.attach`` the record is merged into that JSON result and written beside it as
     ``RESULT.hoststate.json`` (the sidecar alone when the command left no JSON object there: the record says why).
     """
+    from hoststate.run.sampler import Sampler, descendants, open_source  # here: a guard that watches nothing skips it
+
     opts, watch = opts or SnapOptions(), watch or WatchOptions()
     gpu_before = guard_result.current.get("collectors", {}).get("gpu", {}).get("status")
     if gpu_before == "timeout" and not os.environ.get(REPLAY_ENV):
@@ -245,12 +251,12 @@ def watch_command(guard_result: GuardResult, command: Sequence[str], opts: SnapO
 def run_watched(guard_result: Any, command: Sequence[str], *, root: str = "/",
                 snap_options: Mapping[str, Any] | None = None, policy: Any = None,
                 interval: float = DEFAULT_INTERVAL, checkpoint: float = DEFAULT_CHECKPOINT,
-                rules: Sequence[Rule] = RULES, attach_to: str | None = None, trace_to: str | None = None,
+                rules: Sequence[Rule] | None = None, attach_to: str | None = None, trace_to: str | None = None,
                 trace_force: bool = False, baseline_snapshot: Mapping[str, Any] | None = None,
                 env: Mapping[str, str] | None = None, protect: Sequence[str] = ()) -> WatchedRun:
     """:func:`watch_command` with its options spelled out (the earlier signature, kept for callers)."""
     opts = SnapOptions.of(snap_options or {}, root=root)
-    watch = WatchOptions(interval=interval, checkpoint=checkpoint, rules=tuple(rules), attach=attach_to,
+    watch = WatchOptions(interval=interval, checkpoint=checkpoint, rules=_rules(rules), attach=attach_to,
                          trace=trace_to)
     return watch_command(guard_result, command, opts, policy=policy, watch=watch, force=trace_force,
                          baseline_snapshot=baseline_snapshot, env=env, protect=protect)
@@ -281,7 +287,7 @@ def _attach_both(run: WatchedRun, result: str, sidecar: str, snapshot: Mapping[s
 
 def guard_and_watch(baseline: Any, command: Sequence[str], *, attach_to: str | None = None,
                     interval: float = DEFAULT_INTERVAL, checkpoint: float = DEFAULT_CHECKPOINT,
-                    rules: Sequence[Rule] = RULES, policy_files: Sequence[str] = (), accept: Iterable[str] = (),
+                    rules: Sequence[Rule] | None = None, policy_files: Sequence[str] = (), accept: Iterable[str] = (),
                     allow_unreadable: bool = False, save_current: str | None = None, trace_to: str | None = None,
                     force: bool = False, attach_from_argv: bool = False, **snap_options: Any) -> WatchedRun:
     """``hoststate guard --baseline B --watch [--attach RESULT] [--save-current F] [--watch-trace T] -- CMD`` as
@@ -297,7 +303,7 @@ def guard_and_watch(baseline: Any, command: Sequence[str], *, attach_to: str | N
     protect = tuple(str(p) for p in (baseline, *policy_files) if isinstance(p, str | os.PathLike))
     outcome = guarded_run(baseline, command, SnapOptions.of(snap_options), policy_files=policy_files,
                           accept=accept, allow_unreadable=allow_unreadable, save_current=save_current, force=force,
-                          watch=WatchOptions(interval=interval, checkpoint=checkpoint, rules=tuple(rules),
+                          watch=WatchOptions(interval=interval, checkpoint=checkpoint, rules=_rules(rules),
                                              attach=attach_to, trace=trace_to, attach_from_argv=attach_from_argv),
                           protect=protect)
     if outcome.sweep_conflicts:

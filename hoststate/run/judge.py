@@ -8,6 +8,7 @@ by metric; both are read by one loader (:func:`load_rules`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -64,7 +65,10 @@ def _read(path: str) -> Mapping[str, Any]:
         raise InputError(f"{path}: watch rules are not valid TOML: {err}") from err
 
 
-def _shipped() -> tuple[Rule, ...]:
+@functools.cache
+def shipped_rules() -> tuple[Rule, ...]:
+    """The shipped thresholds, one per metric (hoststate/run/judge_rules.toml; docs/watch.md says why each), read
+    on first use: a guard that watches nothing never parses them."""
     from importlib.resources import files
 
     from hoststate.snapshot import toml_loads
@@ -73,12 +77,17 @@ def _shipped() -> tuple[Rule, ...]:
                            "judge_rules.toml"))
 
 
-#: The shipped thresholds, one per metric (hoststate/run/judge_rules.toml; docs/watch.md says why each).
-RULES: tuple[Rule, ...] = _shipped()
+def __getattr__(name: str) -> Any:
+    """``RULES``: :func:`shipped_rules`, read when first asked for."""
+    if name == "RULES":
+        return shipped_rules()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def load_rules(path: str | None, base: Sequence[Rule] = RULES) -> tuple[Rule, ...]:
-    """``base`` with the ``[[rule]]`` tables of a TOML file replacing (or adding) rules by metric."""
+def load_rules(path: str | None, base: Sequence[Rule] | None = None) -> tuple[Rule, ...]:
+    """``base`` (the shipped rules when None) with the ``[[rule]]`` tables of a TOML file replacing (or adding)
+    rules by metric."""
+    base = shipped_rules() if base is None else base
     if not path:
         return tuple(base)
     rules = {r.metric: r for r in base}
@@ -93,9 +102,11 @@ def _shown(metric: str, value: float) -> str:
 
 
 def judge(metrics_now: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
-          rules: Sequence[Rule] = RULES) -> tuple[str, list[dict[str, Any]]]:
-    """(verdict, reasons): the worst verdict of the rules that fire, each reason naming the metric, its value
-    and the baseline's. Metrics absent from the run are not judged; ``baseline`` is the baseline run's metrics."""
+          rules: Sequence[Rule] | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """(verdict, reasons): the worst verdict of the rules that fire (the shipped rules when None), each reason
+    naming the metric, its value and the baseline's. Metrics absent from the run are not judged; ``baseline`` is
+    the baseline run's metrics."""
+    rules = shipped_rules() if rules is None else rules
     reasons: list[dict[str, Any]] = []
     for rule in rules:
         value = metrics_now.get(rule.metric)

@@ -25,13 +25,8 @@ from hoststate.collectors.vllm.http import scrape_vllm
 from hoststate.collectors.vllm.placement import cgroup_of, read_cpu_stat
 from hoststate.errors import InputError
 from hoststate.nvml import SAMPLED_REASONS as REASON_BITS
+from hoststate.run import DEFAULT_CHECKPOINT, DEFAULT_INTERVAL, REPLAY_ENV
 from hoststate.run.summary import EVENT_TYPES
-
-#: Seconds between two samples of the cheap readings: on 8 GPUs about 0.3 ms of CPU a sample (docs/performance.md).
-DEFAULT_INTERVAL = 1.0
-
-#: Seconds between two reads of the expensive counters (besides the start and the end).
-DEFAULT_CHECKPOINT = 60.0
 
 TRACE_FORMAT = "hoststate-watch-trace/1"
 
@@ -40,8 +35,6 @@ STOP_TIMEOUT = 10.0
 
 #: Seconds one /metrics scrape may take in all (connect, every read): the command's start never waits longer for it.
 SCRAPE_DEADLINE = 2.0
-#: A recorded trace replayed instead of NVML (tests, benchmarks), as HOSTSTATE_NVML_REPLAY is for snapshots.
-REPLAY_ENV = "HOSTSTATE_WATCH_REPLAY"
 
 #: Counters read at checkpoints: name -> NVML_FI_DEV_* field id (nvidia-ml-py 13.x; ns unless the name says).
 COUNTER_FIELDS = (
