@@ -32,9 +32,8 @@ def _pids() -> list[str]:
 
 
 def test_a_worker_is_alone_in_its_pid_namespace() -> None:
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker is None:
-        pytest.skip("one process, no xdist workers to share the host with")
+    # CI runs the README's command (-n auto): a run there without workers is not the command the README gives
+    require(os.environ.get("PYTEST_XDIST_WORKER") is not None, "xdist workers (-n auto, as the README runs the suite)")
     require(os.getpid() == 2 and str(NSINIT).encode() in _cmdline("1"),
             "this xdist worker is not PID 2 under tests/nsinit.py in its own PID namespace")
     workers = [p for p in _pids() if p != "1" and WORKER_ARGV in _cmdline(p)]  # PID 1: nsinit, given its args
