@@ -23,9 +23,8 @@ GROUP = (signal.SIGINT, signal.SIGHUP)
 
 
 def main(args: list[str]) -> int:
-    worker: list[int] = []
-
-    done: list[int] = []
+    worker: list[int] = []  # its PID, once spawned
+    done: list[int] = []  # its PID, once waited for (then no longer its own)
 
     def forward(signum: int, _frame: object) -> None:
         if not worker:  # not started yet: the signal was meant for it
