@@ -3,7 +3,8 @@
 Prints GPU 0's sysfs NUMA node and CPU list, fifteen of the GPU collector's slowest queries (memory affinity,
 application, default and maximum clocks, power limits, ECC mode, performance state) timed from one thread and
 split over 2-16 threads (best of 3, after a first pass), and the ECC facts as one call each against one
-nvmlDeviceGetFieldValues. Usage: python benchmarks/probe_nvml_costs.py
+nvmlDeviceGetFieldValues, and the application, default and maximum clocks against nvmlDeviceGetClock by clock id
+(values and time of each). Usage: python benchmarks/probe_nvml_costs.py
 """
 
 from __future__ import annotations
@@ -77,8 +78,33 @@ def main() -> None:
         counters = [lambda a=a, b=b: nv.nvmlDeviceGetTotalEccErrors(h, a, b) for a in (0, 1) for b in (0, 1)]
         print(f"4 TotalEccErrors               {best_ms(lambda: run_all(counters)):.2f} ms")
         print(f"EccMode                        {best_ms(lambda: nv.nvmlDeviceGetEccMode(h)):.2f} ms")
+        print(f"MemoryAffinity                 {best_ms(lambda: nv.nvmlDeviceGetMemoryAffinity(h, 64, 0)):.2f} ms")
+        clocks(h)
     finally:
         nv.nvmlShutdown()
+
+
+#: (the collector's call, nvmlDeviceGetClock's clock id) for the same fact (nvmlClockId_t).
+CLOCK_PAIRS = (("nvmlDeviceGetApplicationsClock", 1), ("nvmlDeviceGetDefaultApplicationsClock", 2),
+               ("nvmlDeviceGetMaxClockInfo", 3))
+
+
+def _value(fn: Callable[[], object]) -> object:
+    try:
+        return fn()
+    except nv.NVMLError as err:
+        return type(err).__name__
+
+
+def clocks(h: Any) -> None:
+    """Each clock fact read both ways: the two values (they must agree) and the time of each (best of 3)."""
+    for name, clock_id in CLOCK_PAIRS:
+        for kind in ("NVML_CLOCK_GRAPHICS", "NVML_CLOCK_SM", "NVML_CLOCK_MEM"):
+            c = getattr(nv, kind)
+            old = lambda c=c, name=name: getattr(nv, name)(h, c)  # noqa: E731
+            new = lambda c=c, clock_id=clock_id: nv.nvmlDeviceGetClock(h, c, clock_id)  # noqa: E731
+            print(f"{name[15:]:28} {kind[11:]:9} {_value(old)!s:>18} {best_ms(lambda f=old: _value(f)):6.2f} ms | "
+                  f"GetClock id {clock_id} {_value(new)!s:>18} {best_ms(lambda f=new: _value(f)):6.2f} ms")
 
 
 if __name__ == "__main__":

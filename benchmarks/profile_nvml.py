@@ -7,6 +7,7 @@ run of the GPU collector through a timing stand-in for the pynvml module. Usage:
 from __future__ import annotations
 
 import collections
+import os
 import sys
 import time
 import types
@@ -43,6 +44,7 @@ def main() -> int:
     import pynvml
 
     imported = (time.perf_counter() - start) * 1000
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script
     from hoststate.collectors import Context, gpu
 
     timed = Timed(pynvml)

@@ -3,6 +3,9 @@
 
 
 def _gpu_section() -> object:
+    from hoststate import ahead
+
+    ahead.start_nvml()  # the driver starts while the collector's modules are imported
     from hoststate.capture import gpu_section  # in the child only
 
     return gpu_section()

@@ -6,10 +6,14 @@ the collector's code) plus NVML's first calls into the driver (docs/performance.
 interpreter lock, so the GPU collector's thread waits for the parsing threads and they for it; a child forked
 before any thread exists has an interpreter of its own and runs beside them on another core. The child runs the
 very collector a thread would (hoststate.collectors._call on a plain snap's Context: the live host, no
-``--vllm-pid``) and hands its Section back over a pipe only the two processes hold. The parent uses it only for
-a context it was collected for (hoststate.capture's ``_early``); otherwise, or when the child failed, the
-collector runs in the parent as before. A child that does not answer within the collector's timeout is killed
-and the section is ``timeout``, as a wedged thread's is; a child also dies with its parent.
+``--vllm-pid``) and hands its Section's fields back as plain values in ``marshal``'s format (built in, where
+``pickle`` costs an import of about 6 ms on each side) over a pipe only the two processes hold. On a live host the
+child starts NVML (nvmlInit: milliseconds in the driver, without the interpreter lock) in a thread before it
+imports the collector, and leaves the last nvmlShutdown to its exit, which the parent does not wait for. The
+parent uses the section only for a context it was collected for (hoststate.capture's ``_early``); otherwise, or
+when the child failed, the collector runs in the parent as before. A child that does not answer within the
+collector's timeout is killed and the section is ``timeout``, as a wedged thread's is; a child also dies with
+its parent.
 
 Whether to fork is decided from argv alone, and any doubt (``--root``, ``--vllm-pid``, ``--skip gpu``, an
 ``--only`` without it, ``--help``, no driver and no replay, a thread already running) means not forking, which
@@ -52,7 +56,8 @@ def wanted(argv: Sequence[str], environ: Mapping[str, str], exists: Callable[[st
 
 def start(work: Callable[[], object], argv: Sequence[str] | None = None) -> bool:
     """Fork the child that runs ``work`` (the GPU collector: hoststate.capture.gpu_section) when the command line
-    will read the GPUs; whether it was forked."""
+    will read the GPUs; whether it was forked. ``work`` returns what ``marshal`` writes (dicts, lists, strings,
+    numbers); a value it cannot write fails the child, and the parent collects the GPUs itself."""
     global _child
     threading = sys.modules.get("threading")
     if _child is not None or not hasattr(os, "fork") or (threading is not None and threading.active_count() > 1):
@@ -70,11 +75,11 @@ def start(work: Callable[[], object], argv: Sequence[str] | None = None) -> bool
     if pid == 0:  # the child: collect, hand the section over, exit without the parent's exit handlers
         status = 1
         try:
-            import pickle
+            import marshal
 
             _end_with(parent)
             os.close(read)
-            data = pickle.dumps(work())
+            data = marshal.dumps(work())
             with open(write, "wb") as pipe:
                 pipe.write(data)
             status = 0
@@ -118,18 +123,19 @@ def take(deadline: float) -> tuple[str, object]:
     global _child
     if _child is None:
         return "none", None
-    import pickle
+    import marshal
 
     pid, read = _child
     _child = None
     data = _read(read, deadline)
-    _end(pid, read, kill=data is None)
-    if data is None:
-        return "timeout", None
-    try:
-        return "ok", pickle.loads(data)  # our own child's, over a pipe only the two of us hold
-    except Exception:  # a child that died half-way
-        return "failed", None
+    value, state = None, "timeout" if data is None else "ok"
+    if data is not None:
+        try:
+            value = marshal.loads(data)  # our own child's, over a pipe only the two of us hold
+        except Exception:  # a child that died half-way
+            state = "failed"
+    _end(pid, read, kill=state != "ok")
+    return state, value
 
 
 def _read(fd: int, deadline: float) -> bytes | None:
@@ -151,7 +157,8 @@ def _read(fd: int, deadline: float) -> bytes | None:
 
 
 def _end(pid: int, fd: int, *, kill: bool) -> None:
-    """Close the pipe and reap the child (killed first when it is not done)."""
+    """Close the pipe and reap the child: one killed first when it is not done, one that answered by a thread
+    when it is still exiting (the driver closes its NVML handles then: the answer is in, nothing waits on that)."""
     import contextlib
     import signal
 
@@ -160,4 +167,43 @@ def _end(pid: int, fd: int, *, kill: bool) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
+        if kill or os.waitpid(pid, os.WNOHANG) != (0, 0):
+            os.waitpid(pid, 0)
+            return
+        import threading
+
+        threading.Thread(target=_reap, args=(pid,), name="reap-gpu-child", daemon=True).start()
+
+
+def _reap(pid: int) -> None:
+    import contextlib
+
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
+
+
+def start_nvml(environ: Mapping[str, str] = os.environ) -> object | None:
+    """In the child, before the collector's modules are imported: the live pynvml imported and nvmlInit started in
+    a thread, so the driver's start overlaps the imports; the collector's own nvmlInit then waits for it and
+    counts one more user. Its nvmlShutdown leaves NVML to the child's exit. Nothing under a replay. Returns the
+    thread (or None); a failure is left to the collector's own nvmlInit to report."""
+    if environ.get(NVML_REPLAY_ENV):
+        return None
+    try:
+        from hoststate.nvml_replay import import_pynvml
+
+        nvml = import_pynvml()
+        init = nvml.nvmlInit
+    except Exception:  # not installed, the old package: the collector says so
+        return None
+    import threading
+
+    def begin() -> None:
+        import contextlib
+
+        with contextlib.suppress(Exception):  # the collector's own call reports it
+            init()
+
+    thread = threading.Thread(target=begin, name="nvml-init", daemon=True)
+    thread.start()
+    return thread

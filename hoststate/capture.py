@@ -50,12 +50,12 @@ def context(*, root: str | os.PathLike[str] | None = "/", only: Sequence[str] | 
     return ctx, names
 
 
-def gpu_section() -> Section:
+def gpu_section() -> dict[str, Any]:
     """The GPU collector's section on a plain snap's Context (the live host, no --vllm-pid), as run_all's thread
-    collects it: what the child forked by hoststate.ahead hands over."""
+    collects it, as its fields' plain values: what the child forked by hoststate.ahead hands over."""
     ctx, _names = context(only=(ahead.NAME,))
     ctx.early = None
-    return _call(next(c for c in COLLECTORS if c.name == ahead.NAME), ctx)
+    return vars(_call(next(c for c in COLLECTORS if c.name == ahead.NAME), ctx))
 
 
 def _early(name: str, ctx: Context) -> Section | None:
@@ -69,11 +69,16 @@ def _early(name: str, ctx: Context) -> Section | None:
         ahead.discard()
         return None
     started = time.perf_counter()
-    state, section = ahead.take(started + ctx.timeout)
+    state, handed = ahead.take(started + ctx.timeout)
     if state == "timeout":
         return Section(status="timeout", reason=f"did not finish within {ctx.timeout:g}s",
                        took_ms=round((time.perf_counter() - started) * 1000, 1))
-    return section if state == "ok" and isinstance(section, Section) else None
+    if state != "ok" or not isinstance(handed, dict):
+        return None
+    try:
+        return Section(**handed)
+    except TypeError:  # not a section's fields
+        return None
 
 
 #: The host's name when hoststate runs in a container of its own UTS namespace (the Kubernetes DaemonSet sets it

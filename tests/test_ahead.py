@@ -1,6 +1,7 @@
 """The GPU section collected ahead in a forked child (hoststate.ahead): forked only where the command reads the
-GPUs with a default context, the same section as the collector run in the parent, and a child that hangs,
-fails or is not taken never outlives the collection."""
+GPUs with a default context, the same section as the collector run in the parent, a child that hangs, fails or
+is not taken never outlives the collection, one that answered is reaped without the parent waiting on its exit,
+and on a live host NVML starts in the child before the collector's modules are imported."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -121,7 +124,7 @@ def test_a_child_that_does_not_answer_is_killed_at_the_timeout() -> None:
 
 
 def test_a_child_that_fails_leaves_the_collector_to_the_parent() -> None:
-    proc = _child(["true"], b"\x80\x04not a pickle")
+    proc = _child(["true"], b"\x80\x04not marshal data")
     assert capture._early("gpu", capture.context(timeout=5)[0]) is None
     assert _gone(proc) and ahead._child is None
 
@@ -178,3 +181,141 @@ def test_a_child_dies_with_a_parent_killed_by_a_signal(tmp_path: Path) -> None:
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(pid)  # killed with its parent, not left sleeping for two minutes
+
+
+#: A child that answers at once and then takes seconds to exit, as one closing NVML's handles might.
+SLOW_EXIT = "import marshal, os, sys, time; w = int(sys.argv[1]); os.write(w, marshal.dumps({'status': 'ok'})); " \
+            "os.close(w); time.sleep(3)"
+
+
+def test_a_child_that_answered_is_reaped_without_waiting_for_its_exit() -> None:
+    read, write = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_EXIT, str(write)], pass_fds=(write,))
+    os.close(write)
+    ahead._child = (proc.pid, read)
+    state, value = ahead.take(time.perf_counter() + 60)
+    assert (state, value) == ("ok", {"status": "ok"}) and ahead._child is None
+    assert _alive(proc.pid)  # still exiting: take did not wait for it
+    deadline = time.monotonic() + 30
+    while not _gone(proc) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(proc)  # reaped once it exited, not left a zombie
+
+
+#: The child's value must be one marshal writes; one it cannot fails the child and the parent collects itself.
+UNWRITABLE = """
+import os, sys
+from hoststate import ahead
+assert ahead.start(lambda: {"status": "ok", "data": {"handle": object()}}, ["snap"])
+print(ahead.take(__import__("time").perf_counter() + 60)[0])
+"""
+
+
+def test_a_child_whose_section_marshal_cannot_write_fails_and_the_parent_collects() -> None:
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, NVML_REPLAY_ENV: str(REPLAY)}
+    done = subprocess.run([sys.executable, "-c", UNWRITABLE], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["failed"]
+
+
+class _StandIn(types.ModuleType):
+    """A pynvml whose nvmlInit waits for ``release`` (or raises ``error``), recording who called it."""
+
+    def __init__(self, error: Exception | None = None):
+        super().__init__("pynvml")
+        self.release = threading.Event()
+        self.calls: list[str] = []
+        self.error = error
+
+    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's name
+        self.calls.append(threading.current_thread().name)
+        self.release.wait(30)
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.mark.parametrize("error", [None, RuntimeError("DriverNotLoaded")])
+def test_nvml_starts_in_a_thread_and_leaves_a_failure_to_the_collector(monkeypatch: pytest.MonkeyPatch,
+                                                                      error: Exception | None) -> None:
+    stand_in = _StandIn(error)
+    monkeypatch.setitem(sys.modules, "pynvml", stand_in)
+    raised: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    thread = ahead.start_nvml({})
+    assert isinstance(thread, threading.Thread)
+    assert thread.is_alive()  # the caller goes on while the driver starts
+    stand_in.release.set()
+    thread.join(30)
+    assert not thread.is_alive() and stand_in.calls == ["nvml-init"] and raised == []
+
+
+def test_nvml_is_not_started_under_a_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    stand_in = _StandIn()
+    monkeypatch.setitem(sys.modules, "pynvml", stand_in)
+    assert ahead.start_nvml({NVML_REPLAY_ENV: str(REPLAY)}) is None
+    assert stand_in.calls == []
+
+
+#: The installed command on a "live" host: a stand-in pynvml module (the replay, as a module, logging each
+#: nvmlInit and nvmlShutdown with its thread and whether the collector was imported yet), a driver marker
+#: that exists; argv[1] is the log, argv[2] the marker, the rest the command.
+LIVE = """
+import sys
+log, marker = sys.argv[1], sys.argv[2]
+import hoststate.nvml
+hoststate.nvml.DRIVER_MARKERS = (marker,)
+sys.argv = ["hoststate", *sys.argv[3:]]
+from hoststate.__main__ import main
+main()
+"""
+
+STAND_IN = """
+import os, sys, threading, time
+from hoststate.nvml_replay import load
+_self, _here = sys.modules[__name__], os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+del sys.modules["pynvml"]
+_replay = load(os.environ["STAND_IN_REPLAY"])  # over the real pynvml's constants and errors
+sys.modules["pynvml"] = _self
+
+def _log(what):
+    with open(os.environ["STAND_IN_LOG"], "a") as fh:
+        fh.write(f"{what} {threading.current_thread().name} {'hoststate.collectors.gpu' in sys.modules}\\n")
+
+def nvmlInit():
+    _log("init")
+    time.sleep(0.2)
+    return _replay.nvmlInit()
+
+nvmlInitWithFlags = nvmlInit
+
+def nvmlShutdown():
+    _log("shutdown")
+    return _replay.nvmlShutdown()
+
+def __getattr__(name):
+    return getattr(_replay, name)
+"""
+
+
+def test_on_a_live_host_the_child_starts_nvml_before_importing_the_collector(tmp_path: Path) -> None:
+    (tmp_path / "mod").mkdir()
+    (tmp_path / "mod" / "pynvml.py").write_text(STAND_IN)
+    marker, log, out = tmp_path / "nvidiactl", tmp_path / "log", tmp_path / "live.toml"
+    marker.touch()
+    env = {k: v for k, v in os.environ.items() if k != NVML_REPLAY_ENV}
+    env.update(PYTHONPATH=os.pathsep.join([str(tmp_path / "mod"), PYTHONPATH]), STAND_IN_REPLAY=str(REPLAY),
+               STAND_IN_LOG=str(log))
+    done = subprocess.run([sys.executable, "-c", LIVE, str(log), str(marker), "snap", "-q", "--only", "gpu", "-o",
+                           str(out)], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines() == ["init nvml-init False", "init MainThread True",
+                                            "shutdown MainThread True"]
+    live = toml_loads(out.read_text())
+    replayed, _modules = _snap(tmp_path, "here", "--only", "gpu")
+    for snap in (live, replayed):  # a live module's bindings are the installed nvidia-ml-py, a replay's recorded
+        assert snap["gpu"].pop("bindings_version")
+        snap["collectors"]["gpu"].pop("took_ms")
+    assert live["gpu"] == replayed["gpu"] and live["gpu"]["devices"]
+    assert live["collectors"]["gpu"] == replayed["collectors"]["gpu"]
