@@ -319,3 +319,25 @@ def test_on_a_live_host_the_child_starts_nvml_before_importing_the_collector(tmp
         snap["collectors"]["gpu"].pop("took_ms")
     assert live["gpu"] == replayed["gpu"] and live["gpu"]["devices"]
     assert live["collectors"]["gpu"] == replayed["collectors"]["gpu"]
+
+
+def test_redactions_patterns_are_built_once_by_the_warm_thread_while_collectors_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snap of the GPUs alone would otherwise build them after NVML answered; a collector that finishes first
+    waits for them rather than building them a second time beside the warm thread."""
+    from hoststate import gitleaks
+
+    real, built = gitleaks.keyword_index, []
+
+    def slow(*args: object) -> object:
+        built.append(threading.current_thread().name)
+        time.sleep(1.0)  # longer than the system collector on a fixture tree takes
+        return real(*args)
+
+    monkeypatch.setattr(gitleaks, "keyword_index", slow)
+    gitleaks._keyword_index.cache_clear()
+    try:
+        capture.snap(capture.SnapOptions(root=str(REPO / "fixtures" / "hosts" / "seed-baseline"), only=("system",)))
+    finally:
+        gitleaks._keyword_index.cache_clear()
+    assert built == ["warm"]
