@@ -720,7 +720,9 @@ def default_rules() -> tuple[Rule, ...]:
 
 def load_policy(files: list[str] | tuple[str, ...] = ()) -> Policy:
     """User policy files (one layer, above the shipped default rules; the order of files and rules carries no
-    meaning)."""
+    meaning). Without files, the shipped rules' one Policy of the process (default_policy: the digest's too)."""
+    if not files:
+        return default_policy()
     rules: list[Rule] = []
     for name in files:
         data = read_input(name, max_bytes=POLICY_MAX_BYTES, what="policy", error=PolicyError)
@@ -735,6 +737,8 @@ def load_policy(files: list[str] | tuple[str, ...] = ()) -> Policy:
 
 @functools.lru_cache(maxsize=1)
 def default_policy() -> Policy:
+    """The shipped rules' Policy, built once per process (a snap's warm thread builds it while the collectors run;
+    its rules and matching caches are shared by the digest and every diff without user rules)."""
     return Policy(list(default_rules()))
 
 

@@ -201,3 +201,33 @@ def test_a_keyword_index_runs_the_rules_whose_keyword_occurs_and_those_without_o
     """Any table: keywords that are prefixes of others, repeated, empty; a rule without a keyword runs always."""
     expected = {i for i, words in enumerate(lists) if any(w in text for w in words if w) or not any(lists[i])}
     assert gitleaks.rules_for(text, gitleaks.keyword_index(lists)) == expected
+
+
+def test_a_guard_builds_the_shipped_policy_once_in_the_snaps_warm_thread(tmp_path: pathlib.Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without user rules the guard rates with the digest's Policy, built by the snap's warm thread while the
+    collectors run, not a second one built on the main thread before snapping."""
+    from hoststate import policy
+    from hoststate.capture import SnapOptions, snap
+    from hoststate.run.flow import guarded_run
+    from hoststate.snapshot import to_toml
+
+    opts = SnapOptions(root=str(HOSTS / "seed-baseline"), only=("system",))
+    base = tmp_path / "b.toml"
+    base.write_text(to_toml(snap(opts)))
+    built: list[str] = []
+    real = policy.Policy.__init__
+
+    def counted(self: policy.Policy, rules: list[Rule]) -> None:
+        built.append(threading.current_thread().name)
+        real(self, rules)
+
+    monkeypatch.setattr(policy.Policy, "__init__", counted)
+    default_policy.cache_clear()
+    try:
+        outcome = guarded_run(str(base), (), opts)
+        assert policy.load_policy(()) is default_policy()
+    finally:
+        default_policy.cache_clear()
+    assert outcome.guard.verdict == "comparable"
+    assert built == ["warm"]

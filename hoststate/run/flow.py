@@ -130,9 +130,12 @@ def guarded_run(baseline: Any, command: Sequence[str] = (), opts: SnapOptions | 
     """
     opts = opts or SnapOptions()
     watch = _resolved(watch, command)
-    policy = load_policy(tuple(policy_files))
+    # A user policy is read (and a bad one refused) before the host is snapped; the shipped rules' Policy is built
+    # by the snap's warm thread while the collectors run.
+    policy = load_policy(tuple(policy_files)) if policy_files else None
     result = evaluate(baseline, opts, policy=policy, policy_files=policy_files, accept=accept,
                       allow_unreadable=allow_unreadable)
+    policy = policy if policy is not None else load_policy(())
     outcome = RunOutcome(result)
     if watch is not None and watch.attach_from_argv and watch.attach and not result.refused:
         from hoststate.run.sweep import earlier_conflicts

@@ -164,12 +164,14 @@ def evaluate(baseline: str | os.PathLike[str] | Mapping[str, Any], opts: SnapOpt
     else:
         base_name = os.fspath(baseline)
         base_snap, base_sha = read_baseline(base_name)
-    if policy is None:
+    if policy is None and policy_files:  # a bad user policy is an error before the host is snapped
         policy = load_policy(tuple(policy_files))
     if current is None:
         current = snap_host(opts)
         if opts.vllm_cmd is not None:
             _refuse_refused_command(current)
+    if policy is None:  # the shipped rules: built by the snap's warm thread while the collectors ran
+        policy = load_policy(())
     current = dict(current)
     diff = compare(host_state(base_snap), host_state(current), policy)
     accepted: list[Finding] = []
