@@ -103,7 +103,8 @@ def clocks(h: Any) -> None:
             c = getattr(nv, kind)
             old = lambda c=c, name=name: getattr(nv, name)(h, c)  # noqa: E731
             new = lambda c=c, clock_id=clock_id: nv.nvmlDeviceGetClock(h, c, clock_id)  # noqa: E731
-            print(f"{name[15:]:28} {kind[11:]:9} {_value(old)!s:>18} {best_ms(lambda f=old: _value(f)):6.2f} ms | "
+            short = name[len("nvmlDeviceGet"):]
+            print(f"{short:28} {kind[11:]:9} {_value(old)!s:>18} {best_ms(lambda f=old: _value(f)):6.2f} ms | "
                   f"GetClock id {clock_id} {_value(new)!s:>18} {best_ms(lambda f=new: _value(f)):6.2f} ms")
 
 
