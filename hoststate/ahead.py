@@ -9,7 +9,8 @@ very collector a thread would (hoststate.collectors._call on a plain snap's Cont
 ``--vllm-pid``) and hands its Section's fields back as plain values in ``marshal``'s format (built in, where
 ``pickle`` costs an import of about 6 ms on each side) over a pipe only the two processes hold. On a live host the
 child starts NVML (nvmlInit: milliseconds in the driver, without the interpreter lock) in a thread before it
-imports the collector, and leaves the last nvmlShutdown to its exit, which the parent does not wait for. The
+imports the collector, and leaves the last nvmlShutdown to its exit, which a snap does not wait for (a guard does,
+before it starts the benchmark: settle). The
 parent uses the section only for a context it was collected for (hoststate.capture's ``_early``); otherwise, or
 when the child failed, the collector runs in the parent as before. A child that does not answer within the
 collector's timeout is killed and the section is ``timeout``, as a wedged thread's is; a child also dies with
@@ -157,22 +158,36 @@ def _read(fd: int, deadline: float) -> bytes | None:
 
 
 def _end(pid: int, fd: int, *, kill: bool) -> None:
-    """Close the pipe and reap the child: one killed first when it is not done, one that answered by a thread
-    when it is still exiting (the driver closes its NVML handles then: the answer is in, nothing waits on that)."""
+    """Close the pipe and reap the child: one killed first when it is not done; one that answered by a thread when
+    it is still exiting (the driver closes its NVML handles then: the answer is in, and a snap need not wait for
+    that; a guard waits before it starts the benchmark, see settle)."""
+    global _exiting
     import contextlib
     import signal
 
     os.close(fd)
-    if kill:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
-        if kill or os.waitpid(pid, os.WNOHANG) != (0, 0):
+        if kill:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+            return
+        done, _status = os.waitpid(pid, os.WNOHANG)
+        if done:
             return
         import threading
 
-        threading.Thread(target=_reap, args=(pid,), name="reap-gpu-child", daemon=True).start()
+        reaper = threading.Thread(target=_reap, args=(pid,), name="reap-gpu-child", daemon=True)
+        try:
+            reaper.start()
+        except RuntimeError:  # no thread to be had (a cgroup's pids.max): wait here
+            os.waitpid(pid, 0)
+            return
+        _exiting = (pid, reaper.join, reaper.is_alive)
+
+
+#: A child that answered and is still exiting, with the join and is_alive of the thread that reaps it (settle).
+_exiting: tuple[int, Callable[[float], None], Callable[[], bool]] | None = None
 
 
 def _reap(pid: int) -> None:
@@ -180,6 +195,25 @@ def _reap(pid: int) -> None:
 
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
+
+
+def settle(timeout: float) -> None:
+    """Wait until a child that answered has exited, at most ``timeout`` seconds, then kill it: a guard calls this
+    before it starts the benchmark, so that no child of the collection runs beside it (using a core, closing
+    NVML handles, counted among the guard's descendants by the watch)."""
+    global _exiting
+    if _exiting is None:
+        return
+    import contextlib
+    import signal
+
+    pid, join, is_alive = _exiting
+    _exiting = None
+    join(timeout)
+    if is_alive():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        join(timeout)
 
 
 def start_nvml(environ: Mapping[str, str] = os.environ) -> object | None:

@@ -165,18 +165,15 @@ def assemble(sections: Mapping[str, Section], meta: Mapping[str, Any]) -> dict[s
     return snap
 
 
-def _warm(redaction_ready: threading.Event) -> None:
+def _warm() -> None:
     """What the last steps build on first use, built while the collectors run (the same cached objects; never
-    raises): redaction's patterns (the gitleaks rules' keyword index and the token pattern, 10-30 ms, which a snap
-    of the GPUs alone would otherwise build after NVML answered; ``redaction_ready`` is set then, and sections
-    wait for it rather than build them a second time beside this thread) and the digest's default policy."""
-    try:
-        with contextlib.suppress(Exception):
-            from hoststate.redact import redact_strings
+    raises): redaction's patterns (hoststate.redact.prepare: 10-30 ms, which a snap of the GPUs alone would
+    otherwise build after NVML answered; a section that finishes first waits for this build rather than make its
+    own) and the digest's default policy."""
+    with contextlib.suppress(Exception):
+        from hoststate.redact import prepare
 
-            redact_strings({"warm": ["hoststate"]})
-    finally:
-        redaction_ready.set()
+        prepare()
     with contextlib.suppress(Exception):
         from hoststate.policy import default_policy
 
@@ -186,8 +183,9 @@ def _warm(redaction_ready: threading.Event) -> None:
 def _redact_section(sec: Section) -> None:
     """The last pass over what a collector found: every string redacted by shape (hoststate.redact), so a
     secret quoted where no collector expected one (an error message, a kernel command line) is not kept."""
-    from hoststate.redact import redact_strings, redact_text
+    from hoststate.redact import prepare, redact_strings, redact_text
 
+    prepare()
     sec.data = redact_strings(sec.data)
     sec.reason = redact_text(sec.reason) if sec.reason else sec.reason
     sec.unreadable = {redact_text(k): redact_text(v) for k, v in sec.unreadable.items()}
@@ -200,13 +198,11 @@ def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = No
 
     # Redaction's patterns and the digest's policy are built, and each section redacted, while the slowest
     # collector (NVML) still waits.
-    ready = threading.Event()
-    warm = threading.Thread(target=_warm, args=(ready,), name="warm", daemon=True)
+    warm = threading.Thread(target=_warm, name="warm", daemon=True)
     warm.start()
     redacted: set[int] = set()
 
     def finish(sec: Section) -> None:
-        ready.wait(ctx.timeout)
         _redact_section(sec)
         redacted.add(id(sec))
 

@@ -336,6 +336,11 @@ def _keyword_index() -> KeywordIndex:
     return keyword_index([keywords(row) for row in rows()])
 
 
+def prepare() -> None:
+    """The rule table read and its keyword index built (hoststate.redact.prepare)."""
+    _keyword_index()
+
+
 def rules_for(folded: str, index: KeywordIndex | None = None) -> set[int]:
     """The indexes (into ``rows()``, or into the lists ``index`` was made of) of the rules one of whose keywords
     occurs in the case-folded text, and of those without a keyword."""

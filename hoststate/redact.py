@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shlex
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -352,6 +353,20 @@ def _token_pattern(formats: tuple[tuple[str, str, str, int], ...]) -> re.Pattern
 def _tokens() -> re.Pattern[str]:
     """TOKEN_FORMATS' pattern, compiled at first use (importing this module stays cheap)."""
     return _token_pattern(TOKEN_FORMATS)
+
+
+_PREPARING = threading.Lock()
+
+
+def prepare() -> None:
+    """Build what redaction makes on first use (the gitleaks rules' keyword index, the token pattern: 10-30 ms)
+    once: a thread that comes while another builds them waits for that build instead of making its own
+    (hoststate.capture builds them in its warm thread while the collectors run, and redacts each section)."""
+    from hoststate.gitleaks import prepare as prepare_gitleaks
+
+    with _PREPARING:
+        prepare_gitleaks()
+        _tokens()
 
 
 

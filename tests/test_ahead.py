@@ -87,6 +87,7 @@ def test_the_section_collected_ahead_is_the_one_the_parent_would_collect(tmp_pat
     assert "hoststate.collectors.gpu" in here_modules
     assert "hoststate.collectors.gpu" not in early_modules  # the child read the GPUs, not the parent
     assert "hoststate.nvml_replay" not in early_modules
+    assert "pickle" not in early_modules  # the section crosses the pipe in marshal's format
     for snap in (early, here):
         snap["collectors"]["gpu"].pop("took_ms")
     assert early["gpu"] == here["gpu"] and early["gpu"]["devices"]
@@ -183,23 +184,69 @@ def test_a_child_dies_with_a_parent_killed_by_a_signal(tmp_path: Path) -> None:
     assert not _alive(pid)  # killed with its parent, not left sleeping for two minutes
 
 
-#: A child that answers at once and then takes seconds to exit, as one closing NVML's handles might.
+#: A child that answers at once and then takes long to exit, as one closing NVML's handles might.
 SLOW_EXIT = "import marshal, os, sys, time; w = int(sys.argv[1]); os.write(w, marshal.dumps({'status': 'ok'})); " \
-            "os.close(w); time.sleep(3)"
+            "os.close(w); time.sleep(120)"
 
 
-def test_a_child_that_answered_is_reaped_without_waiting_for_its_exit() -> None:
+def _answered_then_exiting() -> subprocess.Popen:
+    """A stand-in child that answered; ``take`` has taken its answer and left it to the reaper."""
     read, write = os.pipe()
     proc = subprocess.Popen([sys.executable, "-c", SLOW_EXIT, str(write)], pass_fds=(write,))
     os.close(write)
     ahead._child = (proc.pid, read)
     state, value = ahead.take(time.perf_counter() + 60)
     assert (state, value) == ("ok", {"status": "ok"}) and ahead._child is None
-    assert _alive(proc.pid)  # still exiting: take did not wait for it
+    return proc
+
+
+def _until_gone(proc: subprocess.Popen) -> bool:
     deadline = time.monotonic() + 30
     while not _gone(proc) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _gone(proc)  # reaped once it exited, not left a zombie
+    return _gone(proc)
+
+
+def test_a_child_that_answered_is_reaped_without_waiting_for_its_exit() -> None:
+    proc = _answered_then_exiting()
+    assert _alive(proc.pid)  # still exiting: take did not wait for it
+    os.kill(proc.pid, 15)
+    assert _until_gone(proc)  # reaped once it exited, not left a zombie
+    ahead._exiting = None
+
+
+def test_settle_waits_for_the_exiting_child_and_kills_one_that_does_not_exit() -> None:
+    proc = _answered_then_exiting()
+    ahead.settle(0.2)  # it sleeps for two minutes: killed once the wait is over
+    assert _gone(proc) and ahead._exiting is None
+    ahead.settle(0.2)  # nothing left to settle
+
+
+def test_without_a_thread_for_the_reaper_the_child_is_reaped_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    read, write = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_EXIT.replace("time.sleep(120)", "time.sleep(0.5)"),
+                             str(write)], pass_fds=(write,))
+    os.close(write)
+    ahead._child = (proc.pid, read)
+
+    def refused(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    assert ahead.take(time.perf_counter() + 60)[0] == "ok"
+    assert _gone(proc) and ahead._exiting is None  # reaped before take returned
+
+
+def test_a_collection_ahead_that_raises_leaves_the_collector_to_run_here() -> None:
+    def broken(_name: str, _ctx: object) -> None:
+        raise RuntimeError("no thread")
+
+    ctx = capture.context(root=str(REPO / "fixtures" / "hosts" / "seed-baseline"), only=("system",))[0]
+    ctx.early = broken
+    from hoststate.collectors import COLLECTORS, _call
+
+    section = _call(next(c for c in COLLECTORS if c.name == "system"), ctx)
+    assert section.status in ("ok", "partial") and section.data
 
 
 #: The child's value must be one marshal writes; one it cannot fails the child and the parent collects itself.
@@ -310,8 +357,10 @@ def test_on_a_live_host_the_child_starts_nvml_before_importing_the_collector(tmp
     done = subprocess.run([sys.executable, "-c", LIVE, str(log), str(marker), "snap", "-q", "--only", "gpu", "-o",
                            str(out)], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    assert log.read_text().splitlines() == ["init nvml-init False", "init MainThread True",
-                                            "shutdown MainThread True"]
+    lines = log.read_text().splitlines()  # the early call comes first; whether the thread ran before the collector
+    assert [line.rsplit(" ", 1)[0] for line in lines] == ["init nvml-init", "init MainThread",  # was imported
+                                                         "shutdown MainThread"]  # is up to the scheduler
+    assert lines[1:] == ["init MainThread True", "shutdown MainThread True"]
     live = toml_loads(out.read_text())
     replayed, _modules = _snap(tmp_path, "here", "--only", "gpu")
     for snap in (live, replayed):  # a live module's bindings are the installed nvidia-ml-py, a replay's recorded
@@ -341,3 +390,20 @@ def test_redactions_patterns_are_built_once_by_the_warm_thread_while_collectors_
     finally:
         gitleaks._keyword_index.cache_clear()
     assert built == ["warm"]
+
+
+def test_a_guard_settles_the_gpu_child_before_it_starts_the_benchmark(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from hoststate.capture import SnapOptions, snap
+    from hoststate.run.flow import guarded_run
+    from hoststate.snapshot import to_toml
+
+    marker = tmp_path / "settled"
+    monkeypatch.setattr(ahead, "settle", lambda timeout: marker.write_text(str(timeout)))
+    opts = SnapOptions(root=str(REPO / "fixtures" / "hosts" / "seed-baseline"), only=("system",))
+    base = tmp_path / "b.toml"
+    base.write_text(to_toml(snap(opts)))
+    probe = [sys.executable, "-c", f"import os, sys; sys.exit(0 if os.path.exists({str(marker)!r}) else 3)"]
+    outcome = guarded_run(str(base), probe, opts)
+    assert outcome.guard.verdict == "comparable" and outcome.returncode == 0
+    assert marker.read_text() == str(opts.timeout)

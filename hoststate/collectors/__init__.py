@@ -121,7 +121,10 @@ def settle_coverage(section: Section, sources: tuple[Any, ...]) -> Section:
 def _call(info: CollectorInfo, ctx: Context) -> Section:
     """The collector's section, or an ``error`` section for an exception (a bug must not cost the snapshot); the
     section collected ahead for this context when there is one (Context.early), timed where it was collected."""
-    early = ctx.early(info.name, ctx) if ctx.early is not None else None
+    try:
+        early = ctx.early(info.name, ctx) if ctx.early is not None else None
+    except Exception:  # the section collected ahead could not be had: collect it here
+        early = None
     if early is not None:
         return early
     start = time.perf_counter()

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoststate import ahead
 from hoststate.capture import SnapOptions
 from hoststate.errors import GuardRefused, HoststateError
 from hoststate.policy import Policy, load_policy
@@ -151,6 +152,7 @@ def guarded_run(baseline: Any, command: Sequence[str] = (), opts: SnapOptions | 
         outcome.written.append(f"wrote {save_current} (verdict {result.verdict})")
     if result.refused or not command:
         return outcome
+    ahead.settle(opts.timeout)  # the GPU child of the snap has exited before the benchmark starts
     if not watching:
         outcome.returncode = run_command(command, env=command_env(result, saved=save_current, base=env))
         return outcome
