@@ -166,24 +166,25 @@ def _end(pid: int, fd: int, *, kill: bool) -> None:
     import signal
 
     os.close(fd)
-    with contextlib.suppress(ChildProcessError):
-        if kill:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+    if kill:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _reap(pid)
+        return
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0]:
             return
-        done, _status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return
-        import threading
+    except ChildProcessError:  # reaped already
+        return
+    import threading
 
-        reaper = threading.Thread(target=_reap, args=(pid,), name="reap-gpu-child", daemon=True)
-        try:
-            reaper.start()
-        except RuntimeError:  # no thread to be had (a cgroup's pids.max): wait here
-            os.waitpid(pid, 0)
-            return
-        _exiting = (pid, reaper.join, reaper.is_alive)
+    reaper = threading.Thread(target=_reap, args=(pid,), name="reap-gpu-child", daemon=True)
+    try:
+        reaper.start()
+    except RuntimeError:  # no thread to be had (a cgroup's pids.max): wait here
+        _reap(pid)
+        return
+    _exiting = (pid, reaper.join, reaper.is_alive)
 
 
 #: A child that answered and is still exiting, with the join and is_alive of the thread that reaps it (settle).
@@ -191,6 +192,7 @@ _exiting: tuple[int, Callable[[float], None], Callable[[], bool]] | None = None
 
 
 def _reap(pid: int) -> None:
+    """Wait for the child's exit (one already reaped is no error)."""
     import contextlib
 
     with contextlib.suppress(ChildProcessError):
