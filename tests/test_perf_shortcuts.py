@@ -231,3 +231,40 @@ def test_a_guard_builds_the_shipped_policy_once_in_the_snaps_warm_thread(tmp_pat
         default_policy.cache_clear()
     assert outcome.guard.verdict == "comparable"
     assert built == ["warm"]
+
+
+#: The installed command's entry point, with a handler registered before it runs: atexit handlers run after the
+#: command returns and before the interpreter's last collections, so it sees the state those collections meet.
+EXIT_STATE = """
+import atexit, gc, sys
+before = gc.get_threshold()
+atexit.register(lambda: print("exit", gc.get_freeze_count() > 0, gc.get_threshold()[0], before[0], flush=True))
+sys.argv = ["hoststate", *sys.argv[1:]]
+from hoststate.__main__ import main
+main()
+"""
+
+
+@pytest.mark.parametrize(("name", "code"), [("seed-baseline.toml", 0), ("missing.toml", 2)])
+def test_the_command_skips_the_exits_collections_and_collects_the_young_less_often(name: str, code: int) -> None:
+    """The command's process leaves every object alive at its end out of the exit's garbage collections
+    (gc.freeze) and runs the youngest generation's collections every YOUNG allocations, not every 700; its
+    output and exit code are the same, on success and on an error."""
+    import os
+    import subprocess
+
+    from hoststate.__main__ import YOUNG
+    from tests.conftest import PYTHONPATH
+
+    snap = FIXTURES / "snapshots" / name
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
+    done = subprocess.run([sys.executable, "-c", EXIT_STATE, "show", str(snap)], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    default = subprocess.run([sys.executable, "-c", "import gc; print(gc.get_threshold()[0])"], capture_output=True,
+                             text=True, check=True, timeout=60).stdout.strip()
+    assert done.returncode == code, done.stderr
+    assert done.stdout.splitlines()[-1] == f"exit True {YOUNG} {default}" and int(default) < YOUNG
+    if code == 0:
+        assert "dsa" in done.stdout and done.stderr == ""
+    else:
+        assert name in done.stderr
