@@ -11,16 +11,19 @@ def _gpu_section() -> object:
     return gpu_section()
 
 
-#: Allocations between two collections of the youngest generation in the command's process (Python's default is
+#: Allocations between two collections of the youngest generation in the command's process (CPython's default is
 #: 700): a snap allocates its modules, its 2,000 rules and their matchers, and ran 60 young collections for them
-#: (about 10 ms on the project's VM, docs/performance.md); mypy's command sets 200,000 for the same reason.
+#: (about 10 ms on the project's VM, docs/performance.md); mypy sets 200,000 before a build for the same reason.
 YOUNG = 50_000
 
 
 def main() -> None:
     import gc
+    import sys
 
-    gc.set_threshold(YOUNG, *gc.get_threshold()[1:])  # the command's process only: a library caller keeps its own
+    tuned = sys.implementation.name == "cpython"  # the generations and freeze are CPython's collector
+    if tuned:
+        gc.set_threshold(YOUNG, *gc.get_threshold()[1:])  # the command's process only: a library caller keeps its own
     from hoststate import ahead
 
     ahead.start(_gpu_section)
@@ -32,7 +35,8 @@ def main() -> None:
         # Every object alive now is left out of the collections the interpreter runs as it exits: they look for
         # reference cycles among objects the exit frees anyway (17 of a snap's 170 ms on the project's VM). The
         # exit still runs atexit handlers, flushes the standard streams and frees each module by reference count.
-        gc.freeze()
+        if tuned:
+            gc.freeze()
 
 
 if __name__ == "__main__":
