@@ -18,12 +18,15 @@ YOUNG = 50_000
 
 
 def main() -> None:
+    """The ``hoststate`` command: the last thing its process runs. The collector settings below last for the rest of
+    the process, so a program that wants hoststate in its own interpreter calls ``hoststate.cli.main`` (or the
+    library), never this."""
     import gc
     import sys
 
     tuned = sys.implementation.name == "cpython"  # the generations and freeze are CPython's collector
     if tuned:
-        gc.set_threshold(YOUNG, *gc.get_threshold()[1:])  # the command's process only: a library caller keeps its own
+        gc.set_threshold(YOUNG, *gc.get_threshold()[1:])
     from hoststate import ahead
 
     ahead.start(_gpu_section)
