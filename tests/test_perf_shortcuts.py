@@ -4,8 +4,10 @@ collection gives."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -17,12 +19,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hoststate import collectors, gitleaks, redact
+from hoststate.__main__ import YOUNG
 from hoststate.capture import collect
 from hoststate.collectors import Context, Section, run_all
 from hoststate.paths import Prefixed, glob_key, leaves
 from hoststate.policy import Rule, _Spelling, compile_pattern, default_policy, default_rules
 from hoststate.snapshot import load
-from tests.conftest import FIXTURES, HOSTS
+from tests.conftest import FIXTURES, HOSTS, PYTHONPATH
 
 
 def _scan(parts: tuple[str, ...]) -> Any:
@@ -250,12 +253,6 @@ def test_the_command_skips_the_exits_collections_and_collects_the_young_less_oft
     """The command's process leaves every object alive at its end out of the exit's garbage collections
     (gc.freeze) and runs the youngest generation's collections every YOUNG allocations, not every 700; its
     output and exit code are the same, on success and on an error."""
-    import os
-    import subprocess
-
-    from hoststate.__main__ import YOUNG
-    from tests.conftest import PYTHONPATH
-
     snap = FIXTURES / "snapshots" / name
     env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     done = subprocess.run([sys.executable, "-c", EXIT_STATE, "show", str(snap)], capture_output=True, text=True,
