@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from hoststate.paths import Path, format_path, glob_key, split_path
 
@@ -44,8 +43,7 @@ def classify(reason: str) -> str:
     return _BY_REASON.get(reason.split(" ", 1)[0].rstrip(":"), "error")
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(NamedTuple):
     """One thing a collector reads: ``reads`` (a regular expression, matched whole, over the key a failure is
     recorded under) fills the snapshot paths ``lands`` (dotted patterns; ``{name}`` is the group of that name).
     ``absent``: a failure of this class here is an observed absence (the kernel's refusal by design)."""

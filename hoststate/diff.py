@@ -557,7 +557,7 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], policy: Pol
     from hoststate.policy import unmatched_reason, unmatched_rules  # a misspelt user rule must not do nothing
 
     findings.extend(Finding(format_path(("policy", r.origin, r.path)), "coverage", None, None, "warning",
-                            COVERAGE_RULE, unmatched_reason(r)) for r in unmatched_rules(policy.rules, base, cur))
+                            COVERAGE_RULE, unmatched_reason(r)) for r in unmatched_rules(policy.user_rules, base, cur))
     counts = {s: 0 for s in SEVERITIES}
     for f in findings:
         counts[f.rating[1]] += 1

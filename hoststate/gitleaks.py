@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import bisect
 import functools
+import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from typing import NamedTuple
 
-TABLE = Path(__file__).with_name("gitleaks_rules.toml")
+TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gitleaks_rules.toml")  # no pathlib: 1.4 ms a snap
 
 #: POSIX classes RE2 accepts inside brackets, spelled for Python.
 POSIX: dict[str, str] = {
@@ -136,8 +136,7 @@ def _drop_lazy_prefix(regex: str) -> str:
     return head + body
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     """One gitleaks rule as hoststate runs it."""
 
     id: str
@@ -272,7 +271,8 @@ def table() -> dict:
     from hoststate.parsed import parse_once
     from hoststate.snapshot import toml_loads
 
-    return parse_once(str(TABLE), TABLE.read_text(encoding="utf-8"), toml_loads)
+    with open(TABLE, encoding="utf-8") as fh:
+        return parse_once(TABLE, fh.read(), toml_loads)
 
 
 @functools.cache

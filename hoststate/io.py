@@ -11,8 +11,7 @@ import errno
 import math
 import os
 import stat
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from hoststate.errors import InputError
 
@@ -415,8 +414,7 @@ def _kind_of_unopenable(path: str) -> str | None:
     return None if stat.S_ISREG(mode) else file_kind(mode)
 
 
-@dataclass(frozen=True)
-class Completed:
+class Completed(NamedTuple):
     """A finished subprocess, or why it did not finish (``error``: ``ENOENT``, ``timeout``, ...)."""
 
     returncode: int | None

@@ -12,9 +12,10 @@ import functools
 import itertools
 import math
 import os
-from collections.abc import Iterable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from hoststate.errors import PolicyError
 from hoststate.io import POLICY_MAX_BYTES, read_input
@@ -446,8 +447,13 @@ class Policy:
     #: Paths remembered by rule_for before the cache starts over.
     CACHE_MAX = 1 << 15
 
-    def __init__(self, rules: list[Rule]):
-        self.rules = rules
+    def __init__(self, rules: Iterable[Rule], later: Later | None = None):
+        self._rules = list(rules)
+        #: Rules filed by the literal first key of their patterns and built when a path under that key is first
+        #: rated (Later); a key leaves this table only once its rules are filed, under _taking.
+        self._later: dict[str, Callable[[], list[Rule]]] = dict(later.build) if later else {}
+        self._later_parts: frozenset[str] = later.parts if later else frozenset()
+        self._taking = threading.Lock()
         self._cache: dict[Path, Rule | None] = {}
         self._region_cache: dict[Path, Rule | None] = {}
         self._spelling: _Spelling | None = None
@@ -455,13 +461,49 @@ class Policy:
         self._canonical_keys: dict[str, str] = {}
         self._by_globs: dict[frozenset[tuple[str, ...]], str] = {}
         self._index = PatternIndex(whole=True)
-        for rule in rules:
+        for rule in self._rules:
             if rule.pattern is not None:
                 self._index.add(rule.pattern.parts, rule)
 
+    @property
+    def rules(self) -> list[Rule]:
+        """Every rule, those filed for later built now."""
+        for first in list(self._later):
+            self._take(first)
+        return self._rules
+
+    @property
+    def user_rules(self) -> list[Rule]:
+        """The rules of user policy files (a Later holds shipped rules only, so none is waiting to be built)."""
+        return [r for r in self._rules if r.layer == USER_LAYER]
+
+    def _take(self, first: str) -> None:
+        """File the rules kept for paths under ``first``. The key is dropped from ``_later`` only after they are
+        filed, so a thread that still sees it there waits here instead of rating with half of them."""
+        with self._taking:
+            build = self._later.get(first)
+            if build is None:
+                return
+            made = build()
+            for rule in made:
+                if rule.pattern is not None:
+                    self._index.add(rule.pattern.parts, rule)
+            self._rules.extend(made)
+            del self._later[first]
+
     def candidates(self, parts: Path) -> Iterator[Rule]:
         """The rules that could match ``parts`` (a superset of those that do; each checked by precedence)."""
-        return self._index.candidates(parts) if parts else iter(())
+        if not parts:
+            return iter(())
+        if parts[0] in self._later:
+            self._take(parts[0])
+        return self._index.candidates(parts)
+
+    def _spelling_now(self) -> _Spelling:
+        if self._spelling is None:
+            loaded = (part for r in list(self._rules) if r.pattern is not None for part in r.pattern.parts)
+            self._spelling = _Spelling(itertools.chain(loaded, self._later_parts))
+        return self._spelling
 
     def rule_for(self, parts: Path) -> Rule | None:
         """The winning rule for ``parts``. A key no rule spells (a GPU's bus id, an argument's name, an env
@@ -518,13 +560,12 @@ class Policy:
         out = self._canonical_keys.get(key)
         if out is not None:
             return out
-        if self._spelling is None:
-            self._spelling = _Spelling(self.rules)
-        if not key or "*" in key or key in self._spelling.literals:
+        spelling = self._spelling_now()
+        if not key or "*" in key or key in spelling.literals:
             out = key
-        elif not self._spelling.may_glob(key):
+        elif not spelling.may_glob(key):
             out = _UNSPELT
-        elif taken := self._spelling.globs(key):
+        elif taken := spelling.globs(key):
             if len(self._by_globs) >= self.CACHE_MAX:
                 self._by_globs.clear()
             out = self._by_globs.setdefault(taken, key)
@@ -545,11 +586,10 @@ class Policy:
             return self._spelt_keys[key]
         except KeyError:
             pass
-        if self._spelling is None:
-            self._spelling = _Spelling(self.rules)
+        spelling = self._spelling_now()
         if len(self._spelt_keys) >= self.CACHE_MAX:
             self._spelt_keys.clear()
-        spelt = self._spelt_keys[key] = self._spelling.names(key)
+        spelt = self._spelt_keys[key] = spelling.names(key)
         return spelt
 
     def _rate_region(self, region: Path) -> Rule | None:
@@ -573,12 +613,12 @@ _NOT_YET = object()
 
 
 class _Spelling:
-    """The keys a set of rules names: literal pattern keys, and globs filed by their first piece (or, where that is
-    empty, by their last piece reversed); ``*a*`` is a substring test, any other glob empty at both ends is always
-    tried."""
+    """The keys a set of rules names (``parts``: every key of their patterns): literal pattern keys, and globs
+    filed by their first piece (or, where that is empty, by their last piece reversed); ``*a*`` is a substring
+    test, any other glob empty at both ends is always tried."""
 
-    def __init__(self, rules: Iterable[Rule]):
-        parts = {part for r in rules if r.pattern is not None for part in r.pattern.parts}
+    def __init__(self, parts: Iterable[str]):
+        parts = set(parts)
         self.literals = {p for p in parts if "*" not in p}
         self.first, self.last = Prefixed(), Prefixed()
         self.inner: list[tuple[str, ...]] = []
@@ -686,36 +726,99 @@ def _read_toml(text: str, origin: str) -> dict[str, Any]:
 #: layer, checked once per content by parse_rules when the copy is made; ``_ROWS_FORMAT`` names this layout.
 _ROW = ("path", "severity", "reason", "tolerance", "compare", "one_side", "absolute", "source", "floor",
         "above_floor", "rated_by", "when_same", "listed_in", "unlisted_patch")
-_ROWS_FORMAT = "rules-1"
+_ROWS_FORMAT = "rules-2"
 
 
 def _rows(doc: dict[str, Any], origin: str) -> dict[str, Any]:
-    """A shipped document's rules, every check of parse_rules passed, as rows of _ROW."""
+    """A shipped document's rules, every check of parse_rules passed, as rows of _ROW; with each pattern's first
+    key and every key the patterns name (what a Policy needs of the rules it builds later: Later)."""
+    rules = parse_rules(doc, origin, DEFAULT_LAYER)
     return {"format": _ROWS_FORMAT,
-            "rows": [[getattr(rule, name) for name in _ROW] for rule in parse_rules(doc, origin, DEFAULT_LAYER)]}
+            "rows": [[getattr(rule, name) for name in _ROW] for rule in rules],
+            "first": [rule.pattern.parts[0] for rule in rules],  # type: ignore[union-attr]
+            "parts": sorted({part for rule in rules for part in rule.pattern.parts})}  # type: ignore[union-attr]
+
+
+class Later(NamedTuple):
+    """Rules kept as data until a path under their pattern's literal first key is rated: ``build[key]`` makes
+    them; ``parts`` is every key their patterns name, so that a Policy spells keys alike before and after."""
+
+    build: Mapping[str, Callable[[], list[Rule]]]
+    parts: frozenset[str]
+
+
+class _Shipped(NamedTuple):
+    """The shipped rules as read: each rule's file and row of _ROW, its pattern's first key, and every key the
+    patterns name."""
+
+    rows: tuple[tuple[str, list[Any]], ...]
+    first: tuple[str, ...]
+    parts: frozenset[str]
+
+
+def _valid(kept: Any) -> bool:
+    return (isinstance(kept, dict) and kept.get("format") == _ROWS_FORMAT and isinstance(kept.get("rows"), list)
+            and isinstance(kept.get("first"), list) and len(kept["first"]) == len(kept["rows"])
+            and isinstance(kept.get("parts"), list))
 
 
 @functools.lru_cache(maxsize=1)
-def default_rules() -> tuple[Rule, ...]:
-    """The shipped rules: default_policy.toml and the environment variable table (variables.toml), one layer;
-    read once per process, and parsed and checked once per content (their rows are kept beside the bytecode by
-    hoststate.parsed, so a process builds the rules from JSON instead of parsing 200 kB of TOML)."""
+def _shipped() -> _Shipped:
+    """default_policy.toml and the environment variable table (variables.toml), read once per process, and parsed
+    and checked once per content (their rows are kept beside the bytecode by hoststate.parsed, so a process reads
+    JSON instead of parsing 200 kB of TOML)."""
     from hoststate.parsed import parse_once
 
-    rules: list[Rule] = []
+    rows: list[tuple[str, list[Any]]] = []
+    first: list[str] = []
+    parts: set[str] = set()
     for name in (DEFAULT_VARIABLES, DEFAULT_POLICY):
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name)  # shipped beside this module
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
         kept = parse_once(path, text, lambda t, n=name: _rows(_read_toml(t, n), n), form=_ROWS_FORMAT)
-        if kept.get("format") != _ROWS_FORMAT or not isinstance(kept.get("rows"), list):
+        if not _valid(kept):
             kept = _rows(_read_toml(text, name), name)  # not a copy this layout reads
-        for (rule_path, severity, reason, tolerance, compare, one_side, absolute, source, floor, above_floor,
-             rated_by, when_same, listed_in, unlisted_patch) in kept["rows"]:
-            rules.append(Rule(rule_path, severity, reason, tolerance, compare, name, Pattern(split_path(rule_path)),
-                              one_side, DEFAULT_LAYER, absolute, source, floor, above_floor, rated_by, when_same,
-                              listed_in, unlisted_patch))
-    return tuple(rules)
+        rows.extend((name, row) for row in kept["rows"])
+        first.extend(kept["first"])
+        parts.update(kept["parts"])
+    return _Shipped(tuple(rows), tuple(first), frozenset(parts))
+
+
+@functools.cache
+def _rule(index: int) -> Rule:
+    """The shipped rule of row ``index``, built once: default_rules and every Policy share it."""
+    origin, (rule_path, severity, reason, tolerance, compare, one_side, absolute, source, floor, above_floor,
+             rated_by, when_same, listed_in, unlisted_patch) = _shipped().rows[index]
+    return Rule(rule_path, severity, reason, tolerance, compare, origin, Pattern(split_path(rule_path)), one_side,
+                DEFAULT_LAYER, absolute, source, floor, above_floor, rated_by, when_same, listed_in, unlisted_patch)
+
+
+@functools.lru_cache(maxsize=1)
+def default_rules() -> tuple[Rule, ...]:
+    """The shipped rules, one layer, in the order of their files."""
+    return tuple(map(_rule, range(len(_shipped().rows))))
+
+
+def _build(indexes: list[int]) -> list[Rule]:
+    return list(map(_rule, indexes))
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_split() -> tuple[list[Rule], Later]:
+    """The shipped rules as a Policy takes them: built, those whose pattern starts with a wildcard or a glob (they
+    can match under any key); kept for later, the others by their first key. A snapshot rated key by key builds
+    only the rules of the tables it has: a host without a vLLM server never builds the 2,000 rules of ``vllm``
+    and ``env``."""
+    shipped = _shipped()
+    now: list[Rule] = []
+    later: dict[str, list[int]] = {}
+    for index, first in enumerate(shipped.first):
+        if "*" in first:
+            now.append(_rule(index))
+        else:
+            later.setdefault(first, []).append(index)
+    return now, Later({first: functools.partial(_build, rows) for first, rows in later.items()}, shipped.parts)
 
 
 def load_policy(files: list[str] | tuple[str, ...] = ()) -> Policy:
@@ -731,15 +834,15 @@ def load_policy(files: list[str] | tuple[str, ...] = ()) -> Policy:
         except UnicodeDecodeError as err:
             raise PolicyError("policy is not UTF-8 text", name) from err
         rules.extend(parse_rules(_read_toml(text, name), name))
-    rules.extend(default_rules())
-    return Policy(rules)
+    shipped, later = _shipped_split()
+    return Policy(rules + shipped, later)
 
 
 @functools.lru_cache(maxsize=1)
 def default_policy() -> Policy:
     """The shipped rules' Policy, built once per process (a snap's warm thread builds it while the collectors run;
     its rules and matching caches are shared by the digest and every diff without user rules)."""
-    return Policy(list(default_rules()))
+    return Policy(*_shipped_split())
 
 
 def unmatched_rules(rules: Iterable[Rule], *snapshots: Mapping[str, Any]) -> list[Rule]:

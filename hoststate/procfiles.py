@@ -32,8 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hoststate.io import Reader, decode, reason_of
 
@@ -113,8 +112,7 @@ def gone(pid: int, proc: str = "/proc") -> bool:
 # Identities
 
 
-@dataclass(frozen=True)
-class Creds:
+class Creds(NamedTuple):
     """One identity a process holds: the uid and gid its reads are checked against, and its groups."""
 
     uid: int

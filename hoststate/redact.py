@@ -35,9 +35,7 @@ import re
 import shlex
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
-from urllib.parse import quote, unquote
+from typing import Any, NamedTuple
 
 from hoststate import gitleaks
 from hoststate.text import MAX_NESTING, NESTED_TOO_DEEPLY
@@ -117,12 +115,12 @@ KEY_QUALIFIERS: frozenset[str] = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class ValueRule:
+class ValueRule(NamedTuple):
     """One secret shape: ``pattern`` is replaced by ``replacement`` (which may keep a prefix group)."""
 
     name: str
-    pattern: re.Pattern[str]
+    #: The regular expression, compiled (value_pattern) the first time a text holds one of the hints.
+    pattern: str
     replacement: str | Callable[[re.Match[str]], str]
     #: Lower-case literals one of which every match contains: a text without any is not scanned (speed).
     hints: tuple[str, ...] = ()
@@ -130,7 +128,14 @@ class ValueRule:
 
 def _rule(name: str, pattern: str, replacement: str, hints: str) -> ValueRule:
     default = _bare_userinfo if name == "userinfo-no-scheme" else _to_last_at
-    return ValueRule(name, re.compile(pattern), replacement or default, tuple(hints.split()))
+    return ValueRule(name, pattern, replacement or default, tuple(hints.split()))
+
+
+@functools.cache
+def value_pattern(pattern: str) -> re.Pattern[str]:
+    """A VALUE_RULES pattern, compiled at its first use: compiling all of them at import took 3 ms of each snap,
+    whose texts meet the hints of a few."""
+    return re.compile(pattern)
 
 
 #: What follows the '@' of ``user:password@host``: a host name, then a port, a path or the end of the word.
@@ -665,7 +670,7 @@ def _redact_shapes(text: str) -> str:
         done = _tokens().sub(REDACTED, done)
         for rule in VALUE_RULES:
             if any(hint in lower for hint in rule.hints):
-                done = rule.pattern.sub(rule.replacement, done)
+                done = value_pattern(rule.pattern).sub(rule.replacement, done)
         if done == text:
             break
         text = done
@@ -682,6 +687,8 @@ def _redact_encoded(text: str, depth: int) -> str:
     decoded, redacted as text, and encoded again when a secret was found in it."""
     if not _ENCODED_SEPARATOR.search(text):
         return text
+    from urllib.parse import quote, unquote  # here: most texts hold no encoded word, and its import is 1-2 ms
+
     def one(m: re.Match[str]) -> str:
         word = m.group()
         if not _ENCODED_SEPARATOR.search(word):
@@ -1051,6 +1058,8 @@ def url_secrets(url: str) -> list[str]:
     """The secret parts of a URL as written: the password of ``user:pass@`` (or a bare token as user name)
     and the values of secret query and fragment parameters, so that a message repeating any part of the URL
     can be cleaned with redact_mentions."""
+    from urllib.parse import unquote
+
     found: list[str] = []
     where = _userinfo_at(url)
     if where:

@@ -39,16 +39,27 @@ runpy.run_module("hoststate", run_name="__main__", alter_sys=True)
 """
 
 
-def loaded(tmp_path: Path, *args: str, env: dict[str, str | None] | None = None) -> set[str]:
+def loaded(tmp_path: Path, *args: str, env: dict[str, str | None] | None = None, site: bool = True) -> set[str]:
     """The modules a fresh process of ``hoststate ARGS`` has loaded when it exits (``env``: variables set, or
-    unset where None)."""
+    unset where None). Without ``site`` the interpreter runs no start-up hooks (``-S``: an editable install's
+    ``.pth`` finder imports pathlib and urllib.parse before any command), and finds the installed packages by
+    their folders on PYTHONPATH."""
     out = tmp_path / "modules.json"
-    merged = {**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})}
+    path = PYTHONPATH if site else os.pathsep.join([PYTHONPATH, *sysconfig_paths()])
+    merged = {**os.environ, "PYTHONPATH": path, **(env or {})}
     env = {k: v for k, v in merged.items() if v is not None}
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(out), *args], capture_output=True, text=True,
+    flags = [] if site else ["-S"]
+    proc = subprocess.run([sys.executable, *flags, "-c", RUNNER, str(out), *args], capture_output=True, text=True,
                           env=env, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr
     return set(json.loads(out.read_text()))
+
+
+def sysconfig_paths() -> list[str]:
+    """The folders the installed packages (click, tomli-w, hoststate when installed) are in."""
+    import sysconfig
+
+    return sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +81,19 @@ def test_the_runner_sees_what_a_command_loads(tmp_path: Path) -> None:
     assert {"hoststate.capture", "hoststate.digest", "hoststate.policy", "click"} <= mods
 
 
+#: Standard modules a snap without a server has no use for (docs/performance.md): a temporary file's name needs
+#: no ``secrets``, a path no ``pathlib``, and addresses and URLs (``ipaddress``, ``urllib.parse``) are parsed
+#: only where a server is looked for or a text holds an encoded word.
+NOT_SNAP_STDLIB = ("secrets", "pathlib", "ipaddress", "urllib.parse")
+
+
 def test_snap_loads_no_verdict_module_and_no_vllm_parser_without_a_server(tmp_path: Path) -> None:
     mods = loaded(tmp_path, "snap", "-q", "--root", str(TREE))
     assert not mods & set(NOT_SNAP), sorted(mods & set(NOT_SNAP))
     assert not mods & set(VLLM_PARSERS), sorted(mods & set(VLLM_PARSERS))
+    bare = loaded(tmp_path, "snap", "-q", "--root", str(TREE), site=False)
+    assert "hoststate.collectors.system" in bare
+    assert not bare & set(NOT_SNAP_STDLIB), sorted(bare & set(NOT_SNAP_STDLIB))
     assert not any(m.startswith(("deepdiff", "urllib.request", "http.client")) for m in mods)
 
 

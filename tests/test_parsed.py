@@ -157,6 +157,9 @@ def test_the_shipped_rules_built_from_their_rows_are_the_rules_the_toml_gives() 
     assert [r.pattern.parts for r in built] == [r.pattern.parts for r in parsed_now]
     fields = {f.name for f in dataclasses.fields(policy.Rule)}
     assert fields == {*policy._ROW, "origin", "pattern", "layer"}  # every field is in the row or rebuilt
+    # what a Policy files the rules it builds later by, and spells keys with, is what the rules' patterns give
+    assert policy._shipped().first == tuple(r.pattern.parts[0] for r in parsed_now)
+    assert policy._shipped().parts == {part for r in parsed_now for part in r.pattern.parts}
 
 
 def test_the_gitleaks_table_from_its_copy_is_the_toml_and_a_snap_parses_no_toml(tmp_path: Path) -> None:
@@ -174,7 +177,7 @@ def test_the_gitleaks_table_from_its_copy_is_the_toml_and_a_snap_parses_no_toml(
     from hoststate import gitleaks
     from hoststate.snapshot import toml_loads
 
-    shipped = toml_loads(gitleaks.TABLE.read_text(encoding="utf-8"))
+    shipped = toml_loads(Path(gitleaks.TABLE).read_text(encoding="utf-8"))
     assert runs[0][0] == runs[1][0] == json.dumps(shipped, sort_keys=True) and len(shipped["rule"]) > 200
     assert runs[0][1] == runs[1][1] and "a1B2" not in runs[1][1]
     assert runs[1][2] == "[]"

@@ -66,6 +66,86 @@ def test_keys_taken_by_the_same_globs_share_one_answer_and_it_is_the_right_one()
         assert shared > 100  # the shortcut was taken
 
 
+def _every_rule_path() -> list[tuple[str, ...]]:
+    """Paths that every shipped rule matches (with keys other rules take too), and the real snapshots' leaves."""
+    from tests.test_verdict_properties import instances
+
+    fills = ["w", "", "vllm", "NCCL_x", "x_pending", "7"]
+    paths = {path for r in default_rules() for fill in fills for path in instances(r.pattern.parts, fill) if path}
+    for name in ("h200-snapshot.toml", "h200-host2-snapshot.toml"):
+        paths |= {parts for parts, _ in leaves(load(str(FIXTURES / "real" / name)))}
+    return sorted(paths)
+
+
+def test_a_policy_that_builds_its_tables_rules_later_rates_every_path_as_one_built_at_once() -> None:
+    """The shipped Policy builds a table's rules when a path under that table is first rated (Later); for every
+    path any shipped rule matches, in two orders (so a table's rules are built at different moments), it picks
+    the rule and severity that a Policy given every rule at once picks."""
+    from hoststate.policy import Policy, _shipped_split
+
+    paths = _every_rule_path()
+    eager = Policy(default_rules())
+    assert len(paths) > 5000
+    for order in (paths, paths[::-1]):
+        lazy = Policy(*_shipped_split())
+        assert {"vllm", "env", "gpu", "system"} <= set(lazy._later)
+        for parts in order:
+            assert lazy.rule_for(parts) is eager.rule_for(parts), parts
+        assert not lazy._later and len(lazy.rules) == len(eager.rules)
+
+
+def test_threads_rating_at_once_wait_for_a_table_being_built_instead_of_rating_with_part_of_it() -> None:
+    """Eight threads rate every path at once on one fresh Policy whose tables build slowly: a thread that meets a
+    table another thread is building waits for it, so every answer is the one a Policy built at once gives."""
+    from hoststate.policy import Later, Policy, _shipped_split
+
+    now, later = _shipped_split()
+
+    def slow(build: Any) -> Any:
+        def made() -> list[Rule]:
+            rules = build()
+            time.sleep(0.02)  # the window in which another thread meets the table half filed, were it published early
+            return rules
+        return made
+
+    paths = _every_rule_path()
+    eager = Policy(default_rules())
+    expected = {parts: eager.rule_for(parts) for parts in paths}
+    lazy = Policy(now, Later({k: slow(b) for k, b in later.build.items()}, later.parts))
+    start = threading.Barrier(8)
+    wrong: list[tuple[str, ...]] = []
+
+    def rate(shift: int) -> None:
+        start.wait()
+        order = paths[shift * len(paths) // 8:] + paths[: shift * len(paths) // 8]
+        wrong.extend(parts for parts in order if lazy.rule_for(parts) is not expected[parts])
+
+    threads = [threading.Thread(target=rate, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == [] and not lazy._later
+
+
+def test_the_digest_of_a_host_without_a_server_builds_none_of_the_servers_rules() -> None:
+    """The digest rates only the tables a snapshot has: a host without a vLLM server (a Slurm prolog's, a
+    DaemonSet's) leaves the 2,000 rules of ``vllm`` and ``env`` unbuilt; rating one server path builds them."""
+    from hoststate.digest import digest
+
+    snap = load(str(FIXTURES / "snapshots" / "seed-baseline.toml"))
+    snap = {k: v for k, v in snap.items() if k not in ("vllm", "env")}
+    default_policy.cache_clear()
+    try:
+        digest(snap)
+        policy = default_policy()
+        assert {"vllm", "env"} <= set(policy._later) and "system" not in policy._later
+        assert policy.severity(("vllm", "args", "enforce_eager")) == "invalidating"
+        assert "vllm" not in policy._later
+    finally:
+        default_policy.cache_clear()
+
+
 def _without_times(snap: dict[str, Any]) -> dict[str, Any]:
     snap = {k: v for k, v in snap.items() if k != "hoststate"}
     snap["collectors"] = {k: {f: x for f, x in v.items() if f != "took_ms"} for k, v in snap["collectors"].items()}
@@ -174,7 +254,7 @@ def test_prefixed_gives_exactly_the_items_whose_key_is_the_key_or_a_prefix_of_it
 def test_spelling_finds_every_glob_that_takes_a_key_and_rules_out_only_keys_none_takes(patterns, keys) -> None:
     """_Spelling.globs against glob_key over every glob; may_glob False only where no glob takes the key."""
     rules = [Rule(path=p, severity="info", reason="r", pattern=compile_pattern((p,))) for p in patterns]
-    spelling = _Spelling(rules)
+    spelling = _Spelling(p for r in rules for p in r.pattern.parts)
     every = {tuple(p.split("*")) for p in patterns if "*" in p and p not in ("*", "**")}
     for key in keys:
         expected = frozenset(pieces for pieces in every if glob_key(pieces, key))
@@ -221,9 +301,9 @@ def test_a_guard_builds_the_shipped_policy_once_in_the_snaps_warm_thread(tmp_pat
     built: list[str] = []
     real = policy.Policy.__init__
 
-    def counted(self: policy.Policy, rules: list[Rule]) -> None:
+    def counted(self: policy.Policy, rules: list[Rule], later: policy.Later | None = None) -> None:
         built.append(threading.current_thread().name)
-        real(self, rules)
+        real(self, rules, later)
 
     monkeypatch.setattr(policy.Policy, "__init__", counted)
     default_policy.cache_clear()
@@ -265,3 +345,41 @@ def test_the_command_skips_the_exits_collections_and_collects_the_young_less_oft
         assert "dsa" in done.stdout and done.stderr == ""
     else:
         assert name in done.stderr
+
+
+#: The dataclasses a snap's modules define: each is a mutable record (Section, Context, a server's parsed
+#: arguments), needs per-field options (Listener's fields left out of equality, Rule's pattern) or is part of the
+#: library's API (SnapOptions). CPython 3.11 takes 0.5-1.5 ms to define one (each generated method is compiled
+#: by ``exec``), 14 ms for the 18 a snap once defined; an immutable record without such needs is a NamedTuple
+#: (0.15 ms).
+SNAP_DATACLASSES = {"hoststate.collectors.Section", "hoststate.collectors.Context", "hoststate.capture.SnapOptions",
+                    "hoststate.policy.Rule", "hoststate.collectors.packages.ServerPython",
+                    "hoststate.collectors.vllm.discovery.Proc", "hoststate.collectors.vllm.discovery.Listener",
+                    "hoststate.collectors.vllm._Args", "hoststate.collectors.vllm._Server"}
+DATACLASSES_MADE = """
+import dataclasses, sys
+made = []
+real = dataclasses._process_class
+def counted(cls, *args):
+    made.append(f"{cls.__module__}.{cls.__qualname__}")
+    return real(cls, *args)
+dataclasses._process_class = counted
+from hoststate.cli import main
+try:
+    main(["snap", "--root", sys.argv[1], "--output", sys.argv[2], "--quiet"])
+finally:
+    print(" ".join(made))
+    print("secrets" in sys.modules)
+"""
+
+
+def test_a_snap_defines_only_the_dataclasses_that_need_to_be_one(tmp_path: pathlib.Path) -> None:
+    """Also: writing the snapshot names its temporary file without importing ``secrets`` (random, hmac: 2 ms)."""
+    proc = subprocess.run([sys.executable, "-c", DATACLASSES_MADE, str(HOSTS / "seed-baseline"),
+                           str(tmp_path / "s.toml")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    classes, secrets_imported = proc.stdout.splitlines()[-2:]
+    assert secrets_imported == "False"
+    made = set(classes.split())
+    assert (tmp_path / "s.toml").exists() and "hoststate.collectors.Section" in made, proc.stderr
+    assert made <= SNAP_DATACLASSES, sorted(made - SNAP_DATACLASSES)

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from hoststate.snapshot import NAMES, STATUSES  # noqa: F401 - re-exported: the registry speaks the file contract
 
@@ -65,8 +65,7 @@ class Context:
         return self.root in ("", "/")
 
 
-@dataclass(frozen=True)
-class CollectorInfo:
+class CollectorInfo(NamedTuple):
     name: str
     module: str
     description: str

@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from hoststate import procfiles
 from hoststate.collectors import Context, Section
@@ -220,6 +219,8 @@ def _identity(ctx: Context, data: dict[str, Any], args: dict[str, Any] | None, l
     elif log and isinstance(log.config.get("model"), str):
         data["model"] = redact_value(log.config["model"])
     if url and "port" not in data:
+        from urllib.parse import urlsplit  # here: only --vllm-url needs it (with ipaddress, 2.4 ms of each snap)
+
         with contextlib.suppress(ValueError):
             port = urlsplit(ctx.vllm_url or "").port
             if port:

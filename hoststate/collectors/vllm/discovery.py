@@ -15,16 +15,17 @@ user's process or an idle lookalike never decides what is described.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hoststate import procfiles
 from hoststate.io import Reader, reason_of
+
+if TYPE_CHECKING:  # ipaddress and urllib.parse are imported where a server is looked for, not by every snap
+    import ipaddress
 
 #: TCP state LISTEN as /proc/net/tcp prints it (include/net/tcp_states.h: TCP_LISTEN = 10).
 TCP_LISTEN = "0A"
@@ -218,6 +219,8 @@ def _address(hexaddr: str) -> str:
     raw = bytes.fromhex(hexaddr)
     if sys.byteorder == "little":
         raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    import ipaddress
+
     return str(ipaddress.ip_address(raw))
 
 
@@ -289,6 +292,8 @@ def _rank(s: Listener, v6: bool, server: ipaddress.IPv4Address | ipaddress.IPv6A
     """How the kernel's listener lookup ranks ``s`` for a connection to (server, port), or None when it cannot
     take it (net/ipv4/inet_hashtables.c ``inet_lhash2_lookup``, net/ipv6/inet6_hashtables.c): a socket bound to the
     exact address before a wildcard one; for IPv4, an IPv4 socket before a dual-stack IPv6 one."""
+    import ipaddress
+
     if s.port != port:
         return None
     bound = ipaddress.ip_address(s.address)
@@ -306,6 +311,7 @@ def accepting(found: list[Listener], family: int, server: tuple[str, int]) -> tu
     """(the listening sockets that accepted a connection of ``family`` to ``server``, None) or ([], why): one
     socket, or an SO_REUSEPORT group (the kernel requires one uid for those); sockets of several uids at the same
     rank cannot be told apart, so none is chosen (fail closed)."""
+    import ipaddress
     import socket
 
     addr = ipaddress.ip_address(server[0].split("%", 1)[0])
@@ -326,8 +332,7 @@ def _hostport(end: tuple[str, int]) -> str:
     return f"[{end[0]}]:{end[1]}" if ":" in end[0] else f"{end[0]}:{end[1]}"
 
 
-@dataclass(frozen=True)
-class Endpoint:
+class Endpoint(NamedTuple):
     """Where a connection to a local URL went: its family, the server's address and port as the connection has
     them (getpeername), the listening socket(s) that accepted it and the processes holding them."""
 
@@ -343,6 +348,8 @@ class Endpoint:
 
 def url_host_port(url: str) -> tuple[str | None, int | None, str | None]:
     """(host, port, None) of a URL, or (None, None, why)."""
+    from urllib.parse import urlsplit
+
     try:
         parts = urlsplit(url)
         return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), None
@@ -470,6 +477,8 @@ def is_local(host: str | None) -> bool:
         return False
     if host.lower().rstrip(".") == "localhost" or host.lower().rstrip(".").endswith(".localhost"):
         return True
+    import ipaddress
+
     try:
         addr = ipaddress.ip_address(host)
     except ValueError:
