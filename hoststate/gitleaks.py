@@ -35,6 +35,7 @@ import bisect
 import functools
 import os
 import re
+import threading
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -308,27 +309,63 @@ def _trie(words: list[str]) -> str:
     return f"(?:{body})?" if ends else body
 
 
-#: One scan for every keyword; for each keyword the rules of it and of every keyword it starts with (a scan
-#: reports the longest keyword at a position: ``sk_live`` there also means ``sk``); the rules without a keyword.
-KeywordIndex = tuple[re.Pattern[str], dict[str, tuple[int, ...]], tuple[int, ...]]
+#: Texts checked keyword by keyword before the one scan for every keyword is compiled. A check is one ``in`` per
+#: keyword (9 us a text on the VM, where the scan takes 3 us but 5-6 ms to compile), so the scan pays its compile
+#: back only after about 1,000 texts: a live host's snapshot holds 30-300.
+SCAN_AFTER = 512
+
+
+class KeywordIndex:
+    """The rules to run on a text, by the keywords in it: ``own`` each keyword's rules, ``always`` the rules
+    without a keyword. The first SCAN_AFTER texts are checked keyword by keyword; after that, one compiled scan
+    reports the longest keyword at each position, and ``runs`` holds the rules of that keyword and of every keyword
+    it starts with (``sk_live`` there also means ``sk``). Both give the rules of every keyword the text holds."""
+
+    def __init__(self, keyword_lists: Sequence[Sequence[str]]) -> None:
+        by_keyword: dict[str, list[int]] = {}
+        always: list[int] = []
+        for i, words in enumerate(keyword_lists):
+            words = [w for w in words if w]
+            if not words:
+                always.append(i)
+            for word in words:
+                by_keyword.setdefault(word, []).append(i)
+        self.own = {w: tuple(rules) for w, rules in sorted(by_keyword.items())}
+        self.always = tuple(always)
+        self.checked = 0  # texts checked without the scan (a race only moves the switch: both give the same rules)
+        self._scan: tuple[re.Pattern[str], dict[str, tuple[int, ...]]] | None = None
+        self._compiling = threading.Lock()
+
+    def rules(self, folded: str, scan: bool = False) -> set[int]:
+        """The rules to run on the case-folded text; ``scan``: by the compiled scan whatever the count."""
+        ran = set(self.always)
+        if self._scan is None and not scan and self.checked < SCAN_AFTER:
+            self.checked += 1
+            for word, rules in self.own.items():
+                if word in folded:
+                    ran.update(rules)
+            return ran
+        pattern, runs = self._scan or self._compile()
+        for m in pattern.finditer(folded):
+            if m.group(1):
+                ran.update(runs[m.group(1)])
+        return ran
+
+    def _compile(self) -> tuple[re.Pattern[str], dict[str, tuple[int, ...]]]:
+        with self._compiling:
+            if self._scan is None:
+                own = self.own
+                # a keyword's prefixes that are keywords, by lookup (a keyword is at most tens of characters; a
+                # scan of every pair of the 242 keywords cost more than compiling the scan)
+                runs = {w: tuple(sorted({i for j in range(1, len(w) + 1) for i in own.get(w[:j], ())})) for w in own}
+                self._scan = re.compile("(?=(" + _trie(list(own)) + "))"), runs
+            return self._scan
 
 
 def keyword_index(keyword_lists: Sequence[Sequence[str]]) -> KeywordIndex:
     """The index of rules whose keywords (case-folded) are ``keyword_lists[i]``; a rule without one runs on
     every text, as gitleaks runs it."""
-    by_keyword: dict[str, list[int]] = {}
-    always: list[int] = []
-    for i, words in enumerate(keyword_lists):
-        words = [w for w in words if w]
-        if not words:
-            always.append(i)
-        for word in words:
-            by_keyword.setdefault(word, []).append(i)
-    ordered = sorted(by_keyword)
-    # a keyword's prefixes that are keywords, by lookup (a keyword is at most tens of characters; a scan of every
-    # pair of the 242 keywords cost more than compiling the scan)
-    runs = {w: tuple(sorted({i for j in range(1, len(w) + 1) for i in by_keyword.get(w[:j], ())})) for w in ordered}
-    return re.compile("(?=(" + _trie(ordered) + "))"), runs, tuple(always)
+    return KeywordIndex(keyword_lists)
 
 
 @functools.cache
@@ -341,15 +378,10 @@ def prepare() -> None:
     _keyword_index()
 
 
-def rules_for(folded: str, index: KeywordIndex | None = None) -> set[int]:
+def rules_for(folded: str, index: KeywordIndex | None = None, scan: bool = False) -> set[int]:
     """The indexes (into ``rows()``, or into the lists ``index`` was made of) of the rules one of whose keywords
-    occurs in the case-folded text, and of those without a keyword."""
-    scan, runs, always = _keyword_index() if index is None else index
-    ran = set(always)
-    for m in scan.finditer(folded):
-        if m.group(1):
-            ran.update(runs[m.group(1)])
-    return ran
+    occurs in the case-folded text, and of those without a keyword (``scan``: found by the compiled scan)."""
+    return (_keyword_index() if index is None else index).rules(folded, scan)
 
 
 def secret_spans(text: str, folded: str | None = None) -> list[tuple[int, int]]:

@@ -354,25 +354,71 @@ def _token_pattern(formats: tuple[tuple[str, str, str, int], ...]) -> re.Pattern
     return re.compile(r"(?<!\w)(?:" + "|".join(branches) + ")")
 
 
-@functools.cache
-def _tokens() -> re.Pattern[str]:
-    """TOKEN_FORMATS' pattern, compiled at first use (importing this module stays cheap)."""
-    return _token_pattern(TOKEN_FORMATS)
-
-
 _PREPARING = threading.Lock()
 
 
+_TOKEN_PATTERN: list[re.Pattern[str]] = []
+
+
+def _tokens() -> re.Pattern[str]:
+    """TOKEN_FORMATS' pattern, compiled at first use (3 ms on the VM; importing this module stays cheap), once,
+    though two sections' threads may ask at the same moment."""
+    if not _TOKEN_PATTERN:
+        with _PREPARING:
+            if not _TOKEN_PATTERN:
+                _TOKEN_PATTERN.append(_token_pattern(TOKEN_FORMATS))
+    return _TOKEN_PATTERN[0]
+
+
+@functools.cache
+def _token_literals() -> tuple[str, ...]:
+    """The lower-cased prefixes of TOKEN_FORMATS, none starting with another (where a longer one starts, so does
+    the shorter)."""
+    found = {prefix.removesuffix("(?i)").lower() for _rule_id, prefix, _body, _least in TOKEN_FORMATS}
+    return tuple(sorted(lit for lit in found if not any(other != lit and lit.startswith(other) for other in found)))
+
+
+def may_hold_token(text: str) -> bool:
+    r"""False only when ``_tokens()`` cannot match ``text``: no TOKEN_FORMATS prefix starts in it where the pattern
+    lets a token start, not after a word character (``(?<!\w)``: a UUID's ``e8a3-`` does not start ``a3-``).
+    Non-ASCII text always may: its ``\w`` and case folding reach past ASCII (the long s matches ``s`` without
+    case)."""
+    if not text.isascii():
+        return True
+    lower = text.lower()
+    for lit in _token_literals():
+        at = lower.find(lit)
+        while at >= 0:
+            if at == 0 or not (lower[at - 1].isalnum() or lower[at - 1] == "_"):
+                return True
+            at = lower.find(lit, at + 1)
+    return False
+
+
+#: Texts checked for a token prefix (may_hold_token: 5 us a text on the VM) before every text goes to the pattern.
+_token_checks = 0
+
+
+def _sub_tokens(text: str) -> str:
+    """``text`` with every TOKEN_FORMATS match redacted. The first gitleaks.SCAN_AFTER texts go to the pattern only
+    when they may hold a token, so a snapshot of a few hundred texts without one never compiles it."""
+    global _token_checks
+    if _token_checks < gitleaks.SCAN_AFTER:
+        _token_checks += 1  # a race only moves the switch: both ways redact the same
+        if not may_hold_token(text):
+            return text
+    return _tokens().sub(REDACTED, text)
+
+
 def prepare() -> None:
-    """Build what redaction makes on first use (the gitleaks rules' keyword index, the token pattern: 10-30 ms)
-    once: a thread that comes while another builds them waits for that build instead of making its own
-    (hoststate.capture builds them in its warm thread while the collectors run, and redacts each section)."""
+    """Build what redaction needs before its first text (the gitleaks rule table and its keywords: the compiled
+    scans wait for a text that needs them) once: a thread that comes while another builds them waits for that
+    build instead of making its own (hoststate.capture builds them in its warm thread while the collectors run,
+    and redacts each section)."""
     from hoststate.gitleaks import prepare as prepare_gitleaks
 
     with _PREPARING:
         prepare_gitleaks()
-        _tokens()
-
 
 
 #: Lower-case literals one of which every secret key contains (SECRET_KEY_WORDS and friends, CREDENTIAL_NAMES).
@@ -667,7 +713,7 @@ def _redact_shapes(text: str) -> str:
     for _ in range(3):
         lower = text.lower()
         done = gitleaks.redact(text, REDACTED)
-        done = _tokens().sub(REDACTED, done)
+        done = _sub_tokens(done)
         for rule in VALUE_RULES:
             if any(hint in lower for hint in rule.hints):
                 done = value_pattern(rule.pattern).sub(rule.replacement, done)

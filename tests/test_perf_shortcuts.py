@@ -273,8 +273,11 @@ _PIECES = st.one_of(st.sampled_from(_GITLEAKS_WORDS), st.sampled_from(_GITLEAKS_
 @given(st.lists(_PIECES, max_size=10).map("".join))
 @example(text="sk_live_x")  # ``sk`` and ``sk_live`` are both keywords where one match reports the longest
 def test_the_keyword_scan_runs_exactly_the_rules_whose_keyword_occurs(text: str) -> None:
+    """Both ways: keyword by keyword (a fresh index, its first texts) and by the compiled scan."""
     expected = {i for i, row in enumerate(gitleaks.rows()) if any(k in text for k in gitleaks.keywords(row))}
-    assert gitleaks.rules_for(text) == expected
+    fresh = gitleaks.keyword_index([gitleaks.keywords(row) for row in gitleaks.rows()])
+    assert fresh.rules(text) == expected and fresh._scan is None
+    assert gitleaks.rules_for(text, scan=True) == expected
 
 
 @settings(max_examples=300, deadline=None)
@@ -284,6 +287,43 @@ def test_a_keyword_index_runs_the_rules_whose_keyword_occurs_and_those_without_o
     """Any table: keywords that are prefixes of others, repeated, empty; a rule without a keyword runs always."""
     expected = {i for i, words in enumerate(lists) if any(w in text for w in words if w) or not any(lists[i])}
     assert gitleaks.rules_for(text, gitleaks.keyword_index(lists)) == expected
+    assert gitleaks.rules_for(text, gitleaks.keyword_index(lists), scan=True) == expected
+
+
+#: Pieces of texts around token prefixes: each prefix in three cases and with the long s and the Kelvin sign
+#: (which a prefix matched without case takes as ``s`` and ``k``), word and separator characters, and characters
+#: whose case folding or ``\w`` reach past ASCII.
+_TOKEN_PIECES = st.one_of(
+    st.sampled_from(sorted({p.removesuffix("(?i)") for _i, p, _b, _n in redact.TOKEN_FORMATS})).flatmap(
+        lambda p: st.sampled_from([p, p.lower(), p.upper(), p.replace("s", "\u017f").replace("k", "\u212a")])),
+    st.text(alphabet="aZ9_-./=: ", max_size=4), st.sampled_from(["\u017f", "\u212a", "\u00e9", "x" * 40, "A1" * 30]))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_TOKEN_PIECES, max_size=8).map("".join))
+@example(text="id e8a3-" + "a" * 40)  # a prefix inside a word (a UUID's piece) cannot start a token
+@example(text="gl\u017fa_" + "a" * 40)  # glsa_ matched without case
+def test_a_text_without_a_token_prefix_where_a_token_may_start_holds_no_token(text: str) -> None:
+    """may_hold_token is False only for texts the token pattern does not match, so skipping them loses nothing."""
+    assert redact.may_hold_token(text) or not redact._tokens().search(text), text
+
+
+def test_a_few_hundred_texts_compile_neither_scan_and_more_compile_both(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshot of a fixture host is redacted without compiling the keyword scan or the token pattern (a text
+    is checked keyword by keyword, prefix by prefix); after SCAN_AFTER texts both are compiled and used, so a
+    large snapshot pays their compile once instead of the checks on every text. Each text redacts alike."""
+    monkeypatch.setattr(redact, "_TOKEN_PATTERN", [])
+    monkeypatch.setattr(redact, "_token_checks", 0)
+    gitleaks._keyword_index.cache_clear()
+    try:
+        snap = collect(Context(root=str(HOSTS / "seed-baseline")), ("system", "packages"))
+        assert snap["system"] and gitleaks._keyword_index()._scan is None and redact._TOKEN_PATTERN == []
+        texts = [f"line {n}: token ghp_{'a1B2' * 9} at host{n}" for n in range(gitleaks.SCAN_AFTER + 10)]
+        before = [redact.redact_text(t) for t in texts]
+        assert gitleaks._keyword_index()._scan is not None and redact._TOKEN_PATTERN
+        assert before == [redact.redact_text(t) for t in texts] and all("ghp_" not in t for t in before)
+    finally:
+        gitleaks._keyword_index.cache_clear()
 
 
 def test_a_guard_builds_the_shipped_policy_once_in_the_snaps_warm_thread(tmp_path: pathlib.Path,
