@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from hoststate import coverage
 from hoststate.gcpause import paused
@@ -331,8 +331,7 @@ def _differing(base: Mapping[str, Any], cur: Mapping[str, Any], missing: object,
 # -- coverage and unreadable -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Unknown:
+class Unknown(NamedTuple):
     """A region of a snapshot whose values are not known: a path (absolute; ``*`` and globs allowed; everything
     below it included) and why, from ``collectors.<name>`` (its status, or an ``unreadable`` entry)."""
 

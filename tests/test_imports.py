@@ -162,6 +162,9 @@ def test_reading_snapshots_loads_no_capture_module(tmp_path: Path, snapshots: tu
     mods = loaded(tmp_path, *args)
     assert {"show": "hoststate.render.show"}.get(command, f"hoststate.{command}") in mods
     assert not mods & set(CAPTURE), sorted(mods & set(CAPTURE))
+    bare = loaded(tmp_path, *args, site=False)  # the seed host's snapshots are ASCII: no character table is asked
+    assert "hoststate.render.text" in bare or command == "digest"
+    assert "unicodedata" not in bare
     assert not mods & {"hoststate.guard", "hoststate.fleet", "hoststate.watch", "hoststate.nvml_replay"}
 
 

@@ -396,6 +396,12 @@ SNAP_DATACLASSES = {"hoststate.collectors.Section", "hoststate.collectors.Contex
                     "hoststate.policy.Rule", "hoststate.collectors.packages.ServerPython",
                     "hoststate.collectors.vllm.discovery.Proc", "hoststate.collectors.vllm.discovery.Listener",
                     "hoststate.collectors.vllm._Args", "hoststate.collectors.vllm._Server"}
+#: What a guard adds: mutable results (the diff's, the guard's, the run's), WatchOptions (a default made per
+#: instance; the library's API), and the report's Elide and Name, told apart from each other and from text by
+#: their type (as tuples, ``Elide("x") == Name("x")``).
+GUARD_DATACLASSES = {"hoststate.diff.DiffResult", "hoststate.run.guard.GuardResult", "hoststate.run.flow.WatchedRun",
+                     "hoststate.run.flow.RunOutcome", "hoststate.run.flow.WatchOptions", "hoststate.render.text.Elide",
+                     "hoststate.render.text.Name"}
 DATACLASSES_MADE = """
 import dataclasses, sys
 made = []
@@ -406,20 +412,26 @@ def counted(cls, *args):
 dataclasses._process_class = counted
 from hoststate.cli import main
 try:
-    main(["snap", "--root", sys.argv[1], "--output", sys.argv[2], "--quiet"])
+    main(sys.argv[1:])
 finally:
     print(" ".join(made))
     print("secrets" in sys.modules)
 """
 
 
-def test_a_snap_defines_only_the_dataclasses_that_need_to_be_one(tmp_path: pathlib.Path) -> None:
-    """Also: writing the snapshot names its temporary file without importing ``secrets`` (random, hmac: 2 ms)."""
-    proc = subprocess.run([sys.executable, "-c", DATACLASSES_MADE, str(HOSTS / "seed-baseline"),
-                           str(tmp_path / "s.toml")], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": PYTHONPATH})
+def _dataclasses_made(*args: str) -> set[str]:
+    proc = subprocess.run([sys.executable, "-c", DATACLASSES_MADE, *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": PYTHONPATH})
     classes, secrets_imported = proc.stdout.splitlines()[-2:]
-    assert secrets_imported == "False"
-    made = set(classes.split())
-    assert (tmp_path / "s.toml").exists() and "hoststate.collectors.Section" in made, proc.stderr
+    assert secrets_imported == "False", proc.stderr  # a temporary file's name needs no ``secrets`` (random, hmac)
+    return set(classes.split())
+
+
+def test_a_snap_and_a_guard_define_only_the_dataclasses_that_need_to_be_one(tmp_path: pathlib.Path) -> None:
+    base = tmp_path / "s.toml"
+    made = _dataclasses_made("snap", "--root", str(HOSTS / "seed-baseline"), "--output", str(base), "--quiet")
+    assert base.exists() and "hoststate.collectors.Section" in made
     assert made <= SNAP_DATACLASSES, sorted(made - SNAP_DATACLASSES)
+    made = _dataclasses_made("guard", "--baseline", str(base), "--root", str(HOSTS / "seed-baseline"), "--", "true")
+    assert "hoststate.run.guard.GuardResult" in made
+    assert made <= SNAP_DATACLASSES | GUARD_DATACLASSES, sorted(made - SNAP_DATACLASSES - GUARD_DATACLASSES)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from hoststate.diff import Finding
 from hoststate.policy import RANK
@@ -18,8 +17,7 @@ from hoststate.render.findings import ORDER, Ranked, importance, list_delta, par
 from hoststate.render.text import WIDTH, Elide, Part, cells, one_line, plain, safe, show_value
 
 
-@dataclass(frozen=True)
-class SummaryLine:
+class SummaryLine(NamedTuple):
     severity: str
     subsystem: str
     text: str

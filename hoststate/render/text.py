@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +49,8 @@ _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
 
 
 def _hidden(char: str) -> bool:
+    import unicodedata  # here: ASCII text never asks, and the module's import is 1 ms of every report
+
     return char != " " and (ord(char) in _FILLERS or unicodedata.category(char) in _HIDDEN_CATEGORIES)
 
 
@@ -77,6 +78,8 @@ def char_cells(char: str) -> int:
     (and a Hangul medial vowel or final consonant of a decomposed syllable), else 1."""
     if char < "\u0300":
         return 1
+    import unicodedata
+
     if unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me") or "\u1160" <= char <= "\u11ff":
         return 0
     return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1

@@ -11,8 +11,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from hoststate.errors import InputError
 from hoststate.run.summary import _num
@@ -21,8 +20,7 @@ from hoststate.run.summary import _num
 VERDICTS = ("clean", "unwatched", "degraded", "invalid")
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     """One threshold: ``metric`` above ``limit`` (above the baseline run's value plus ``limit`` when ``baseline``)
     makes the run ``verdict``. ``needs_baseline``: judged only against a baseline run (a normal state on some
     hosts, like a power cap under load)."""
