@@ -167,9 +167,9 @@ def assemble(sections: Mapping[str, Section], meta: Mapping[str, Any]) -> dict[s
 
 def _warm() -> None:
     """What the last steps build on first use, built while the collectors run (the same cached objects; never
-    raises): redaction's patterns (hoststate.redact.prepare: 10-30 ms, which a snap of the GPUs alone would
+    raises): redaction's rule table and keywords (hoststate.redact.prepare, which a snap of the GPUs alone would
     otherwise build after NVML answered; a section that finishes first waits for this build rather than make its
-    own) and the digest's default policy."""
+    own) and the digest's default policy (the tables a snapshot has are built as the digest rates them)."""
     with contextlib.suppress(Exception):
         from hoststate.redact import prepare
 
