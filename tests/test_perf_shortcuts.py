@@ -388,12 +388,12 @@ def test_the_command_skips_the_exits_collections_and_collects_the_young_less_oft
 
 
 #: The dataclasses a snap's modules define: each is a mutable record (Section, Context, a server's parsed
-#: arguments), needs per-field options (Listener's fields left out of equality, Rule's pattern) or is part of the
-#: library's API (SnapOptions). CPython 3.11 takes 0.5-1.5 ms to define one (each generated method is compiled
+#: arguments), needs per-field options (Listener's fields left out of equality) or is part of the library's API
+#: (SnapOptions). CPython 3.11 takes 0.5-1.5 ms to define one (each generated method is compiled
 #: by ``exec``), 14 ms for the 18 a snap once defined; an immutable record without such needs is a NamedTuple
 #: (0.15 ms).
 SNAP_DATACLASSES = {"hoststate.collectors.Section", "hoststate.collectors.Context", "hoststate.capture.SnapOptions",
-                    "hoststate.policy.Rule", "hoststate.collectors.packages.ServerPython",
+                    "hoststate.collectors.packages.ServerPython",
                     "hoststate.collectors.vllm.discovery.Proc", "hoststate.collectors.vllm.discovery.Listener",
                     "hoststate.collectors.vllm._Args", "hoststate.collectors.vllm._Server"}
 #: What a guard adds: mutable results (the diff's, the guard's, the run's), WatchOptions (a default made per
