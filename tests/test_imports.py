@@ -82,9 +82,10 @@ def test_the_runner_sees_what_a_command_loads(tmp_path: Path) -> None:
 
 
 #: Standard modules a snap without a server has no use for (docs/performance.md): a temporary file's name needs
-#: no ``secrets``, a path no ``pathlib``, and addresses and URLs (``ipaddress``, ``urllib.parse``) are parsed
-#: only where a server is looked for or a text holds an encoded word.
-NOT_SNAP_STDLIB = ("secrets", "pathlib", "ipaddress", "urllib.parse")
+#: no ``secrets``, a path no ``pathlib``, finding accel-config on PATH no ``shutil`` (hoststate.io.which), and
+#: addresses and URLs (``ipaddress``, ``urllib.parse``) are parsed only where a server is looked for or a text
+#: holds an encoded word.
+NOT_SNAP_STDLIB = ("secrets", "pathlib", "shutil", "ipaddress", "urllib.parse")
 
 
 def test_snap_loads_no_verdict_module_and_no_vllm_parser_without_a_server(tmp_path: Path) -> None:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import threading
 
-from hoststate.io import MAX_BYTES, Reader, run
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hoststate.io import MAX_BYTES, Reader, run, which
 from tests.faults import inject
 
 
@@ -91,3 +95,53 @@ def test_run_never_raises() -> None:
     bad = run(["sh", "-c", "echo oops >&2; exit 3"])
     assert bad.describe() == "exit 3: oops"
     assert run(["true"]).ok
+
+
+#: What a PATH folder may hold under the looked-up name: an executable, a file without x, a folder, a symlink to
+#: an executable, a dangling symlink, nothing.
+_ENTRIES = ("exec", "plain", "dir", "link", "dangling", "none")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.sampled_from(_ENTRIES)), min_size=0, max_size=5),
+       st.lists(st.sampled_from(["f0", "f1", "f2", "f3", "f4", "", "missing"]), max_size=7))
+def test_which_finds_what_shutil_which_finds(tmp_path_factory, entries, order) -> None:
+    """io.which against shutil.which (the oracle) over folders holding each kind of entry under the name, in any
+    order on PATH, repeated, empty (the working directory) or missing."""
+    base = tmp_path_factory.mktemp("path")
+    made: set[int] = set()
+    for folder, kind in entries:
+        if folder in made:
+            continue
+        made.add(folder)
+        here = base / f"f{folder}"
+        here.mkdir()
+        target = here / "tool"
+        if kind in ("exec", "plain"):
+            target.write_text("#!/bin/sh\n")
+            target.chmod(0o755 if kind == "exec" else 0o644)
+        elif kind == "dir":
+            target.mkdir()
+        elif kind == "link":
+            (here / "real").write_text("#!/bin/sh\n")
+            (here / "real").chmod(0o755)
+            target.symlink_to(here / "real")
+        elif kind == "dangling":
+            target.symlink_to(here / "gone")
+    path = os.pathsep.join(str(base / p) if p else "" for p in order)
+    old, cwd = os.environ.get("PATH"), os.getcwd()
+    os.environ["PATH"] = path
+    try:
+        os.chdir(base / "f0" if (base / "f0").is_dir() else base)  # an empty folder on PATH is the working one
+        assert which("tool") == shutil.which("tool"), (entries, order)
+    finally:
+        os.chdir(cwd)
+        if old is None:
+            del os.environ["PATH"]
+        else:
+            os.environ["PATH"] = old
+
+
+def test_which_without_path_uses_the_systems_default(monkeypatch) -> None:
+    monkeypatch.delenv("PATH", raising=False)
+    assert which("sh") == shutil.which("sh") and which("sh")

@@ -9,14 +9,13 @@ live /sys, so under ``--root`` it is never run.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
 from hoststate import coverage
 from hoststate.collectors import Context, Section
 from hoststate.coverage import source
-from hoststate.io import Reader, run
+from hoststate.io import Reader, run, which
 
 SAVED_PATH = "etc/accel-config/accel-config.conf"
 #: Where a captured tree may hold the binary (live hosts use PATH).
@@ -410,7 +409,7 @@ def collect(ctx: Context) -> Section:
     data: dict[str, Any] = {}
     dsa_data, dsa_problem = _dsa_data(ctx, section.unreadable)
 
-    binary = shutil.which("accel-config") if ctx.live else next(("/" + p for p in BIN_PATHS if reader.exists(p)), None)
+    binary = which("accel-config") if ctx.live else next(("/" + p for p in BIN_PATHS if reader.exists(p)), None)
     data["available"] = binary is not None
     if binary:
         data["path"] = binary
