@@ -438,9 +438,11 @@ class Completed(NamedTuple):
 
 def which(name: str) -> str | None:
     """The file ``name`` on PATH that this process may execute, found as ``shutil.which`` finds it on POSIX (the
-    same folders in order, each once, an empty one meaning the working directory; no PATH: the system's
-    default). Not shutil's own: its import (bz2, lzma, zlib, fnmatch) cost 2.9 ms of every snap, for this one
-    lookup (tests/test_io_faults.py holds it to shutil.which)."""
+    same folders in order, each once, an empty one meaning the working directory; no PATH: the system's default;
+    a name with a folder in it is that file). Not shutil's own: its import (bz2, lzma, zlib, fnmatch) cost 2.9 ms
+    of every snap, for this one lookup (tests/test_io_faults.py holds it to shutil.which)."""
+    if os.path.dirname(name):  # a name with a folder is that file, not looked up on PATH
+        return name if _runnable(name) else None
     path = os.environ.get("PATH")
     if path is None:
         try:
@@ -455,9 +457,13 @@ def which(name: str) -> str | None:
             continue
         seen.add(folder)
         candidate = os.path.join(folder, name)
-        if os.path.exists(candidate) and os.access(candidate, os.F_OK | os.X_OK) and not os.path.isdir(candidate):
+        if _runnable(candidate):
             return candidate
     return None
+
+
+def _runnable(path: str) -> bool:
+    return os.path.exists(path) and os.access(path, os.F_OK | os.X_OK) and not os.path.isdir(path)
 
 
 def run(argv: list[str], *, timeout: float = 5.0, env: dict[str, str] | None = None) -> Completed:

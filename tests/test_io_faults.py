@@ -134,6 +134,8 @@ def test_which_finds_what_shutil_which_finds(tmp_path_factory, entries, order) -
     try:
         os.chdir(base / "f0" if (base / "f0").is_dir() else base)  # an empty folder on PATH is the working one
         assert which("tool") == shutil.which("tool"), (entries, order)
+        for named in ("f1/tool", str(base / "f2" / "tool"), "./tool"):  # a name with a folder: that file
+            assert which(named) == shutil.which(named), (entries, order, named)
     finally:
         os.chdir(cwd)
         if old is None:
