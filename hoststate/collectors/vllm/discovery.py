@@ -177,10 +177,12 @@ def discover(unreadable: dict[str, str]) -> list[Proc]:
     except OSError as err:
         unreadable["proc"] = reason_of(err)
         return []
-    me = os.getpid()
+    from hoststate.ahead import ours
+
+    me = ours()  # this command's own processes, whose command line may name vllm (guard -- vllm serve M)
     matches: dict[int, tuple[list[str], bool, int]] = {}
     for pid in pids:
-        if int(pid) == me:
+        if int(pid) in me:
             continue
         data = Reader("/", {}).read_bytes(f"proc/{pid}/cmdline", record=False, max_bytes=procfiles.MAX_BLOCK_BYTES)
         if not data or b"vllm" not in data:
