@@ -127,6 +127,8 @@ def _host_facts(m: _Metrics, snap: Mapping[str, Any]) -> None:
     vllm = _table(snap, "vllm")
     servers = {"": vllm} if "placement" in vllm else dict(_table(vllm, "servers"))
     for port, server in sorted(servers.items()):
+        if not isinstance(server, Mapping):
+            continue
         placement = _table(server, "placement")
         labels = {"port": port or str(server.get("port", "")) or None, "pid": server.get("pid")}
         if _is_number(placement.get("cpu_budget")):
