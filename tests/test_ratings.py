@@ -221,3 +221,14 @@ def test_a_wrapper_is_rated_and_the_command_text_is_context(base):
     assert launcher["vllm.launcher"][0] == "invalidating"
     argv = rate(base, with_value(base, ("vllm", "argv"), ["vllm", "serve", "m", "--port", "9"]))
     assert argv["vllm.argv"][0] == "info"
+
+
+@pytest.mark.parametrize(("cap", "severity"), [("read", "invalidating"), ("write", "invalidating"),
+                                               ("nvlink", "invalidating"), ("atomics", "warning")])
+@pytest.mark.parametrize("status", ["not_supported", "disabled_by_regkey", "chipset_not_supported"])
+def test_peer_access_lost_between_two_gpus_refuses_but_atomics_alone(h200, cap, severity, status):
+    """Without peer access vLLM's custom all-reduce turns itself off (custom_all_reduce.py checks it) and NCCL goes
+    through host memory: on a PCIe host the topology may stay the same, so this leaf is the one that says so."""
+    path = ("gpu", "p2p", cap, "00000000:1B:00.0", "00000000:43:00.0")
+    found = rate(with_value(h200, path, "ok"), with_value(h200, path, status))
+    assert [rated for where, (rated, _why) in found.items() if where.startswith(f"gpu.p2p.{cap}.")] == [severity]
