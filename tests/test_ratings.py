@@ -232,3 +232,25 @@ def test_peer_access_lost_between_two_gpus_refuses_but_atomics_alone(h200, cap, 
     path = ("gpu", "p2p", cap, "00000000:1B:00.0", "00000000:43:00.0")
     found = rate(with_value(h200, path, "ok"), with_value(h200, path, status))
     assert [rated for where, (rated, _why) in found.items() if where.startswith(f"gpu.p2p.{cap}.")] == [severity]
+
+
+def _served(command: str) -> dict:
+    from hoststate.capture import SnapOptions, snap
+    from tests.conftest import REPO
+
+    return snap(SnapOptions(root=str(REPO / "fixtures" / "hosts" / "seed-baseline"), only=("vllm",),
+                            vllm_cmd=command, vllm_version="0.12.0"))
+
+
+@pytest.mark.parametrize("wrapper", ["nohup", "time -p", "/usr/bin/time -f %e -o t.txt", "stdbuf -oL -eL",
+                                     "timeout -k 5 3600", "exec -a server", "nohup timeout 1h"])
+def test_a_wrapper_that_changes_nothing_is_not_a_launcher(wrapper):
+    """nohup, time, stdbuf, timeout and exec change neither where nor how the server runs: the command's text
+    (vllm.argv, info) records them; the same wrapper around numactl is still rated as numactl."""
+    plain = _served("vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 2")
+    wrapped = _served(f"{wrapper} vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 2")
+    assert "launcher" not in wrapped["vllm"] and wrapped["vllm"]["argv"][0] != "vllm"
+    assert {f.severity for f in compare(plain, wrapped).findings if f.path.startswith("vllm")} <= {"info"}
+    placed = _served(f"{wrapper} numactl --cpunodebind=0 vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 2")
+    assert placed["vllm"]["launcher"] == ["numactl", "--cpunodebind=0"]
+    assert rate(plain, placed)["vllm.launcher"][0] == "invalidating"

@@ -93,6 +93,33 @@ def locate(argv: list[str]) -> Command:
     return Command(env, argv[i:], None, [])
 
 
+#: Wrappers that change neither where nor how the server runs, by name: nohup(1) (hangups ignored, output to a
+#: file), time(1) and the shell's ``time`` (a report at exit), stdbuf(1) (C stdio buffering), timeout(1) (a time
+#: limit) and the shell's ``exec``; each with its options that take a value and the operands it reads before the
+#: command (timeout's DURATION). numactl, taskset, chrt, nice, nsys, perf, sudo, a container or scheduler command
+#: do change placement, priority, the user or what runs, and stay in the launcher.
+TRANSPARENT: dict[str, tuple[tuple[str, ...], int]] = {
+    "nohup": ((), 0),
+    "time": (("-f", "--format", "-o", "--output"), 0),
+    "stdbuf": (("-i", "-o", "-e"), 0),
+    "timeout": (("-s", "--signal", "-k", "--kill-after"), 1),
+    "exec": (("-a",), 0),
+}
+
+
+def unwrapped(prefix: list[str]) -> list[str]:
+    """``prefix`` (what runs before the server's interpreter) less the TRANSPARENT wrappers it starts with."""
+    rest = list(prefix)
+    while rest and rest[0].rsplit("/", 1)[-1] in TRANSPARENT:
+        valued, operands = TRANSPARENT[rest[0].rsplit("/", 1)[-1]]
+        n = 1
+        while n < len(rest) and rest[n].startswith("-") and rest[n] != "--":
+            n += 2 if rest[n] in valued else 1
+        n += (n < len(rest) and rest[n] == "--") + operands
+        rest = rest[n:]
+    return rest
+
+
 # --------------------------------------------------------------------------------------------
 # The normaliser
 
