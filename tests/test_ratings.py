@@ -254,3 +254,28 @@ def test_a_wrapper_that_changes_nothing_is_not_a_launcher(wrapper):
     placed = _served(f"{wrapper} numactl --cpunodebind=0 vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 2")
     assert placed["vllm"]["launcher"] == ["numactl", "--cpunodebind=0"]
     assert rate(plain, placed)["vllm.launcher"][0] == "invalidating"
+
+
+SERVER = "vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 2"
+
+
+@pytest.mark.parametrize("pinned", ["-cc.cudagraph_mode=FULL_AND_PIECEWISE", "-cc.mode=3", "-O2",
+                                    "--optimization-level 2",
+                                    """--compilation-config '{"cudagraph_mode": "FULL_AND_PIECEWISE"}'"""])
+def test_pinning_what_vllm_resolves_anyway_is_a_spelling(pinned):
+    """0.12.0 runs this server at O2 with FULL_AND_PIECEWISE graphs under VLLM_COMPILE (cudagraph.declare): pinning
+    the mode hoststate reports, as its own advice says, must not refuse the baseline it was pinned against."""
+    plain, spelled = _served(SERVER), _served(f"{SERVER} {pinned}")
+    assert spelled["vllm"]["cudagraph"]["declared"] == plain["vllm"]["cudagraph"]["declared"] == "FULL_AND_PIECEWISE"
+    assert spelled["vllm"]["args_resolved"]["same_as_unset"]
+    assert {f.severity for f in compare(plain, spelled).findings if f.path.startswith("vllm")} <= {"info"}
+
+
+@pytest.mark.parametrize("changed", ["-cc.cudagraph_mode=PIECEWISE", "-O3", "-O1", "-cc.mode=0",
+                                     """--compilation-config '{"cudagraph_mode": "FULL_AND_PIECEWISE", """
+                                     """"max_cudagraph_capture_size": 64}'"""])
+def test_a_graph_setting_that_moves_what_vllm_resolves_still_refuses(changed):
+    """-O3 leaves the graph mode alone but enables more compilation passes: only the default level is a spelling;
+    a compilation_config with other keys than the modes is compared key by key."""
+    found = compare(_served(SERVER), _served(f"{SERVER} {changed}")).findings
+    assert "invalidating" in {f.severity for f in found if f.path.startswith("vllm.args")}

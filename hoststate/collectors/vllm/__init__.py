@@ -297,7 +297,40 @@ def _declared(ctx: Context, parsed: _Args, version: str | None, proc: Proc | Non
     return out
 
 
-def _resolved(parsed: _Args, version: str | None) -> dict[str, Any]:
+#: compilation_config keys whose only effect is the CUDA graph and compilation modes cudagraph.declare resolves.
+GRAPH_KEYS = frozenset({"cudagraph_mode", "mode", "level"})
+
+
+def _same_graphs(ctx: Context, parsed: _Args, version: str | None) -> dict[str, str]:
+    """The arguments that only pin what vLLM resolves without them: a compilation_config of GRAPH_KEYS alone
+    under which cudagraph.declare gives the same CUDA graph and compilation modes as without it (pinning the mode
+    hoststate reports), and ``-O`` at the version's default level. Each with why, for ``same_as_unset``."""
+    from hoststate.collectors.vllm.cudagraph import declare
+    from hoststate.collectors.vllm.model import UNKNOWN
+    from hoststate.collectors.vllm.versions import DEFAULT_OPT_LEVEL
+
+    assert parsed.args is not None
+    args, env, facts = parsed.args, parsed.env or {}, parsed.facts or UNKNOWN
+    cc, level = args.get("compilation_config"), args.get("optimization_level")
+    candidates = [dest for dest, only_graphs in (
+        ("compilation_config", isinstance(cc, Mapping) and bool(cc) and set(cc) <= GRAPH_KEYS),
+        ("optimization_level", not isinstance(level, bool) and str(level).strip() == str(DEFAULT_OPT_LEVEL)),
+    ) if dest in args and only_graphs]
+    if not candidates:
+        return {}
+    gpus = _host_gpus(ctx)
+    given = declare(args, env, version, facts, gpus=gpus)
+    same = {}
+    for dest in candidates:
+        unset = declare({k: v for k, v in args.items() if k != dest}, env, version, facts, gpus=gpus)
+        if given.refused is None and unset.refused is None and \
+                (given.mode, given.compilation_mode) == (unset.mode, unset.compilation_mode):
+            same[dest] = (f"the CUDA graph mode ({given.mode}) and compilation mode ({given.compilation_mode}) vLLM "
+                          f"resolves without it (cudagraph.declare)")
+    return same
+
+
+def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any]:
     """``args`` as the engine resolves them (defaults.py): what was spelled at the version's parser default, or
     resolves against the model or engine to the same setting as no argument, is left out, and
     ``args_resolved`` says what and why, so a spelling-only change leaves ``args`` alone."""
@@ -310,8 +343,12 @@ def _resolved(parsed: _Args, version: str | None) -> dict[str, Any]:
     facts = parsed.facts or UNKNOWN  # the reasons quote where the facts came from: redacted there
     resolved = resolve(parsed.args, replace(facts, source=redact_text(facts.source)), parsed.env or {},
                        rules.seed_unset)
+    graphs = _same_graphs(ctx, parsed, version)
+    for dest in graphs:
+        resolved.args.pop(dest, None)
     same = {dest: "its parser default" for dest in parsed.at_default}
     same.update(resolved.same_as_unset)
+    same.update(graphs)
     how: dict[str, Any] = {"defaults": parsed.defaults_source or "vLLM's own non-default args, from the log"}
     if same:
         how["same_as_unset"] = {dest: Own(why) for dest, why in same.items()}
@@ -419,7 +456,7 @@ def build(
     _identity(ctx, data, parsed.args, log, url)
     cudagraph = _cudagraph(ctx, parsed, version, log, proc)
     if parsed.args is not None:
-        data.update(_resolved(parsed, version))
+        data.update(_resolved(ctx, parsed, version))
     if log is not None and (log.ran or log.attention_backends):
         ran = dict(log.ran)
         if log.attention_backends:
