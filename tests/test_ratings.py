@@ -279,3 +279,13 @@ def test_a_graph_setting_that_moves_what_vllm_resolves_still_refuses(changed):
     a compilation_config with other keys than the modes is compared key by key."""
     found = compare(_served(SERVER), _served(f"{SERVER} {changed}")).findings
     assert "invalidating" in {f.severity for f in found if f.path.startswith("vllm.args")}
+
+
+def test_a_narrower_pcie_link_is_a_warning_its_idle_generation_is_not(h200):
+    """The link's generation drops with the performance state at idle; its width stays what the link trained to."""
+    gpu = next(iter(h200["gpu"]["devices"]))
+    width = ("gpu", "devices", gpu, "observed", "pcie_link_width")
+    gen = ("gpu", "devices", gpu, "observed", "pcie_link_gen")
+    for path, before, after, severity in ((width, 16, 8, "warning"), (gen, 5, 1, "ignore")):
+        found = rate(with_value(h200, path, before), with_value(h200, path, after))
+        assert [rated for where, (rated, _why) in found.items() if where.endswith(path[-1])] == [severity]
