@@ -289,3 +289,12 @@ def test_a_narrower_pcie_link_is_a_warning_its_idle_generation_is_not(h200):
     for path, before, after, severity in ((width, 16, 8, "warning"), (gen, 5, 1, "ignore")):
         found = rate(with_value(h200, path, before), with_value(h200, path, after))
         assert [rated for where, (rated, _why) in found.items() if where.endswith(path[-1])] == [severity]
+
+
+@pytest.mark.parametrize("spelled", ["--tokenizer meta-llama/Llama-3.1-8B-Instruct", "--revision main"])
+def test_the_models_own_tokenizer_and_the_default_branch_are_spellings(spelled):
+    """ModelConfig takes the model's tokenizer when none is given, and the Hub its default branch ("main")."""
+    plain, spelled_out = _served(SERVER), _served(f"{SERVER} {spelled}")
+    assert {f.severity for f in compare(plain, spelled_out).findings if f.path.startswith("vllm")} <= {"info"}
+    other = spelled.replace("meta-llama/Llama-3.1-8B-Instruct", "hf-internal/other").replace("main", "v2")
+    assert "invalidating" in {f.severity for f in compare(plain, _served(f"{SERVER} {other}")).findings}

@@ -103,6 +103,18 @@ def _remote_code(args: Mapping[str, Any], facts: ModelFacts) -> str | None:
     return None
 
 
+def _tokenizer(args: Mapping[str, Any]) -> str | None:
+    if isinstance(args.get("model"), str) and args.get("tokenizer") == args.get("model"):
+        return "the model's own tokenizer: what ModelConfig takes when no tokenizer is given"
+    return None
+
+
+def _revision(args: Mapping[str, Any]) -> str | None:
+    if args.get("revision") == "main":
+        return "the Hub's default branch: what huggingface_hub downloads when no revision is given (DEFAULT_REVISION)"
+    return None
+
+
 def _seed(args: Mapping[str, Any], env: Mapping[str, str], seed_unset: int | None) -> str | None:
     if seed_unset is None or args.get("seed") != seed_unset or isinstance(args.get("seed"), bool):
         return None
@@ -116,6 +128,7 @@ def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str],
     """``args`` less what resolves to the same engine setting as leaving it out (``seed_unset``: the seed the
     version's engine takes when none is given, None where the parser default already says so)."""
     reasons = {"dtype": _dtype(args, facts), "served_model_name": _served_name(args),
-               "trust_remote_code": _remote_code(args, facts), "seed": _seed(args, env, seed_unset)}
+               "trust_remote_code": _remote_code(args, facts), "seed": _seed(args, env, seed_unset),
+               "tokenizer": _tokenizer(args), "revision": _revision(args)}
     same = {dest: why for dest, why in reasons.items() if why is not None and dest in args}
     return Resolved({k: v for k, v in args.items() if k not in same}, same)
