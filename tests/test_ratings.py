@@ -298,3 +298,12 @@ def test_the_models_own_tokenizer_and_the_default_branch_are_spellings(spelled):
     assert {f.severity for f in compare(plain, spelled_out).findings if f.path.startswith("vllm")} <= {"info"}
     other = spelled.replace("meta-llama/Llama-3.1-8B-Instruct", "hf-internal/other").replace("main", "v2")
     assert "invalidating" in {f.severity for f in compare(plain, _served(f"{SERVER} {other}")).findings}
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--max-parallel-loading-workers", "4"),
+                                             ("--safetensors-load-strategy", "eager")])
+def test_how_weights_are_read_at_start_up_is_info(flag, value):
+    """Loading workers and the safetensors read strategy change start-up time, not the weights the GPUs run."""
+    found = compare(_served(SERVER), _served(f"{SERVER} {flag} {value}")).findings
+    rated = {f.path: f.severity for f in found if f.path.startswith("vllm.args")}
+    assert rated == {f"vllm.args.{flag[2:].replace('-', '_')}": "info"}
