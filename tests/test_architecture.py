@@ -111,7 +111,7 @@ def test_ci_tests_the_installed_package() -> None:
     require(os.environ.get("HOSTSTATE_TEST_INSTALLED") == "1",
             "the checkout's own package is under test (HOSTSTATE_TEST_INSTALLED unset)")
     assert "site-packages" in PACKAGE.parts, PACKAGE
-    for data in ("default_policy.toml", "run/judge_rules.toml"):
+    for data in ("default_policy.toml", "run/judge_rules.toml", "data/vllm_defaults.json"):
         assert (PACKAGE / data).is_file(), data
 
 
