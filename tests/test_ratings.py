@@ -307,3 +307,13 @@ def test_how_weights_are_read_at_start_up_is_info(flag, value):
     found = compare(_served(SERVER), _served(f"{SERVER} {flag} {value}")).findings
     rated = {f.path: f.severity for f in found if f.path.startswith("vllm.args")}
     assert rated == {f"vllm.args.{flag[2:].replace('-', '_')}": "info"}
+
+
+@pytest.mark.parametrize("command", ["nohup env VLLM_ATTENTION_BACKEND=FLASHINFER {server}",
+                                     "VLLM_ATTENTION_BACKEND=FLASHINFER time -p {server}",
+                                     "env VLLM_ATTENTION_BACKEND=FLASHINFER stdbuf -oL {server}"])
+def test_the_servers_environment_is_read_through_a_wrapper(command):
+    """An assignment after nohup's env is the server's environment as much as one before it: it is compared."""
+    wrapped = _served(command.format(server=SERVER))
+    assert wrapped["vllm"]["env"]["VLLM_ATTENTION_BACKEND"] == "FLASHINFER" and "launcher" not in wrapped["vllm"]
+    assert rate(_served(SERVER), wrapped)["vllm.env.VLLM_ATTENTION_BACKEND"][0] == "invalidating"

@@ -175,7 +175,7 @@ def _arguments(data: dict[str, Any], argv: list[str] | None, env: dict[str, str]
                version: str | None, log: LogFacts | None, loader: ConfigLoader) -> _Args:
     """The command line (pid, cmd, discovered) first, else the log's non-default args. The command line is read
     as given and again redacted; what is said about it comes from the second reading (messages.py)."""
-    from hoststate.collectors.vllm.argv import locate, normalise, unwrapped
+    from hoststate.collectors.vllm.argv import locate, normalise
     from hoststate.collectors.vllm.messages import Replay, own
 
     if argv is None:
@@ -192,9 +192,9 @@ def _arguments(data: dict[str, Any], argv: list[str] | None, env: dict[str, str]
     data["program"] = command.program
     cut = next((n for n, tok in enumerate(command.launcher)
                 if tok.rsplit("/", 1)[-1] == "vllm" or tok.rsplit("/", 1)[-1].startswith("python")), 0)
-    wrapper = unwrapped(command.launcher[:cut])  # nohup, time, stdbuf, timeout: vllm.argv keeps them
-    if wrapper:  # a wrapper before the server (numactl, taskset, nsys): rated on its own, vllm.argv is only the text
-        data["launcher"] = redact_argv(wrapper)
+    if cut:  # a wrapper before the server (numactl, taskset, nsys): rated on its own, vllm.argv is only the text;
+        # nohup, time, stdbuf, timeout and exec are not part of it (argv.TRANSPARENT), and vllm.argv keeps them
+        data["launcher"] = redact_argv(command.launcher[:cut])
     replay = Replay(loader)
     parsed = normalise(command.args, version, program=command.program, config_loader=replay.load)
     shown = normalise(redact_argv(command.args), version, program=command.program, config_loader=replay.again)

@@ -68,13 +68,21 @@ def split_command(text: str) -> list[str]:
 
 
 def _prefix_env(argv: list[str]) -> tuple[dict[str, str], int]:
-    """``env VAR=value ...`` / ``VAR=value ...`` prefixes and the index after them."""
+    """``env VAR=value ...`` / ``VAR=value ...`` prefixes, through the TRANSPARENT wrappers between them
+    (``VAR=1 nohup env OTHER=2 vllm serve``), and the index after them: the server's environment, and where
+    what runs it starts."""
     env: dict[str, str] = {}
-    i = 1 if argv and argv[0] == "env" else 0
-    while i < len(argv) and (m := _ASSIGN.match(argv[i])):
-        env[m.group(1)] = m.group(2)
-        i += 1
-    return env, i
+    i = 0
+    while True:
+        start = i
+        i = len(argv) - len(unwrapped(argv[i:]))
+        if i < len(argv) and argv[i] == "env":
+            i += 1
+        while i < len(argv) and (m := _ASSIGN.match(argv[i])):
+            env[m.group(1)] = m.group(2)
+            i += 1
+        if i == start:
+            return env, i
 
 
 def locate(argv: list[str]) -> Command:
