@@ -104,15 +104,11 @@ def planned(argv: Sequence[str]) -> tuple[list[str] | None, list[str] | None, fl
 def wanted(argv: Sequence[str], environ: Mapping[str, str], exists: Callable[[str], bool] = os.path.exists) -> bool:
     """Whether the command line reads the GPUs of the live host (or a replay) with a default Context."""
     args = _options(argv)
-    if args is None:
+    if args is None or any(a.partition("=")[0] in _NOT_AHEAD for a in args):
         return False
-    for n, arg in enumerate(args):
-        name, eq, value = arg.partition("=")
-        if name in ("--only", "--skip") and not eq:
-            value = args[n + 1] if n + 1 < len(args) else ""
-        if name in _NOT_AHEAD or (name == "--only" and NAME not in (_csv(value) or ())) or (
-                name == "--skip" and NAME in (_csv(value) or ())):
-            return False
+    values = _values(args)
+    if NAME not in (_csv(values.get("--only", NAME)) or ()) or NAME in (_csv(values.get("--skip", "")) or ()):
+        return False
     return bool(environ.get(NVML_REPLAY_ENV)) or any(exists(p) for p in DRIVER_MARKERS)
 
 
@@ -198,7 +194,7 @@ def forked(what: str) -> bool:
     return what in _children
 
 
-def plan() -> tuple[list[str] | None, list[str] | None, float] | None:
+def whole_plan() -> tuple[list[str] | None, list[str] | None, float] | None:
     """What the snapshot child collects (``planned``): the parent compares it with the options click parsed
     before it waits for the child, so that a misread command line costs only the overlap."""
     return _plan if WHOLE in _children else None

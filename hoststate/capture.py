@@ -244,7 +244,7 @@ def _taken(ctx: Context, names: tuple[str, ...]) -> tuple[dict[str, Section], st
     """The sections and digest the snapshot child collected, when it collected them for this very Context and
     selection; None otherwise (it is then discarded at once, and the collection runs here). A child that does not
     answer by its deadline is killed."""
-    plan = ahead.plan()
+    plan = ahead.whole_plan()
     if plan is None:
         return None
     only, skip, timeout = plan

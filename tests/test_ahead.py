@@ -140,6 +140,13 @@ def test_the_snapshot_child_is_forked_only_with_a_core_for_each_process(monkeypa
     ahead.discard()
 
 
+def _untimed(snap: dict) -> None:
+    """Leave out what differs between two snapshots of one host taken one after the other: when, and how long."""
+    snap["hoststate"].pop("taken_at")
+    for entry in snap["collectors"].values():
+        entry.pop("took_ms")
+
+
 #: What a snap takes from the snapshot child, not from its own process: every section, redaction and the digest.
 TAKEN = ("hoststate.collectors.", "hoststate.redact", "hoststate.policy", "hoststate.digest")
 
@@ -151,9 +158,7 @@ def test_the_snapshot_collected_ahead_is_the_one_the_command_would_collect(tmp_p
     assert {m for m in early_modules if m.startswith(TAKEN)} == set()  # the child collected, redacted, digested
     assert {"hoststate.collectors.system", "hoststate.redact", "hoststate.digest"} <= here_modules
     for snap in (early, here):
-        snap["hoststate"].pop("taken_at")
-        for entry in snap["collectors"].values():
-            entry.pop("took_ms")
+        _untimed(snap)
     assert early == here and early["gpu"]["devices"]
 
 
@@ -165,9 +170,7 @@ def test_a_running_servers_snapshot_is_collected_ahead_too(tmp_path: Path, fake_
     here, _here_modules = _snap(tmp_path, "here", "--skip", "packages")
     assert {m for m in early_modules if m.startswith(TAKEN)} == set()
     for snap in (early, here):
-        snap["hoststate"].pop("taken_at")
-        for entry in snap["collectors"].values():
-            entry.pop("took_ms")
+        _untimed(snap)
     assert early == here and early["vllm"]["pid"] == server.pid and early["vllm"]["cudagraph"]["declared_because"]
 
 
