@@ -1,15 +1,5 @@
-"""``python -m hoststate`` and the ``hoststate`` command: the snapshot (or the GPU section) started ahead in a
-child process (hoststate.ahead) before click and the command are imported, then the command line
-(hoststate.cli)."""
-
-
-def _snapshot() -> object:
-    from hoststate import ahead
-
-    ahead.start(_gpu_section)  # this child's own GPU child, forked before it imports the collectors
-    from hoststate.capture import collected_ahead  # in the child only
-
-    return collected_ahead()
+"""``python -m hoststate`` and the ``hoststate`` command: the GPU section started ahead in a child process
+(hoststate.ahead) before click and the command are imported, then the command line (hoststate.cli)."""
 
 
 def _gpu_section() -> object:
@@ -39,8 +29,7 @@ def main() -> None:
         gc.set_threshold(YOUNG, *gc.get_threshold()[1:])
     from hoststate import ahead
 
-    if not ahead.start(_snapshot, what=ahead.WHOLE):
-        ahead.start(_gpu_section)
+    ahead.start(_gpu_section)
     from hoststate.cli import main as cli_main
 
     try:

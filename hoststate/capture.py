@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -147,9 +146,9 @@ def _hostname(ctx: Context) -> str | None:
     return None
 
 
-def assemble(sections: Mapping[str, Section], meta: Mapping[str, Any], digest: str | None = None) -> dict[str, Any]:
-    """Sections and meta as the snapshot mapping, with the digest filled in: ``digest`` where the snapshot child
-    computed it over these very sections (hoststate.capture.collected_ahead), else computed here."""
+def assemble(sections: Mapping[str, Section], meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Sections and meta as the snapshot mapping, with the digest filled in."""
+    from hoststate.digest import digest  # here: `check FILE` validates --timeout with this module, never snaps
 
     snap: dict[str, Any] = {"hoststate": dict(meta), "collectors": {}}
     for name, sec in sections.items():
@@ -162,11 +161,7 @@ def assemble(sections: Mapping[str, Section], meta: Mapping[str, Any], digest: s
         if sec.data:
             snap[name] = finite(sec.data)
     snap = clean_all(snap)  # no surrogate (an undecodable byte) may reach UTF-8 TOML or the digest: hoststate.text
-    if digest is None:
-        from hoststate.digest import digest as of  # here: `check FILE` validates --timeout with this module
-
-        digest = of(snap)
-    snap["hoststate"]["digest"] = digest
+    snap["hoststate"]["digest"] = digest(snap)
     return snap
 
 
@@ -197,8 +192,10 @@ def _redact_section(sec: Section) -> None:
     sec.notes[:] = [redact_text(n) for n in sec.notes]
 
 
-def _sections(ctx: Context, names: tuple[str, ...]) -> dict[str, Section]:
-    """Run the collectors and redact each section (never raises for a collector's sake)."""
+def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = None) -> dict[str, Any]:
+    """Run the collectors and return the snapshot mapping (never raises for a collector's sake)."""
+    from hoststate.redact import redact_text
+
     # Redaction's patterns and the digest's policy are built, and each section redacted, while the slowest
     # collector (NVML) still waits.
     warm = threading.Thread(target=_warm, name="warm", daemon=True)
@@ -215,63 +212,6 @@ def _sections(ctx: Context, names: tuple[str, ...]) -> dict[str, Section]:
         if id(sec) not in redacted:  # a timeout's or a skipped collector's section, made after the threads
             _redact_section(sec)
     warm.join(ctx.timeout)
-    return sections
-
-
-def collected_ahead(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """In the snapshot child (hoststate.ahead.WHOLE): the redacted sections and the digest :func:`collect` would
-    build for argv's plain Context (``ahead.planned``; ``sys.argv`` by default), as plain values, with the
-    selection and deadline they were collected for."""
-    only, skip, timeout = ahead.planned(sys.argv[1:] if argv is None else argv) or (None, None, 20.0)
-    ctx, names = context(only=only, skip=skip, timeout=timeout)
-    sections = _sections(ctx, names)
-    return {"names": list(names), "timeout": ctx.timeout, "digest": assemble(sections, {})["hoststate"]["digest"],
-            "sections": {name: vars(sec) for name, sec in sections.items()}}
-
-
-#: The snapshot child's deadline, in collector timeouts: run_all gives a collector that waits for another two
-#: (accel_config after dsa), and redaction and the digest follow.
-WHOLE_TIMEOUTS = 3
-
-
-def _plain(ctx: Context) -> bool:
-    """Whether ``ctx`` reads what the snapshot child's does: the live host, no vLLM source, the real NVML."""
-    return ctx.live and ctx.nvml is None and not ctx.sections and ctx.command_timeout == Context.command_timeout \
-        and all(getattr(ctx, f) is None for f in ("vllm_pid", "vllm_cmd", "vllm_log", "vllm_url", "vllm_version"))
-
-
-def _taken(ctx: Context, names: tuple[str, ...]) -> tuple[dict[str, Section], str] | None:
-    """The sections and digest the snapshot child collected, when it collected them for this very Context and
-    selection; None otherwise (it is then discarded at once, and the collection runs here). A child that does not
-    answer by its deadline is killed."""
-    plan = ahead.whole_plan()
-    if plan is None:
-        return None
-    only, skip, timeout = plan
-    try:
-        same = _plain(ctx) and timeout == ctx.timeout and select(only, skip) == names
-    except ValueError:  # a selection click refused: no collection follows
-        same = False
-    if not same:
-        ahead.discard(ahead.WHOLE)
-        return None
-    state, handed = ahead.take(time.perf_counter() + ctx.timeout * WHOLE_TIMEOUTS, ahead.WHOLE)
-    if state != "ok" or not isinstance(handed, dict) or handed.get("names") != list(names) \
-            or handed.get("timeout") != ctx.timeout or not isinstance(handed.get("digest"), str):
-        return None
-    try:
-        sections = {name: Section(**handed["sections"][name]) for name in NAMES}
-    except (KeyError, TypeError):  # not a snapshot child's value
-        return None
-    ctx.sections.update(sections)
-    return sections, handed["digest"]
-
-
-def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = None) -> dict[str, Any]:
-    """Run the collectors and return the snapshot mapping (never raises for a collector's sake); the snapshot
-    child's sections and digest where it collected them for this Context (hoststate.ahead)."""
-    taken = _taken(ctx, names)
-    sections, digest = taken if taken is not None else (_sections(ctx, names), None)
     meta: dict[str, Any] = {
         "schema": SCHEMA,
         "version": __version__,
@@ -281,8 +221,6 @@ def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = No
     if host:
         meta["hostname"] = host
     if label:
-        from hoststate.redact import redact_text
-
         meta["label"] = redact_text(label)
     meta["root"] = os.path.abspath(ctx.root) if not ctx.live else "/"
-    return assemble(sections, meta, digest)
+    return assemble(sections, meta)

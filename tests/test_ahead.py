@@ -1,9 +1,8 @@
-"""The snapshot and the GPU section collected ahead in forked children (hoststate.ahead): forked only where the
-command snaps (reads the GPUs) with a default context, the same snapshot and section as the command would collect
-itself, taken only for the context they were collected for, a child that hangs, fails or is not taken never
-outlives the collection, one that answered is reaped without the parent waiting on its exit, the command's own
-processes are never a vLLM server, and on a live host NVML starts in the child before the collector's modules are
-imported."""
+"""The GPU section collected ahead in a forked child (hoststate.ahead): forked only where the command reads the
+GPUs with a default context, the same section as the collector run in the parent, a child that hangs, fails or
+is not taken never outlives the collection, one that answered is reaped without the parent waiting on its exit,
+the command's own processes are never a vLLM server, and on a live host NVML starts in the child before the
+collector's modules are imported."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,6 @@ from hoststate import ahead, capture
 from hoststate.nvml import NVML_REPLAY_ENV
 from hoststate.snapshot import toml_loads
 from tests.conftest import PYTHONPATH, REPO
-from tests.test_vllm_collector import fake_vllm  # noqa: F401 - the fixture: a real child process as the server
 
 REPLAY = REPO / "fixtures" / "nvml" / "h200.json"
 
@@ -44,6 +41,7 @@ CASES = [
     (["snap", "--skip=gpu"], False),
     (["snap", "--skip", "dsa, gpu"], False),  # click strips each name
     (["snap", "--only", "system, gpu"], True),
+    (["snap", "--only", "gpu", "--only", "system"], False),  # the last one, as click keeps it
     (["guard", "--skip", "env,gpu", "--", "true"], False),
     (["show", "a.toml"], False),
     (["diff", "a.toml", "b.toml"], False),
@@ -60,40 +58,10 @@ def test_forked_only_where_the_command_reads_the_gpus_with_a_default_context(arg
     assert ahead.wanted(argv, {NVML_REPLAY_ENV: str(REPLAY)}, exists=lambda _p: False) is expected
 
 
-PLANS = [
-    (["snap"], (None, None, 20.0)),
-    (["--debug", "snap", "-q", "-o", "a.toml", "--label", "x"], (None, None, 20.0)),
-    (["snap", "--only", "gpu,system", "--timeout", "7.5"], (["gpu", "system"], None, 7.5)),
-    (["snap", "--only=gpu", "--skip=dsa, env", "--timeout=3"], (["gpu"], ["dsa", "env"], 3.0)),
-    (["snap", "--only", "dsa", "--only", "system"], (["system"], None, 20.0)),  # the last one, as click keeps it
-    (["guard", "--baseline", "b.toml", "--skip", "packages", "--", "vllm", "serve", "--vllm-pid", "3"],
-     (None, ["packages"], 20.0)),
-    (["snap", "--timeout", "soon"], None),
-    (["snap", "--root", "/srv/tree"], None),
-    (["snap", "--vllm-pid=4242"], None),
-    (["snap", "--vllm-cmd", "vllm serve m"], None),
-    (["snap", "--vllm-log", "server.log"], None),
-    (["snap", "--vllm-url", "http://127.0.0.1:8000"], None),
-    (["snap", "--vllm-version", "0.12.0"], None),
-    (["guard", "--help"], None),
-    (["show", "a.toml"], None),
-    (["check"], None),
-    ([], None),
-]
-
-
-@pytest.mark.parametrize(("argv", "expected"), PLANS)
-def test_the_snapshot_is_planned_from_argv_where_it_reads_the_live_host_alone(argv: list[str],
-                                                                            expected: tuple | None) -> None:
-    assert ahead.planned(argv) == expected
-
-
 #: A command run as the installed `hoststate` runs it, or entered after the imports (no child), writing the
 #: modules the parent process loaded.
 ENTRY = """
 import atexit, json, sys
-import hoststate.ahead
-hoststate.ahead.WHOLE_CORES = 1  # the snapshot child on any machine the suite runs on
 out, how, args = sys.argv[1], sys.argv[2], sys.argv[3:]
 atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
 sys.argv = ["hoststate", *args]
@@ -131,105 +99,9 @@ def test_the_section_collected_ahead_is_the_one_the_parent_would_collect(tmp_pat
     assert early["hoststate"]["digest"] == here["hoststate"]["digest"]
 
 
-@pytest.mark.parametrize(("cores", "forked"), [(1, False), (3, False), (4, True), (16, True)])
-def test_the_snapshot_child_is_forked_only_with_a_core_for_each_process(monkeypatch: pytest.MonkeyPatch,
-                                                                       cores: int, forked: bool) -> None:
-    monkeypatch.setattr(ahead, "cores", lambda: cores)
-    assert ahead.start(lambda: {}, ["snap"], what=ahead.WHOLE) is forked
-    assert ahead.forked(ahead.WHOLE) is forked
-    ahead.discard()
-
-
-def _untimed(snap: dict) -> None:
-    """Leave out what differs between two snapshots of one host taken one after the other: when, and how long."""
-    snap["hoststate"].pop("taken_at")
-    for entry in snap["collectors"].values():
-        entry.pop("took_ms")
-
-
-#: What a snap takes from the snapshot child, not from its own process: every section, redaction and the digest.
-TAKEN = ("hoststate.collectors.", "hoststate.redact", "hoststate.policy", "hoststate.digest")
-
-
-@pytest.mark.parametrize("args", [(), ("--skip", "packages,dsa"), ("--only", "system,gpu", "--timeout", "30")])
-def test_the_snapshot_collected_ahead_is_the_one_the_command_would_collect(tmp_path: Path, args: tuple) -> None:
-    early, early_modules = _snap(tmp_path, "ahead", *args)
-    here, here_modules = _snap(tmp_path, "here", *args)
-    assert {m for m in early_modules if m.startswith(TAKEN)} == set()  # the child collected, redacted, digested
-    assert {"hoststate.collectors.system", "hoststate.redact", "hoststate.digest"} <= here_modules
-    for snap in (early, here):
-        _untimed(snap)
-    assert early == here and early["gpu"]["devices"]
-
-
-def test_a_running_servers_snapshot_is_collected_ahead_too(tmp_path: Path, fake_vllm: Callable) -> None:  # noqa: F811
-    """The vLLM section holds hoststate's own words as a str subclass (hoststate.redact.Own), which marshal does
-    not write: the child hands them over as plain strings rather than fail and leave the work to the command."""
-    server = fake_vllm("--model", "m", "-tp", "2")
-    early, early_modules = _snap(tmp_path, "ahead", "--skip", "packages")
-    here, _here_modules = _snap(tmp_path, "here", "--skip", "packages")
-    assert {m for m in early_modules if m.startswith(TAKEN)} == set()
-    for snap in (early, here):
-        _untimed(snap)
-    assert early == here and early["vllm"]["pid"] == server.pid and early["vllm"]["cudagraph"]["declared_because"]
-
-
-#: A command line argv misreads (the label is the option's value to click): the child collects without the GPUs,
-#: the command's Context has them, so the command collects itself.
-MISREAD = ("--label", "--skip=gpu")
-
-
-def test_a_snapshot_collected_for_another_selection_is_not_taken(tmp_path: Path) -> None:
-    assert ahead.planned(["snap", *MISREAD]) == (None, ["gpu"], 20.0)
-    early, early_modules = _snap(tmp_path, "ahead", *MISREAD)
-    assert early["hoststate"]["label"] == "--skip=gpu" and early["gpu"]["devices"]
-    assert "hoststate.collectors.system" in early_modules  # collected here
-
-
-def _whole(value: object, plan: tuple = (["env"], None, 20.0)) -> subprocess.Popen:
-    """A process standing in for the snapshot child forked for ``plan``, that handed over ``value`` (or, for None,
-    never answers)."""
-    import marshal
-
-    proc = _child(["true"], marshal.dumps(value), ahead.WHOLE) if value is not None else \
-        _child(["sleep", "60"], None, ahead.WHOLE)
-    ahead._plan = plan
-    return proc
-
-
-def test_the_snapshot_child_is_taken_only_for_its_context_and_selection(monkeypatch: pytest.MonkeyPatch) -> None:
-    ctx, names = capture.context(only=("env",))
-    mine = {"status": "ok", "data": {"marker": "from the child"}, "unreadable": {}, "reason": None, "took_ms": 1.0,
-            "notes": []}
-    skipped = {**mine, "status": "skipped", "data": {}, "reason": "not selected"}
-    value = {"names": ["env"], "timeout": 20.0, "digest": "sha256:" + "0" * 64,
-             "sections": {name: mine if name == "env" else skipped for name in capture.NAMES}}
-    _whole(value)
-    snap = capture.collect(ctx, names)
-    assert snap["env"] == {"marker": "from the child"} and snap["hoststate"]["digest"] == value["digest"]
-    assert ctx.sections["env"].data == {"marker": "from the child"} and not ahead.forked(ahead.WHOLE)
-    for other in ({"names": ["env", "packages"]}, {"timeout": 5.0}, {"digest": None}, {"sections": {}}):
-        _whole({**value, **other})  # planned alike, handed over something else: not a snapshot for this context
-        snap = capture.collect(*capture.context(only=("env",)))
-        assert "marker" not in snap.get("env", {}) and not ahead.forked(ahead.WHOLE)  # collected here
-    waited: list[str] = []
-    take = ahead.take
-    monkeypatch.setattr(ahead, "take", lambda deadline, what=ahead.NAME: waited.append(what) or take(deadline, what))
-    for plan, options in (((["env"], None, 20.0), {"vllm_version": "0.12.0"}),
-                          ((["env"], None, 20.0), {"timeout": 5.0}),
-                          ((["env"], None, 20.0), {"root": str(REPO / "fixtures" / "hosts" / "seed-baseline")}),
-                          ((["env"], None, 20.0), {"skip": ("system",)}),
-                          ((None, ["system"], 20.0), {"only": ("env",)}),
-                          ((["nothing"], None, 20.0), {"only": ("env",)})):
-        proc = _whole(None, plan)  # a child that would never answer: discarded at once, never waited for
-        snap = capture.collect(*capture.context(**options))
-        assert "marker" not in snap.get("env", {}) and not ahead.forked(ahead.WHOLE) and _gone(proc)
-    assert ahead.WHOLE not in waited
-
-
-#: A guard whose benchmark's command line names vLLM: the command's own processes (the parent, the snapshot child
-#: and its GPU child) share that command line (``python .../hoststate guard ... -- vllm serve M`` reads as a vLLM
-#: server's), and none of them is the server a snapshot describes.
+#: A guard whose benchmark's command line names vLLM: the command's own processes (the parent and its GPU child)
+#: share that command line (``python .../hoststate guard ... -- vllm serve M`` reads as a vLLM server's), and
+#: neither is the server a snapshot describes.
 def test_the_commands_own_processes_are_no_vllm_server(tmp_path: Path) -> None:
     from hoststate.collectors.vllm.argv import locate
 
@@ -237,27 +109,41 @@ def test_the_commands_own_processes_are_no_vllm_server(tmp_path: Path) -> None:
     script.write_text(ENTRY)
     _snap(tmp_path, "here", "--only", "system")
     base.write_text((tmp_path / "here.toml").read_text())
-    for how, extra in (("ahead", ()), ("ahead", ("--vllm-version", "0.12.0")), ("here", ())):
-        saved = tmp_path / f"{how}{len(extra)}.toml"
+    for how in ("ahead", "here"):
+        saved = tmp_path / f"{how}.saved.toml"
         argv = [sys.executable, str(script), str(tmp_path / "modules.json"), how, "guard", "--baseline", str(base),
-                "--only", "system,gpu,vllm", *extra, "--accept", "**", "--save-current", str(saved), "--",
+                "--only", "system,gpu,vllm", "--accept", "**", "--save-current", str(saved), "--",
                 sys.executable, "-c", "pass", "vllm", "serve", "m"]
         assert locate(argv).program == "vllm serve"
         env = {**os.environ, "PYTHONPATH": PYTHONPATH, NVML_REPLAY_ENV: str(REPLAY)}
         done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
         assert done.returncode == 0, done.stderr
         snap = toml_loads(saved.read_text())
-        assert snap["collectors"]["vllm"]["status"] == "absent", (how, extra, snap.get("vllm"))
+        assert snap["collectors"]["vllm"]["status"] == "absent", (how, snap.get("vllm"))
 
 
-def test_ours_names_this_process_its_children_and_where_it_was_forked_from(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ahead, "_children", {ahead.WHOLE: (101, -1)})
-    monkeypatch.setattr(ahead, "_exiting", [(102, None, None)])
-    monkeypatch.setattr(ahead, "_lineage", [103])
-    assert ahead.ours() == {os.getpid(), 101, 102, 103}
+@pytest.mark.parametrize("state", ["_child", "_exiting"])
+def test_discovery_passes_over_the_commands_child_running_or_exiting(monkeypatch: pytest.MonkeyPatch,
+                                                                     state: str) -> None:
+    """A real process with the command's command line stands in for its GPU child: a server to discovery until
+    hoststate.ahead holds it as its child, running or answered and exiting."""
+    from hoststate.collectors.vllm.discovery import discover
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "vllm", "serve", "m"])
+    try:
+        deadline = time.monotonic() + 10
+        while b"vllm" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the child has exec'd
+        assert proc.pid in {p.pid for p in discover({})}
+        monkeypatch.setattr(ahead, state, (proc.pid, -1) if state == "_child" else (proc.pid, None, None))
+        assert ahead.ours() == {os.getpid(), proc.pid}
+        assert proc.pid not in {p.pid for p in discover({})}
+    finally:
+        proc.kill()
+        proc.wait()
 
 
-def _child(argv: list[str], data: bytes | None = None, what: str = ahead.NAME) -> subprocess.Popen:
+def _child(argv: list[str], data: bytes | None = None) -> subprocess.Popen:
     """A process standing in for the forked child, with the read end of a pipe it may have written."""
     read, write = os.pipe()
     if data is not None:
@@ -266,7 +152,7 @@ def _child(argv: list[str], data: bytes | None = None, what: str = ahead.NAME) -
     proc = subprocess.Popen(argv, pass_fds=() if data is not None else (write,))
     if data is None:
         os.close(write)  # the child holds the only write end: the pipe stays open while it runs
-    ahead._children[what] = (proc.pid, read)
+    ahead._child = (proc.pid, read)
     return proc
 
 
@@ -283,13 +169,13 @@ def test_a_child_that_does_not_answer_is_killed_at_the_timeout() -> None:
     proc = _child(["sleep", "60"])
     section = capture._early("gpu", capture.context(timeout=0.3)[0])
     assert section is not None and section.status == "timeout" and "0.3s" in section.reason
-    assert _gone(proc) and ahead.NAME not in ahead._children
+    assert _gone(proc) and ahead._child is None
 
 
 def test_a_child_that_fails_leaves_the_collector_to_the_parent() -> None:
     proc = _child(["true"], b"\x80\x04not marshal data")
     assert capture._early("gpu", capture.context(timeout=5)[0]) is None
-    assert _gone(proc) and ahead.NAME not in ahead._children
+    assert _gone(proc) and ahead._child is None
 
 
 @pytest.mark.parametrize("options", [{"root": str(REPO / "fixtures" / "hosts" / "seed-baseline")},
@@ -297,14 +183,14 @@ def test_a_child_that_fails_leaves_the_collector_to_the_parent() -> None:
 def test_a_child_collected_for_another_context_is_not_used(options: dict) -> None:
     proc = _child(["sleep", "60"])
     assert capture._early("gpu", capture.context(**options)[0]) is None
-    assert _gone(proc) and ahead.NAME not in ahead._children
+    assert _gone(proc) and ahead._child is None
 
 
 def test_a_child_not_taken_is_ended_with_the_collection() -> None:
     proc = _child(["sleep", "60"])
-    assert capture._early("system", capture.context()[0]) is None and ahead.NAME in ahead._children  # gpu only
+    assert capture._early("system", capture.context()[0]) is None and ahead._child is not None  # gpu only
     capture.snap(capture.SnapOptions(root=str(REPO / "fixtures" / "hosts" / "seed-baseline"), only=("system",)))
-    assert _gone(proc) and ahead.NAME not in ahead._children
+    assert _gone(proc) and ahead._child is None
 
 
 #: A parent that forks the child (whose work never ends), then is killed by a signal: no exit handler runs.
@@ -356,9 +242,9 @@ def _answered_then_exiting() -> subprocess.Popen:
     read, write = os.pipe()
     proc = subprocess.Popen([sys.executable, "-c", SLOW_EXIT, str(write)], pass_fds=(write,))
     os.close(write)
-    ahead._children[ahead.NAME] = (proc.pid, read)
+    ahead._child = (proc.pid, read)
     state, value = ahead.take(time.perf_counter() + 60)
-    assert (state, value) == ("ok", {"status": "ok"}) and ahead.NAME not in ahead._children
+    assert (state, value) == ("ok", {"status": "ok"}) and ahead._child is None
     return proc
 
 
@@ -374,13 +260,13 @@ def test_a_child_that_answered_is_reaped_without_waiting_for_its_exit() -> None:
     assert _alive(proc.pid)  # still exiting: take did not wait for it
     os.kill(proc.pid, 15)
     assert _until_gone(proc)  # reaped once it exited, not left a zombie
-    ahead._exiting.clear()
+    ahead._exiting = None
 
 
 def test_settle_waits_for_the_exiting_child_and_kills_one_that_does_not_exit() -> None:
     proc = _answered_then_exiting()
     ahead.settle(0.2)  # it sleeps for two minutes: killed once the wait is over
-    assert _gone(proc) and ahead._exiting == []
+    assert _gone(proc) and ahead._exiting is None
     ahead.settle(0.2)  # nothing left to settle
 
 
@@ -389,14 +275,14 @@ def test_without_a_thread_for_the_reaper_the_child_is_reaped_in_place(monkeypatc
     proc = subprocess.Popen([sys.executable, "-c", SLOW_EXIT.replace("time.sleep(120)", "time.sleep(0.5)"),
                              str(write)], pass_fds=(write,))
     os.close(write)
-    ahead._children[ahead.NAME] = (proc.pid, read)
+    ahead._child = (proc.pid, read)
 
     def refused(self: threading.Thread) -> None:
         raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(threading.Thread, "start", refused)
     assert ahead.take(time.perf_counter() + 60)[0] == "ok"
-    assert _gone(proc) and ahead._exiting == []  # reaped before take returned
+    assert _gone(proc) and ahead._exiting is None  # reaped before take returned
 
 
 def test_a_collection_ahead_that_raises_leaves_the_collector_to_run_here() -> None:
