@@ -192,6 +192,7 @@ CASES: tuple[Case, ...] = (
     _cmd("flags in another order", "vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size=2", "info"),
     _cmd("--chat-template tpl.jinja", f"{CMD} --chat-template tpl.jinja", "warning"),
     _cmd("--tool-call-parser hermes", f"{CMD} --tool-call-parser hermes", "warning"),
+    _cmd("--trust-request-chat-template", f"{CMD} --trust-request-chat-template", "warning"),
     _cmd("-tp 2 -> -tp 4", "vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 4", "invalidating"),
     _cmd("--max-num-seqs 128", f"{CMD} --max-num-seqs 128", "invalidating"),
     _cmd("--max-num-batched-tokens 16384", f"{CMD} --max-num-batched-tokens 16384", "invalidating"),

@@ -234,12 +234,12 @@ def test_peer_access_lost_between_two_gpus_refuses_but_atomics_alone(h200, cap, 
     assert [rated for where, (rated, _why) in found.items() if where.startswith(f"gpu.p2p.{cap}.")] == [severity]
 
 
-def _served(command: str) -> dict:
+def _served(command: str, version: str = "0.12.0") -> dict:
     from hoststate.capture import SnapOptions, snap
     from tests.conftest import REPO
 
     return snap(SnapOptions(root=str(REPO / "fixtures" / "hosts" / "seed-baseline"), only=("vllm",),
-                            vllm_cmd=command, vllm_version="0.12.0"))
+                            vllm_cmd=command, vllm_version=version))
 
 
 @pytest.mark.parametrize("wrapper", ["nohup", "time -p", "/usr/bin/time -f %e -o t.txt", "stdbuf -oL -eL",
@@ -317,3 +317,47 @@ def test_the_servers_environment_is_read_through_a_wrapper(command):
     wrapped = _served(command.format(server=SERVER))
     assert wrapped["vllm"]["env"]["VLLM_ATTENTION_BACKEND"] == "FLASHINFER" and "launcher" not in wrapped["vllm"]
     assert rate(_served(SERVER), wrapped)["vllm.env.VLLM_ATTENTION_BACKEND"][0] == "invalidating"
+
+
+@pytest.mark.parametrize(("one", "other"), [("half", "float16"), ("float", "float32")])
+def test_two_names_of_one_torch_dtype_are_a_spelling(one, other):
+    """vLLM maps --dtype half and float16 to one torch dtype (_STR_DTYPE_TO_TORCH_DTYPE): args hold the one name,
+    args_resolved.spelled says why; a dtype that differs still refuses."""
+    a, b = _served(f"{SERVER} --dtype {one}"), _served(f"{SERVER} --dtype {other}")
+    assert a["vllm"]["args"]["dtype"] == b["vllm"]["args"]["dtype"] == other
+    assert a["vllm"]["args_resolved"]["spelled"]["dtype"].startswith(f"{one} is {other}")
+    assert {f.severity for f in compare(a, b).findings if f.path.startswith("vllm")} <= {"info"}
+    assert rate(a, _served(f"{SERVER} --dtype bfloat16"))["vllm.args.dtype"][0] == "invalidating"
+
+
+@pytest.mark.parametrize("flag", ["--trust-request-chat-template", "--exclude-tools-when-tool-choice-none"])
+def test_what_shapes_requests_prompts_is_a_warning(flag):
+    """Both decide what a request's prompt holds (its own chat template; the tool definitions under tool_choice
+    none), as --chat-template does: token counts may differ, the kernels do not."""
+    assert rate(_served(SERVER), _served(f"{SERVER} {flag}"))[f"vllm.args.{flag[2:].replace('-', '_')}"][0] == \
+        "warning"
+
+
+def test_a_variable_the_servers_version_no_longer_reads_changes_nothing():
+    """VLLM_USE_V1 is in vllm/envs.py of 0.10.2 and 0.11.0 only: on 0.12.0 it is recorded apart, with why, and
+    setting it is info; on 0.11.0, which reads it, it is rated by what it does."""
+    plain, given = _served(SERVER), _served(f"VLLM_USE_V1=1 {SERVER}")
+    assert "VLLM_USE_V1" not in given["vllm"].get("env", {})
+    assert given["vllm"]["env_unread"]["VLLM_USE_V1"]["value"] == "1"
+    assert "0.11.0 is the last recorded version" in given["vllm"]["env_unread"]["VLLM_USE_V1"]["because"]
+    assert {f.severity for f in compare(plain, given).findings if f.path.startswith("vllm")} <= {"info"}
+    read = _served(f"VLLM_USE_V1=0 {SERVER}", "0.11.0")
+    assert read["vllm"]["env"]["VLLM_USE_V1"] == "0" and "env_unread" not in read["vllm"]
+    assert rate(_served(SERVER, "0.11.0"), read)["vllm.env.VLLM_USE_V1"][0] == "invalidating"
+
+
+@pytest.mark.parametrize(("version", "dropped"), [("0.12.0", True), ("0.11.2", True), ("0.11.1", True),
+                                                  ("0.11.0", False), ("0.10.1", False), ("0.34.0", False),
+                                                  ("nightly", False), (None, False)])
+def test_a_name_counts_as_dropped_only_inside_the_recorded_versions(version, dropped):
+    """Between two recorded versions both must lack the name; outside the recorded range, or for a version not
+    understood, nothing is said to be unread. A VLLM_* name no recorded version reads (a plugin's) never is."""
+    from hoststate.collectors.vllm.envs import unread
+
+    found = unread({"VLLM_USE_V1": "1", "VLLM_MY_PLUGIN_KNOB": "1", "NCCL_ALGO": "Ring"}, version)
+    assert set(found) == ({"VLLM_USE_V1"} if dropped else set())

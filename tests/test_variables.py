@@ -1,6 +1,6 @@
 """hoststate/variables.toml rates environment variables by what they do, one rating wherever a variable is read.
 
-fixtures/vllm/envs/names.json lists the names in ``environment_variables`` of each recorded version's
+hoststate/data/vllm_env_names.json lists the names in ``environment_variables`` of each recorded version's
 ``vllm/envs.py`` (read from the released wheels): each one needs its own entry naming those versions as its source.
 The expected ratings below are written by hand from what each variable does.
 """
@@ -14,9 +14,9 @@ import pytest
 from hoststate.diff import compare
 from hoststate.policy import DEFAULT_VARIABLES, VARIABLE_PLACES, default_policy, default_rules
 from hoststate.snapshot import toml_loads
-from tests.conftest import FIXTURES, PACKAGE
+from tests.conftest import PACKAGE
 
-NAMES = json.loads((FIXTURES / "vllm" / "envs" / "names.json").read_text())
+NAMES = json.loads((PACKAGE / "data" / "vllm_env_names.json").read_text())
 TABLE = toml_loads((PACKAGE / DEFAULT_VARIABLES).read_text())["variable"]
 
 

@@ -352,6 +352,8 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
     how: dict[str, Any] = {"defaults": parsed.defaults_source or "vLLM's own non-default args, from the log"}
     if same:
         how["same_as_unset"] = {dest: Own(why) for dest, why in same.items()}
+    if resolved.spelled:
+        how["spelled"] = {dest: Own(why) for dest, why in resolved.spelled.items()}
     return {"args": redact_value(resolved.args), "args_resolved": how}
 
 
@@ -469,7 +471,13 @@ def build(
     if url is not None:
         data["url"] = url
     if parsed.env is not None:
+        from hoststate.collectors.vllm.envs import unread  # with a server only: it reads the version table
+
         data["env"] = env_collector.select(parsed.env)
+        dropped = unread(data["env"], version)
+        if dropped:
+            data["env_unread"] = {name: {"value": data["env"].pop(name), "because": Own(why)}
+                                  for name, why in dropped.items()}
         if env_from:
             data["env_from"] = env_from
     elif proc is not None and proc.env_error:

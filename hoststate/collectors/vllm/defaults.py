@@ -9,6 +9,8 @@ defaults: its arguments are kept as spelled, and ``DefaultsFor.source`` says so.
 Beyond the parser, a few arguments resolve against the model or the engine (``resolve``): a ``--dtype`` that names
 the checkpoint's own dtype, ``--served-model-name`` equal to the model, ``--trust-remote-code`` for a model whose
 config.json names no remote code, ``--seed 0`` where the V1 engine seeds 0 when none is given (0.10-0.11).
+And a value vLLM maps to the same setting as another name (``--dtype half`` is ``float16``: SPELLINGS) is written
+under that one name, so two spellings of one server compare equal.
 """
 
 from __future__ import annotations
@@ -74,12 +76,34 @@ DTYPE_NAMES = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", 
                "float32": "float32"}
 
 
+#: Values of an argument that vLLM maps to one setting, by dest: each alias, the name written in its place, and the
+#: source. ``--kv-cache-dtype fp8`` is not here: vLLM's help says fp8 is fp8_e4m3 on CUDA, but an attention backend
+#: may list one and not the other (a sparse MLA backend takes fp8 for fp8_ds_mla), so the backend can differ.
+SPELLINGS: dict[str, tuple[dict[str, str], str]] = {
+    "dtype": ({name: torch for name, torch in DTYPE_NAMES.items() if name != torch},
+              "the same torch dtype (vLLM's _STR_DTYPE_TO_TORCH_DTYPE, vllm/config/model.py)"),
+}
+
+
 @dataclass
 class Resolved:
-    """The arguments as the engine resolves them, and why each argument left out was left out."""
+    """The arguments as the engine resolves them, why each argument left out was left out, and which values were
+    written under the one name vLLM maps them to (``spelled``)."""
 
     args: dict[str, Any]
     same_as_unset: dict[str, str] = field(default_factory=dict)
+    spelled: dict[str, str] = field(default_factory=dict)
+
+
+def canonical(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``args`` with each alias in SPELLINGS written as the name vLLM maps it to, and why, by dest."""
+    out, spelled = dict(args), {}
+    for dest, (aliases, source) in SPELLINGS.items():
+        value = out.get(dest)
+        if isinstance(value, str) and value in aliases:
+            out[dest] = aliases[value]
+            spelled[dest] = f"{value} is {aliases[value]}: {source}"
+    return out, spelled
 
 
 def _dtype(args: Mapping[str, Any], facts: ModelFacts) -> str | None:
@@ -131,4 +155,5 @@ def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str],
                "trust_remote_code": _remote_code(args, facts), "seed": _seed(args, env, seed_unset),
                "tokenizer": _tokenizer(args), "revision": _revision(args)}
     same = {dest: why for dest, why in reasons.items() if why is not None and dest in args}
-    return Resolved({k: v for k, v in args.items() if k not in same}, same)
+    kept, spelled = canonical({k: v for k, v in args.items() if k not in same})
+    return Resolved(kept, same, spelled)
