@@ -361,3 +361,60 @@ def test_a_name_counts_as_dropped_only_inside_the_recorded_versions(version, dro
 
     found = unread({"VLLM_USE_V1": "1", "VLLM_MY_PLUGIN_KNOB": "1", "NCCL_ALGO": "Ring"}, version)
     assert set(found) == ({"VLLM_USE_V1"} if dropped else set())
+
+
+PLAIN = "vllm serve meta-llama/Llama-3.1-8B-Instruct"
+
+#: Pairs vLLM builds one engine from (vllm/ of the 0.11.0 and 0.12.0 wheels), on both versions, and pairs it does
+#: not: each spelling is rated info, each real change still refuses.
+ALIKE = [
+    (PLAIN, f"{PLAIN} --load-format AUTO"),  # LoadConfig lower-cases it: the parser default
+    (f"{PLAIN} --load-format SAFETENSORS", f"{PLAIN} --load-format safetensors"),
+    (f"{PLAIN} --cuda-graph-sizes 1 2 4 8", f"{PLAIN} --cuda-graph-sizes 8 4 2 1"),  # sorted before capture
+    (f"{PLAIN} -tp 2", f"{PLAIN} -tp 2 --swap-space 8"),  # the V1 engine allocates no swap blocks
+    (PLAIN, f"{PLAIN} --max-lora-rank 32 --max-loras 4"),  # no LoRAConfig without --enable-lora
+    (PLAIN, f"{PLAIN} --no-enable-lora"),
+    (PLAIN, f"{PLAIN} --distributed-executor-backend uni"),  # what a world size of 1 resolves to
+    (PLAIN, f"{PLAIN} --disable-custom-all-reduce"),  # no tensor-parallel group to all-reduce in
+]
+APART = [
+    (f"{PLAIN} --enable-lora", f"{PLAIN} --enable-lora --max-lora-rank 32"),
+    (f"{PLAIN} -tp 2", f"{PLAIN} -tp 2 --distributed-executor-backend uni"),
+    (f"{PLAIN} -tp 2", f"{PLAIN} -tp 2 --disable-custom-all-reduce"),
+    (f"{PLAIN} --cuda-graph-sizes 1 2 4 8", f"{PLAIN} --cuda-graph-sizes 1 2 4 16"),
+    (PLAIN, f"{PLAIN} --load-format dummy"),
+]
+
+
+@pytest.mark.parametrize("version", ["0.11.0", "0.12.0"])
+@pytest.mark.parametrize(("one", "other"), ALIKE)
+def test_what_vllm_resolves_alike_is_one_setting(version, one, other):
+    found = compare(_served(one, version), _served(other, version)).findings
+    assert {f.severity for f in found if f.path.startswith("vllm")} <= {"info"}, [(f.path, f.severity) for f in found]
+
+
+@pytest.mark.parametrize("version", ["0.11.0", "0.12.0"])
+@pytest.mark.parametrize(("one", "other"), APART)
+def test_what_vllm_resolves_apart_still_refuses(version, one, other):
+    found = compare(_served(one, version), _served(other, version)).findings
+    assert "invalidating" in {f.severity for f in found if f.path.startswith("vllm.args")}
+
+
+@pytest.mark.parametrize(("one", "other", "version"), [
+    ("-cc.cudagraph_mode=FULL", "-cc.cudagraph_mode=full", "0.12.0"),  # upper-cased by CompilationConfig
+    ("-O.cudagraph_mode=FULL", "-O.cudagraph_mode=full", "0.11.0"),
+    ("--cudagraph-capture-sizes 1 2 4 8", "--cudagraph-capture-sizes 8 4 2 1", "0.12.0"),
+    ("""-O '{"cudagraph_capture_sizes": [1, 2, 4, 8]}'""", """-O '{"cudagraph_capture_sizes": [8, 4, 2, 1]}'""",
+     "0.11.0"),
+    ("", "--worker-cls vllm.v1.worker.gpu_worker.Worker", "0.12.0"),  # what auto resolves to on CUDA
+])
+def test_a_spelling_of_one_version_is_one_setting(one, other, version):
+    a, b = _served(f"{PLAIN} {one}", version), _served(f"{PLAIN} {other}", version)
+    assert {f.severity for f in compare(a, b).findings if f.path.startswith("vllm")} <= {"info"}
+    assert b["vllm"]["args_resolved"].get("spelled") or b["vllm"]["args_resolved"].get("same_as_unset")
+
+
+def test_the_swap_space_counts_where_a_v0_engine_remains():
+    """0.10.2 may still run the V0 engine, which swaps to CPU blocks of that size."""
+    assert rate(_served(PLAIN, "0.10.2"), _served(f"{PLAIN} --swap-space 8", "0.10.2"))["vllm.args.swap_space"][0] \
+        == "invalidating"

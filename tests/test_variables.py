@@ -58,6 +58,7 @@ EXPECTED = [
     ("CUDA_LAUNCH_BLOCKING", "1", "invalidating"), ("VLLM_TRACE_FUNCTION", "1", "invalidating"),
     ("NVIDIA_TF32_OVERRIDE", "0", "invalidating"), ("OMP_NUM_THREADS", "4", "invalidating"),
     ("VLLM_LHC_DSA", "1", "invalidating"),  # not stock vLLM: what reads it is not known
+    ("VLLM_LOG_BATCHSIZE_INTERVAL", "1", "invalidating"),  # a device-wide synchronize after every forward pass
     # start-up, logging, debugging output, caches, build targets, telemetry, plumbing
     ("VLLM_LOGGING_LEVEL", "DEBUG", "info"), ("NCCL_DEBUG", "INFO", "info"), ("NCCL_DEBUG_SUBSYS", "ALL", "info"),
     ("TORCH_LOGS", "+dynamo", "info"), ("VLLM_CACHE_ROOT", "/scratch/vllm", "info"),

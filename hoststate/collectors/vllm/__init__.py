@@ -334,7 +334,7 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
     """``args`` as the engine resolves them (defaults.py): what was spelled at the version's parser default, or
     resolves against the model or engine to the same setting as no argument, is left out, and
     ``args_resolved`` says what and why, so a spelling-only change leaves ``args`` alone."""
-    from hoststate.collectors.vllm.defaults import resolve
+    from hoststate.collectors.vllm.defaults import defaults_for, resolve
     from hoststate.collectors.vllm.model import UNKNOWN
     from hoststate.collectors.vllm.versions import rules_for
 
@@ -342,7 +342,8 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
     rules = rules_for(version)[0]
     facts = parsed.facts or UNKNOWN  # the reasons quote where the facts came from: redacted there
     resolved = resolve(parsed.args, replace(facts, source=redact_text(facts.source)), parsed.env or {},
-                       rules.seed_unset)
+                       rules.seed_unset, defaults_for(version).defaults, unused=rules.unused_options,
+                       v1_only=not rules.v0_env)
     graphs = _same_graphs(ctx, parsed, version)
     for dest in graphs:
         resolved.args.pop(dest, None)

@@ -9,15 +9,16 @@ defaults: its arguments are kept as spelled, and ``DefaultsFor.source`` says so.
 Beyond the parser, a few arguments resolve against the model or the engine (``resolve``): a ``--dtype`` that names
 the checkpoint's own dtype, ``--served-model-name`` equal to the model, ``--trust-remote-code`` for a model whose
 config.json names no remote code, ``--seed 0`` where the V1 engine seeds 0 when none is given (0.10-0.11).
-And a value vLLM maps to the same setting as another name (``--dtype half`` is ``float16``: SPELLINGS) is written
-under that one name, so two spellings of one server compare equal.
+And a value vLLM rewrites before it uses it (``--dtype half`` is ``float16``, ``--load-format AUTO`` is ``auto``,
+capture sizes in any order are sorted: NORMAL_FORMS) is written as vLLM rewrites it, so two spellings of one server
+compare equal, and a rewrite that lands on the parser default leaves the argument out.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -76,13 +77,58 @@ DTYPE_NAMES = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", 
                "float32": "float32"}
 
 
-#: Values of an argument that vLLM maps to one setting, by dest: each alias, the name written in its place, and the
-#: source. ``--kv-cache-dtype fp8`` is not here: vLLM's help says fp8 is fp8_e4m3 on CUDA, but an attention backend
-#: may list one and not the other (a sparse MLA backend takes fp8 for fp8_ds_mla), so the backend can differ.
-SPELLINGS: dict[str, tuple[dict[str, str], str]] = {
-    "dtype": ({name: torch for name, torch in DTYPE_NAMES.items() if name != torch},
-              "the same torch dtype (vLLM's _STR_DTYPE_TO_TORCH_DTYPE, vllm/config/model.py)"),
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+def _upper(value: Any) -> Any:
+    return value.upper() if isinstance(value, str) else value
+
+
+def _sorted(value: Any) -> Any:
+    ints = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    return sorted(value) if ints else value
+
+
+def _dtype_name(value: Any) -> Any:
+    return DTYPE_NAMES.get(value, value) if isinstance(value, str) else value
+
+
+#: Values vLLM rewrites before it uses them, by dest (``compilation_config.KEY`` for a key of that table): the
+#: rewrite and where vLLM makes it. Two spellings with one rewrite are one setting. ``--kv-cache-dtype fp8`` is not
+#: here: vLLM's help says fp8 is fp8_e4m3 on CUDA, but an attention backend may take one and not the other (a
+#: sparse MLA backend takes fp8 for fp8_ds_mla), so the backend can differ. Neither is ``--tokenizer-mode``, which
+#: 0.12 lower-cases and 0.11's parser refuses in capitals.
+NORMAL_FORMS: dict[str, tuple[Callable[[Any], Any], str]] = {
+    "dtype": (_dtype_name, "the same torch dtype (vLLM's _STR_DTYPE_TO_TORCH_DTYPE, vllm/config/model.py)"),
+    "load_format": (_lower, "LoadConfig lower-cases it (vllm/config/load.py)"),
+    "cuda_graph_sizes": (_sorted, "vLLM sorts the sizes it captures (vllm/config: batch_size_capture_list, "
+                                  "cudagraph_capture_sizes)"),
+    "cudagraph_capture_sizes": (_sorted, "vLLM sorts the sizes it captures (vllm/config/vllm.py)"),
+    "compilation_config.cudagraph_mode": (_upper, "CompilationConfig upper-cases it "
+                                                  "(validate_cudagraph_mode_before, vllm/config/compilation.py)"),
+    "compilation_config.cudagraph_capture_sizes": (_sorted, "vLLM sorts the sizes it captures (vllm/config)"),
 }
+
+
+def canonical(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``args`` with each value in NORMAL_FORMS written as vLLM rewrites it, and why, by dest."""
+    out, spelled = dict(args), {}
+    for where, (rewrite, source) in NORMAL_FORMS.items():
+        dest, _, key = where.partition(".")
+        table = out.get(dest) if key else out
+        if not isinstance(table, Mapping) or (key or dest) not in table:
+            continue
+        value = table[key or dest]
+        normal = rewrite(value)
+        if normal == value and type(normal) is type(value):
+            continue
+        if key:
+            table = out[dest] = {**table, key: normal}
+        else:
+            out[dest] = normal
+        spelled[where] = f"{value} is {normal}: {source}"
+    return out, spelled
 
 
 @dataclass
@@ -93,17 +139,6 @@ class Resolved:
     args: dict[str, Any]
     same_as_unset: dict[str, str] = field(default_factory=dict)
     spelled: dict[str, str] = field(default_factory=dict)
-
-
-def canonical(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """``args`` with each alias in SPELLINGS written as the name vLLM maps it to, and why, by dest."""
-    out, spelled = dict(args), {}
-    for dest, (aliases, source) in SPELLINGS.items():
-        value = out.get(dest)
-        if isinstance(value, str) and value in aliases:
-            out[dest] = aliases[value]
-            spelled[dest] = f"{value} is {aliases[value]}: {source}"
-    return out, spelled
 
 
 def _dtype(args: Mapping[str, Any], facts: ModelFacts) -> str | None:
@@ -147,13 +182,61 @@ def _seed(args: Mapping[str, Any], env: Mapping[str, str], seed_unset: int | Non
     return f"the V1 engine seeds {seed_unset} when no seed is given (ModelConfig.__post_init__)"
 
 
-def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str],
-            seed_unset: int | None) -> Resolved:
-    """``args`` less what resolves to the same engine setting as leaving it out (``seed_unset``: the seed the
-    version's engine takes when none is given, None where the parser default already says so)."""
-    reasons = {"dtype": _dtype(args, facts), "served_model_name": _served_name(args),
-               "trust_remote_code": _remote_code(args, facts), "seed": _seed(args, env, seed_unset),
-               "tokenizer": _tokenizer(args), "revision": _revision(args)}
-    same = {dest: why for dest, why in reasons.items() if why is not None and dest in args}
-    kept, spelled = canonical({k: v for k, v in args.items() if k not in same})
-    return Resolved(kept, same, spelled)
+#: Options that only fill LoRAConfig, which vLLM builds only with ``--enable-lora`` (EngineArgs.create_engine_config,
+#: vllm/engine/arg_utils.py of 0.11.0 and 0.12.0: ``LoRAConfig(...) if self.enable_lora else None``).
+LORA_ONLY = ("max_lora_rank", "max_loras", "fully_sharded_loras", "lora_dtype", "max_cpu_loras", "enable_lora_bias",
+             "lora_extra_vocab_size")
+
+
+def _size(args: Mapping[str, Any], dest: str) -> int | None:
+    """An integer parallel size as given (1 when not given); None for a value that is not one."""
+    value = args.get(dest, 1)
+    try:
+        return int(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _engine_unused(args: Mapping[str, Any], unused: Mapping[str, str], v1_only: bool) -> dict[str, str]:
+    """What the engine never acts on for this command line, by dest, and why (vLLM 0.11.0 and 0.12.0 code)."""
+    why = dict(unused)
+    if args.get("enable_lora") is False:
+        why["enable_lora"] = "LoRA is built only when enable_lora is true (EngineArgs.create_engine_config)"
+    if not args.get("enable_lora"):
+        for dest in LORA_ONLY:
+            why[dest] = "without --enable-lora vLLM builds no LoRAConfig (EngineArgs.create_engine_config)"
+    tp, pp, pcp = (_size(args, d) for d in ("tensor_parallel_size", "pipeline_parallel_size",
+                                            "prefill_context_parallel_size"))
+    if tp == 1:
+        why["disable_custom_all_reduce"] = ("one GPU per tensor-parallel group: the custom all-reduce is created only "
+                                            "for a group of more than one (CudaCommunicator)")
+    if (tp, pp, pcp) == (1, 1, 1) and args.get("distributed_executor_backend") == "uni" \
+            and not args.get("async_scheduling"):
+        why["distributed_executor_backend"] = ("uni: what ParallelConfig takes for a world size of 1 when no backend "
+                                               "is given (vllm/config/parallel.py)")
+    if v1_only and args.get("worker_cls") == "vllm.v1.worker.gpu_worker.Worker":
+        why["worker_cls"] = "what auto resolves to on CUDA with the V1 engine (CudaPlatform.check_and_update_config)"
+    return why
+
+
+def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], seed_unset: int | None,
+            defaults: Mapping[str, Any] | None = None, *, unused: Mapping[str, str] | None = None,
+            v1_only: bool = False) -> Resolved:
+    """``args`` written as vLLM rewrites them (``canonical``), less what resolves to the same engine setting as
+    leaving it out: a rewrite that lands on the version's parser default (``defaults``, None where not recorded),
+    what the engine never acts on (``unused``: the version's unused options; ``v1_only``: no V0 engine to fall back
+    to), and the model's and engine's own choices (``seed_unset``: the seed the version's engine takes when none is
+    given, None where the parser default already says so)."""
+    normal, spelled = canonical(args)
+    same = {}
+    for where, why in spelled.items():
+        dest = where.partition(".")[0]
+        if defaults is not None and dest != "model" and at_default(dest, normal[dest], defaults):
+            same[dest] = f"its parser default, as vLLM rewrites it ({why})"
+    reasons = {"dtype": _dtype(normal, facts), "served_model_name": _served_name(normal),
+               "trust_remote_code": _remote_code(normal, facts), "seed": _seed(normal, env, seed_unset),
+               "tokenizer": _tokenizer(normal), "revision": _revision(normal),
+               **_engine_unused(normal, unused or {}, v1_only)}
+    same.update({dest: why for dest, why in reasons.items() if why is not None and dest in normal and dest not in same})
+    kept = {k: v for k, v in normal.items() if k not in same}
+    return Resolved(kept, same, {w: why for w, why in spelled.items() if w.partition(".")[0] in kept})

@@ -179,6 +179,8 @@ class Rules:
     #: The seed the engine takes when ``--seed`` is not given, where the parser default (None) does not say it:
     #: the V1 engine's ModelConfig.__post_init__ sets 0 (0.10-0.11; from 0.12 the parser default is 0 itself).
     seed_unset: int | None = None
+    #: Options this version's engine parses and never acts on, each with why.
+    unused_options: Mapping[str, str] = field(default_factory=dict)
     #: How a ``--config`` YAML file becomes arguments (configfile.py): "str" (nested mappings written with str(),
     #: false keys dropped; up to 0.12) or "json" (json.dumps, false keys as ``--no-<key>`` where the parser has it).
     config_file_style: str = "str"
@@ -400,6 +402,9 @@ ROWS: tuple[dict[str, Any], ...] = (
                             "mla": frozenset({"FLASHMLA", "CUTLASS_MLA"})},
      "missing_options": _MISSING_0102 | _NEW_AFTER_0102, "no_negation": _NO_NEGATION_0102},
     {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "all2all_ht_mode": "NONE",
+     "unused_options": {"swap_space": "only the V1 engine remains, and it allocates no CPU swap blocks "
+                                      "(v1/engine/core.py: num_cpu_blocks = 0; CacheConfig only checks the size "
+                                      "against host memory)"},
      "kv_cache_dtypes": _KV_0110, "quantization_methods": _QUANT_0102,
      "eagle3_targets": ("llama", "qwen", "minicpm", "gpt_oss"),
      "inductor_partition": True, "spec_draft_target_types": frozenset(),
