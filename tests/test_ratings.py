@@ -343,11 +343,11 @@ def test_a_variable_the_servers_version_no_longer_reads_changes_nothing():
     setting it is info; on 0.11.0, which reads it, it is rated by what it does."""
     plain, given = _served(SERVER), _served(f"VLLM_USE_V1=1 {SERVER}")
     assert "VLLM_USE_V1" not in given["vllm"].get("env", {})
-    assert given["vllm"]["env_unread"]["VLLM_USE_V1"]["value"] == "1"
-    assert "0.11.0 is the last recorded version" in given["vllm"]["env_unread"]["VLLM_USE_V1"]["because"]
+    assert given["vllm"]["env_same_as_unset"]["VLLM_USE_V1"]["value"] == "1"
+    assert "0.11.0 is the last recorded version" in given["vllm"]["env_same_as_unset"]["VLLM_USE_V1"]["because"]
     assert {f.severity for f in compare(plain, given).findings if f.path.startswith("vllm")} <= {"info"}
     read = _served(f"VLLM_USE_V1=0 {SERVER}", "0.11.0")
-    assert read["vllm"]["env"]["VLLM_USE_V1"] == "0" and "env_unread" not in read["vllm"]
+    assert read["vllm"]["env"]["VLLM_USE_V1"] == "0" and "env_same_as_unset" not in read["vllm"]
     assert rate(_served(SERVER, "0.11.0"), read)["vllm.env.VLLM_USE_V1"][0] == "invalidating"
 
 
@@ -357,9 +357,9 @@ def test_a_variable_the_servers_version_no_longer_reads_changes_nothing():
 def test_a_name_counts_as_dropped_only_inside_the_recorded_versions(version, dropped):
     """Between two recorded versions both must lack the name; outside the recorded range, or for a version not
     understood, nothing is said to be unread. A VLLM_* name no recorded version reads (a plugin's) never is."""
-    from hoststate.collectors.vllm.envs import unread
+    from hoststate.collectors.vllm.envs import same_as_unset
 
-    found = unread({"VLLM_USE_V1": "1", "VLLM_MY_PLUGIN_KNOB": "1", "NCCL_ALGO": "Ring"}, version)
+    found = same_as_unset({"VLLM_USE_V1": "1", "VLLM_MY_PLUGIN_KNOB": "1", "NCCL_ALGO": "Ring"}, version)
     assert set(found) == ({"VLLM_USE_V1"} if dropped else set())
 
 
@@ -418,3 +418,37 @@ def test_the_swap_space_counts_where_a_v0_engine_remains():
     """0.10.2 may still run the V0 engine, which swaps to CPU blocks of that size."""
     assert rate(_served(PLAIN, "0.10.2"), _served(f"{PLAIN} --swap-space 8", "0.10.2"))["vllm.args.swap_space"][0] \
         == "invalidating"
+
+
+@pytest.mark.parametrize(("env", "version", "alike"), [
+    ("VLLM_USE_DEEP_GEMM=1", "0.12.0", True),  # os.getenv("VLLM_USE_DEEP_GEMM", "1")
+    ("VLLM_USE_DEEP_GEMM=0", "0.12.0", False),
+    ("VLLM_USE_DEEP_GEMM=1", "0.10.2", False),  # its default there is "0": turning it on
+    ("VLLM_FUSED_MOE_CHUNK_SIZE=16384", "0.12.0", True),
+    ("VLLM_FUSED_MOE_CHUNK_SIZE=16384", "0.11.0", False),  # 32768 there
+    ("VLLM_LOG_BATCHSIZE_INTERVAL=-1", "0.12.0", True),
+    ("VLLM_ENABLE_V1_MULTIPROCESSING=1", "0.12.0", False),  # another file of vLLM writes it: set is not unset
+])
+def test_a_variable_at_the_default_its_version_reads_changes_nothing(env, version, alike):
+    """The default comes from the version's own vllm/envs.py (scripts/vllm_envs.py), and only where that entry
+    reads the variable alone and no other file of vLLM names it."""
+    name = env.split("=")[0]
+    plain, given = _served(SERVER, version), _served(f"{env} {SERVER}", version)
+    severities = {f.severity for f in compare(plain, given).findings if f.path.startswith("vllm")}
+    if alike:
+        assert severities <= {"info"} and name in given["vllm"]["env_same_as_unset"]
+    else:
+        assert "invalidating" in severities and name in given["vllm"]["env"]
+
+
+def test_the_shipped_variable_table_is_what_the_script_reads_from_the_wheels():
+    """Every recorded version has names and defaults; a default is a string (the variable's unset reading)."""
+    import json
+
+    from tests.conftest import PACKAGE
+
+    table = json.loads((PACKAGE / "data" / "vllm_env_names.json").read_text())
+    assert list(table) == ["0.10.2", "0.11.0", "0.11.1", "0.12.0", "0.33.0"]
+    for names in table.values():
+        assert all(n == n.upper() and (d is None or isinstance(d, str)) for n, d in names.items())
+    assert table["0.12.0"]["VLLM_USE_DEEP_GEMM"] == "1" and table["0.10.2"]["VLLM_USE_DEEP_GEMM"] == "0"

@@ -216,7 +216,7 @@ def test_cmd_under_root_gives_declared_mode_and_log_gives_observed():
     assert sec.data["source"] == "cmd" and sec.data["version_from"] == "log"
     assert cg["declared"] == "FULL_AND_PIECEWISE" and cg["observed"] == "PIECEWISE"
     assert cg["mismatch"] is True and "PIECEWISE" in cg["mismatch_note"]
-    assert sec.data["env_unread"]["VLLM_USE_V1"]["value"] == "1"  # 0.12.0 no longer reads it (envs.py)
+    assert sec.data["env_same_as_unset"]["VLLM_USE_V1"]["value"] == "1"  # 0.12.0 no longer reads it (envs.py)
     assert "VLLM_USE_V1" not in sec.data["env"]
 
 

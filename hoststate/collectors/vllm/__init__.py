@@ -472,13 +472,13 @@ def build(
     if url is not None:
         data["url"] = url
     if parsed.env is not None:
-        from hoststate.collectors.vllm.envs import unread  # with a server only: it reads the version table
+        from hoststate.collectors.vllm.envs import same_as_unset  # with a server only: it reads the version table
 
         data["env"] = env_collector.select(parsed.env)
-        dropped = unread(data["env"], version)
-        if dropped:
-            data["env_unread"] = {name: {"value": data["env"].pop(name), "because": Own(why)}
-                                  for name, why in dropped.items()}
+        alike = same_as_unset(data["env"], version)
+        if alike:
+            data["env_same_as_unset"] = {name: {"value": data["env"].pop(name), "because": Own(why)}
+                                         for name, why in alike.items()}
         if env_from:
             data["env_from"] = env_from
     elif proc is not None and proc.env_error:
