@@ -330,6 +330,28 @@ def _same_graphs(ctx: Context, parsed: _Args, version: str | None) -> dict[str, 
     return same
 
 
+def _compilation_held(args: dict[str, Any], rules: Any) -> tuple[dict[str, Any], str | None]:
+    """``args`` with compilation_config as the version's CompilationConfig holds it (argv.compilation_config_view:
+    ignored keys dropped, renamed pass_config keys, mode names as numbers, the legacy graph flags converted, graph
+    modes by name; the legacy graph flags, once converted, left to the mode they set), left out when nothing remains;
+    and why, where that changed what was given."""
+    from hoststate.collectors.vllm.argv import LEGACY_GRAPH_KEYS, compilation_config_view
+
+    cc = args.get("compilation_config")
+    if not isinstance(cc, Mapping):
+        return args, None
+    view = compilation_config_view(cc, rules)
+    if "cudagraph_mode" in view:  # the legacy flags only set it (CompilationConfig.__post_init__, 0.10-0.11.0)
+        view = {k: v for k, v in view.items() if k not in LEGACY_GRAPH_KEYS}
+    if view == cc:
+        return args, None
+    out = {k: v for k, v in args.items() if k != "compilation_config"}
+    if view:
+        out["compilation_config"] = view
+    return out, (f"as vLLM {rules.version}'s CompilationConfig holds it (hoststate/collectors/vllm/argv.py "
+                 "compilation_config_view, checked against vLLM's own non-default args in fixtures/vllm/oracle)")
+
+
 def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any]:
     """``args`` as the engine resolves them (defaults.py): what was spelled at the version's parser default, or
     resolves against the model or engine to the same setting as no argument, is left out, and
@@ -341,13 +363,18 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
     assert parsed.args is not None
     rules = rules_for(version)[0]
     facts = parsed.facts or UNKNOWN  # the reasons quote where the facts came from: redacted there
-    resolved = resolve(parsed.args, replace(facts, source=redact_text(facts.source)), parsed.env or {},
+    args, held = _compilation_held(parsed.args, rules)
+    resolved = resolve(args, replace(facts, source=redact_text(facts.source)), parsed.env or {},
                        rules.seed_unset, defaults_for(version).defaults, unused=rules.unused_options,
                        v1_only=not rules.v0_env)
     graphs = _same_graphs(ctx, parsed, version)
     for dest in graphs:
         resolved.args.pop(dest, None)
+    if held and "compilation_config" in resolved.args:
+        resolved.spelled["compilation_config"] = held
     same = {dest: "its parser default" for dest in parsed.at_default}
+    if held and "compilation_config" not in args and "compilation_config" not in graphs:
+        same["compilation_config"] = f"nothing this version's CompilationConfig holds: {held}"
     same.update(resolved.same_as_unset)
     same.update(graphs)
     how: dict[str, Any] = {"defaults": parsed.defaults_source or "vLLM's own non-default args, from the log"}

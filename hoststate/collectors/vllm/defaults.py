@@ -81,10 +81,6 @@ def _lower(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
 
-def _upper(value: Any) -> Any:
-    return value.upper() if isinstance(value, str) else value
-
-
 def _sorted(value: Any) -> Any:
     ints = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     return sorted(value) if ints else value
@@ -105,8 +101,6 @@ NORMAL_FORMS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "cuda_graph_sizes": (_sorted, "vLLM sorts the sizes it captures (vllm/config: batch_size_capture_list, "
                                   "cudagraph_capture_sizes)"),
     "cudagraph_capture_sizes": (_sorted, "vLLM sorts the sizes it captures (vllm/config/vllm.py)"),
-    "compilation_config.cudagraph_mode": (_upper, "CompilationConfig upper-cases it "
-                                                  "(validate_cudagraph_mode_before, vllm/config/compilation.py)"),
     "compilation_config.cudagraph_capture_sizes": (_sorted, "vLLM sorts the sizes it captures (vllm/config)"),
 }
 
@@ -214,6 +208,10 @@ def _engine_unused(args: Mapping[str, Any], unused: Mapping[str, str], v1_only: 
             and not args.get("async_scheduling"):
         why["distributed_executor_backend"] = ("uni: what ParallelConfig takes for a world size of 1 when no backend "
                                                "is given (vllm/config/parallel.py)")
+    if args.get("enforce_eager") is True:
+        for dest in ("cuda_graph_sizes", "cudagraph_capture_sizes", "max_cudagraph_capture_size"):
+            why[dest] = ("no CUDA graphs under --enforce-eager: vLLM builds an empty capture list "
+                         "(VllmConfig, vllm/config of 0.10.2 to 0.12.0)")
     if v1_only and args.get("worker_cls") == "vllm.v1.worker.gpu_worker.Worker":
         why["worker_cls"] = "what auto resolves to on CUDA with the V1 engine (CudaPlatform.check_and_update_config)"
     return why
