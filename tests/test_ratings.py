@@ -410,6 +410,9 @@ def test_what_vllm_resolves_apart_still_refuses(version, one, other):
     ("""-O '{"cudagraph_capture_sizes": [1, 2, 4, 8]}'""", """-O '{"cudagraph_capture_sizes": [8, 4, 2, 1]}'""",
      "0.11.0"),
     ("", "--worker-cls vllm.v1.worker.gpu_worker.Worker", "0.12.0"),  # what auto resolves to on CUDA
+    ("--cuda-graph-sizes 1 2 4 8", "--cudagraph-capture-sizes 8 4 2 1", "0.12.0"),  # both set the cc key
+    ("--cudagraph-capture-sizes 1 2 4 8", "-cc.cudagraph_capture_sizes=[1,2,4,8]", "0.12.0"),
+    ("--max-cudagraph-capture-size 256", "-cc.max_cudagraph_capture_size=256", "0.12.0"),
     ("-O.full_cuda_graph=true", "-O.cudagraph_mode=FULL", "0.11.0"),  # the legacy flag only sets the mode
     ("-O.use_cudagraph=false", "-O.cudagraph_mode=NONE", "0.11.0"),
     ("-cc.pass_config.enable_noop=true", "-cc.pass_config.eliminate_noops=true", "0.12.0"),  # renamed in 0.12
