@@ -330,47 +330,11 @@ def _same_graphs(ctx: Context, parsed: _Args, version: str | None) -> dict[str, 
     return same
 
 
-#: Flags that set a compilation_config key, which they are refused beside (capture_options_exclusive; so are the
-#: two older spellings of the sizes beside each other).
-CAPTURE_FLAGS = {"cudagraph_capture_sizes": "cudagraph_capture_sizes", "cuda_graph_sizes": "cudagraph_capture_sizes",
-                 "max_cudagraph_capture_size": "max_cudagraph_capture_size"}
-
-
-def _compilation_held(args: dict[str, Any], rules: Any) -> tuple[dict[str, Any], str | None]:
-    """``args`` with compilation_config as the version's CompilationConfig holds it, left out when nothing remains,
-    and why where that changed what was given: the capture-size flags moved into the keys they set (from 0.11.1,
-    where vLLM refuses them beside those keys), then argv.compilation_config_view (ignored keys dropped, renamed
-    pass_config keys, mode names as numbers, the legacy graph flags converted), and the legacy flags, once
-    converted, left to the mode they set (their only reader is CompilationConfig.__post_init__, 0.10-0.11.0)."""
-    from hoststate.collectors.vllm.argv import LEGACY_GRAPH_KEYS, compilation_config_view
-
-    given = args.get("compilation_config")
-    cc: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
-    moved: dict[str, Any] = {}
-    if rules.capture_options_exclusive and (given is None or isinstance(given, Mapping)) \
-            and args.get("enforce_eager") is not True:  # under it the flags are left out (defaults.py)
-        moved = {flag: args[flag] for flag, key in CAPTURE_FLAGS.items() if flag in args and key not in cc}
-    if not moved and not cc:
-        return args, None
-    whole = {**cc, **{CAPTURE_FLAGS[flag]: value for flag, value in moved.items()}}
-    view = compilation_config_view(whole, rules)
-    if "cudagraph_mode" in view:
-        view = {k: v for k, v in view.items() if k not in LEGACY_GRAPH_KEYS}
-    if view == cc and not moved:
-        return args, None
-    out = {k: v for k, v in args.items() if k != "compilation_config" and k not in moved}
-    if view:
-        out["compilation_config"] = view
-    return out, (f"as vLLM {rules.version}'s CompilationConfig holds it, "
-                 + (f"{', '.join('--' + f.replace('_', '-') for f in moved)} moved into it, " if moved else "")
-                 + "(hoststate/collectors/vllm/argv.py compilation_config_view, checked against vLLM's own "
-                   "non-default args in fixtures/vllm/oracle)")
-
-
 def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any]:
     """``args`` as the engine resolves them (defaults.py): what was spelled at the version's parser default, or
     resolves against the model or engine to the same setting as no argument, is left out, and
     ``args_resolved`` says what and why, so a spelling-only change leaves ``args`` alone."""
+    from hoststate.collectors.vllm.argv import compilation_held
     from hoststate.collectors.vllm.defaults import defaults_for, resolve
     from hoststate.collectors.vllm.model import UNKNOWN
     from hoststate.collectors.vllm.versions import rules_for
@@ -378,7 +342,7 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
     assert parsed.args is not None
     rules = rules_for(version)[0]
     facts = parsed.facts or UNKNOWN  # the reasons quote where the facts came from: redacted there
-    args, held = _compilation_held(parsed.args, rules)
+    args, held = compilation_held(parsed.args, rules)
     resolved = resolve(args, replace(facts, source=redact_text(facts.source)), parsed.env or {},
                        rules.seed_unset, defaults_for(version).defaults, unused=rules.unused_options,
                        v1_only=not rules.v0_env)

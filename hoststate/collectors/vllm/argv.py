@@ -605,6 +605,41 @@ def compilation_config_view(cc: Mapping[str, Any], rules: Rules) -> dict[str, An
     return out
 
 
+#: Flags that set a compilation_config key, which they are refused beside (capture_options_exclusive; so are the
+#: two older spellings of the sizes beside each other).
+CAPTURE_FLAGS = {"cudagraph_capture_sizes": "cudagraph_capture_sizes", "cuda_graph_sizes": "cudagraph_capture_sizes",
+                 "max_cudagraph_capture_size": "max_cudagraph_capture_size"}
+
+
+def compilation_held(args: Mapping[str, Any], rules: Rules) -> tuple[dict[str, Any], str | None]:
+    """``args`` with compilation_config as the version's CompilationConfig holds it, left out when nothing remains,
+    and why where that changed what was given: the capture-size flags moved into the keys they set (from 0.11.1,
+    where vLLM refuses them beside those keys), then argv.compilation_config_view (ignored keys dropped, renamed
+    pass_config keys, mode names as numbers, the legacy graph flags converted), and the legacy flags, once
+    converted, left to the mode they set (their only reader is CompilationConfig.__post_init__, 0.10-0.11.0)."""
+    given = args.get("compilation_config")
+    cc: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    moved: dict[str, Any] = {}
+    if rules.capture_options_exclusive and (given is None or isinstance(given, Mapping)) \
+            and args.get("enforce_eager") is not True:  # under it the flags are left out (defaults._engine_unused)
+        moved = {flag: args[flag] for flag, key in CAPTURE_FLAGS.items() if flag in args and key not in cc}
+    if not moved and not cc:
+        return dict(args), None
+    whole = {**cc, **{CAPTURE_FLAGS[flag]: value for flag, value in moved.items()}}
+    view = compilation_config_view(whole, rules)
+    if "cudagraph_mode" in view:
+        view = {k: v for k, v in view.items() if k not in LEGACY_GRAPH_KEYS}
+    if view == cc and not moved:
+        return dict(args), None
+    out = {k: v for k, v in args.items() if k != "compilation_config" and k not in moved}
+    if view:
+        out["compilation_config"] = view
+    return out, (f"as vLLM {rules.version}'s CompilationConfig holds it, "
+                 + (f"{', '.join('--' + f.replace('_', '-') for f in moved)} moved into it, " if moved else "")
+                 + "(hoststate/collectors/vllm/argv.py compilation_config_view, checked against vLLM's own "
+                   "non-default args in fixtures/vllm/oracle)")
+
+
 def _compilation_keys(out: Normalised, rules: Rules) -> None:
     cc = out.args.get("compilation_config")
     if not isinstance(cc, dict):
