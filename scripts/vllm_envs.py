@@ -4,10 +4,11 @@
 
 For each version: every name in ``environment_variables``, and for each the string it reads as when unset, where
 that is certain from the code alone: the variable's entry reads exactly one variable, itself, with ``os.getenv``,
-``os.environ.get`` or ``env_with_choices`` and a constant default, and no other file of the wheel names it (a
-direct ``os.environ`` read, an ``is_set`` test or a write could tell a set default from an unset one). Otherwise
-the default is null. A server given exactly that string runs as without the variable
-(hoststate/collectors/vllm/envs.py). The wheels are read as zip files; nothing of vLLM is imported.
+``os.environ.get`` or ``env_with_choices`` and a constant default; nothing else in envs.py reads it (another entry
+reading it as a fallback, an ``is_set`` test); and no other file of the wheel names it (a direct ``os.environ``
+read or a write could tell a set default from an unset one). Otherwise the default is null. A server given exactly
+that string runs as without the variable (hoststate/collectors/vllm/envs.py). The wheels are read as zip files;
+nothing of vLLM is imported.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import operator
 import re
 import sys
 import zipfile
+from collections import Counter
 from typing import Any
 
 #: A quoted name as another file of the wheel would spell a variable it reads, tests or writes itself.
 QUOTED = re.compile(r"[\"']([A-Z][A-Z0-9_]*)[\"']")
-READERS = {"getenv", "get", "env_with_choices", "env_list_with_choices", "env_set_with_choices"}
+READERS = {"getenv", "get", "is_set", "env_with_choices", "env_list_with_choices", "env_set_with_choices"}
 _OPS = {ast.Mult: operator.mul, ast.Add: operator.add, ast.Sub: operator.sub, ast.Pow: operator.pow}
 
 
@@ -80,11 +82,13 @@ def read_wheel(path: str) -> tuple[str, dict[str, str | None]]:
         envs = wheel.read("vllm/envs.py").decode()
         named = {m for n in wheel.namelist() if n.startswith("vllm/") and n.endswith(".py") and n != "vllm/envs.py"
                  for m in QUOTED.findall(wheel.read(n).decode(errors="replace"))}
+    read = Counter(name for name, _default in _reads(ast.parse(envs)))
     names: dict[str, str | None] = {}
     for name, value in _table(envs).items():
         reads = _reads(value)
         default = reads[0][1] if len(reads) == 1 and reads[0][0] == name else None
-        if not isinstance(default, str) or name in named:
+        # its own read and no other: another entry may read it as a fallback, a function may test is_set
+        if not isinstance(default, str) or name in named or read[name] != 1:
             default = None
         names[name] = default
     return version.group(1), dict(sorted(names.items()))
