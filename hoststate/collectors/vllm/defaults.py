@@ -128,7 +128,7 @@ def canonical(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
 @dataclass
 class Resolved:
     """The arguments as the engine resolves them, why each argument left out was left out, and which values were
-    written under the one name vLLM maps them to (``spelled``)."""
+    written as vLLM rewrites them (``spelled``)."""
 
     args: dict[str, Any]
     same_as_unset: dict[str, str] = field(default_factory=dict)
