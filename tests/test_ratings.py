@@ -463,3 +463,24 @@ def test_the_shipped_variable_table_is_what_the_script_reads_from_the_wheels():
     for names in table.values():
         assert all(n == n.upper() and (d is None or isinstance(d, str)) for n, d in names.items())
     assert table["0.12.0"]["VLLM_USE_DEEP_GEMM"] == "1" and table["0.10.2"]["VLLM_USE_DEEP_GEMM"] == "0"
+
+
+def test_the_length_vllm_derives_from_the_model_is_the_length_it_takes_unset(tmp_path):
+    """A --max-model-len equal to what _get_and_verify_max_len derives from config.json (here the llama3 RoPE
+    type, whose factor is not applied) is the engine vLLM builds without it; any other length still refuses."""
+    import json
+
+    from hoststate.capture import SnapOptions, snap
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "max_position_embeddings": 131072,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "torch_dtype": "bfloat16",
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}}))
+
+    def served(extra: str) -> dict:
+        return snap(SnapOptions(only=("vllm",), vllm_cmd=f"vllm serve {tmp_path} {extra}", vllm_version="0.12.0"))
+
+    plain, same = served(""), served("--max-model-len 131072")
+    assert "max_model_len" in same["vllm"]["args_resolved"]["same_as_unset"]
+    assert {f.severity for f in compare(plain, same).findings if f.path.startswith("vllm")} <= {"info"}
+    assert rate(plain, served("--max-model-len 65536"))["vllm.args.max_model_len"][0] == "invalidating"

@@ -296,21 +296,39 @@ def _attention_heads(r: Resolution) -> None:
         raise Refused(f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp})")
 
 
-def _derived_max_len(r: Resolution) -> float | None:
-    """The maximum length vLLM derives from config.json (``_get_and_verify_max_len``); None when it has none."""
-    limits = r.model.limits
+def derived_max_len(model: ModelFacts, args: Mapping[str, Any], rules: Rules) -> float | None:
+    """The maximum length vLLM derives from config.json (``_get_and_verify_max_len``), which it takes when no
+    ``--max-model-len`` is given; None when it has none."""
+    limits = model.limits
     derived: float | None = limits.max_positions
     if derived is None:
         return None
     window = limits.sliding_window
-    if r.args.get("disable_sliding_window") and window is not None and window < derived:
+    if args.get("disable_sliding_window") and window is not None and window < derived:
         derived = window
     rope = limits.rope_type
-    if rope and rope not in r.rules.rope_unscaled_types and "gemma3" not in (limits.model_type or ""):
-        if rope == "yarn" and r.rules.rope_yarn_from_original:
+    if rope and rope not in rules.rope_unscaled_types and "gemma3" not in (limits.model_type or ""):
+        if rope == "yarn" and rules.rope_yarn_from_original:
             derived = limits.rope_original
         derived = None if derived is None else derived * (limits.rope_factor or 1.0)
     return derived
+
+
+def _derived_max_len(r: Resolution) -> float | None:
+    return derived_max_len(r.model, r.args, r.rules)
+
+
+def max_len_as_unset(model: ModelFacts, args: Mapping[str, Any], rules: Rules) -> str | None:
+    """Why ``--max-model-len`` is the length vLLM takes without it (the derived one), or None: a model whose
+    config.json was not read, another length, or none derived."""
+    given = args.get("max_model_len")
+    if not model.known or not isinstance(given, int) or isinstance(given, bool):
+        return None
+    derived = derived_max_len(model, args, rules)
+    if derived is None or given != int(derived):
+        return None
+    return (f"the length vLLM derives from the model's config.json ({given}; {model.source}): what it takes when "
+            "none is given (_get_and_verify_max_len)")
 
 
 def _max_model_len(r: Resolution) -> None:
