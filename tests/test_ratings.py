@@ -484,3 +484,13 @@ def test_the_length_vllm_derives_from_the_model_is_the_length_it_takes_unset(tmp
     assert "max_model_len" in same["vllm"]["args_resolved"]["same_as_unset"]
     assert {f.severity for f in compare(plain, same).findings if f.path.startswith("vllm")} <= {"info"}
     assert rate(plain, served("--max-model-len 65536"))["vllm.args.max_model_len"][0] == "invalidating"
+
+
+def test_the_tokenizer_mode_is_lower_cased_where_vllm_takes_any_string():
+    """0.12 types it TokenizerMode | str and lower-cases it (ModelConfig); 0.11.0's parser has the Literal's choices
+    and refuses capitals, as vLLM itself does."""
+    assert {f.severity for f in compare(_served(f"{PLAIN} --tokenizer-mode slow"),
+                                        _served(f"{PLAIN} --tokenizer-mode SLOW")).findings
+            if f.path.startswith("vllm")} <= {"info"}
+    refused = _served(f"{PLAIN} --tokenizer-mode AUTO", "0.11.0")
+    assert "--tokenizer-mode: invalid choice: 'AUTO'" in refused["vllm"]["cudagraph"]["refused"]

@@ -346,7 +346,8 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
     args, held = compilation_held(parsed.args, rules)
     facts = replace(facts, source=redact_text(facts.source))
     resolved = resolve(args, facts, parsed.env or {}, rules.seed_unset, defaults_for(version).defaults,
-                       unused=rules.unused_options, v1_only=not rules.v0_env)
+                       unused=rules.unused_options, v1_only=not rules.v0_env,
+                       free_modes=not rules.tokenizer_modes)
     if (length := max_len_as_unset(facts, resolved.args, rules)) is not None:
         resolved.args.pop("max_model_len")
         resolved.same_as_unset["max_model_len"] = length

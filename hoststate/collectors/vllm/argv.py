@@ -537,6 +537,10 @@ def _version_values(out: Normalised, rules: Rules) -> None:
         out.refusals.append(f"--max-model-len: invalid human_readable_int value: 'auto' (vLLM {rules.version})")
     elif out.args.get("max_model_len") == "auto":
         out.args["max_model_len"] = -1  # vLLM's human_readable_int_or_auto
+    mode = out.args.get("tokenizer_mode")
+    if rules.tokenizer_modes and mode is not None and mode not in rules.tokenizer_modes:
+        out.refusals.append(f"--tokenizer-mode: invalid choice: {mode!r} (choose from "
+                            f"{', '.join(sorted(rules.tokenizer_modes))})")
     kv = out.args.get("kv_cache_dtype")
     if rules.kv_cache_dtypes and kv is not None and kv not in rules.kv_cache_dtypes:
         out.refusals.append(f"--kv-cache-dtype: invalid choice: {kv!r} (choose from "

@@ -105,10 +105,17 @@ NORMAL_FORMS: dict[str, tuple[Callable[[Any], Any], str]] = {
 }
 
 
-def canonical(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """``args`` with each value in NORMAL_FORMS written as vLLM rewrites it, and why, by dest."""
+#: Rewrites one version makes and another refuses: ModelConfig lower-cases ``--tokenizer-mode`` from 0.12, where
+#: the option takes any string; before, its parser refuses capitals (versions.Rules.tokenizer_modes).
+LOWERED_WHERE_FREE = {"tokenizer_mode": (_lower, "ModelConfig lower-cases it (vllm/config/model.py, 0.12+)")}
+
+
+def canonical(args: Mapping[str, Any], more: Mapping[str, tuple[Callable[[Any], Any], str]] | None = None,
+              ) -> tuple[dict[str, Any], dict[str, str]]:
+    """``args`` with each value in NORMAL_FORMS (and ``more``: the version's own) written as vLLM rewrites it, and
+    why, by dest."""
     out, spelled = dict(args), {}
-    for where, (rewrite, source) in NORMAL_FORMS.items():
+    for where, (rewrite, source) in {**NORMAL_FORMS, **(more or {})}.items():
         dest, _, key = where.partition(".")
         table = out.get(dest) if key else out
         if not isinstance(table, Mapping) or (key or dest) not in table:
@@ -219,13 +226,14 @@ def _engine_unused(args: Mapping[str, Any], unused: Mapping[str, str], v1_only: 
 
 def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], seed_unset: int | None,
             defaults: Mapping[str, Any] | None = None, *, unused: Mapping[str, str] | None = None,
-            v1_only: bool = False) -> Resolved:
+            v1_only: bool = False, free_modes: bool = False) -> Resolved:
     """``args`` written as vLLM rewrites them (``canonical``), less what resolves to the same engine setting as
     leaving it out: a rewrite that lands on the version's parser default (``defaults``, None where not recorded),
     what the engine never acts on (``unused``: the version's unused options; ``v1_only``: no V0 engine to fall back
     to), and the model's and engine's own choices (``seed_unset``: the seed the version's engine takes when none is
-    given, None where the parser default already says so)."""
-    normal, spelled = canonical(args)
+    given, None where the parser default already says so). ``free_modes``: the version takes any tokenizer mode
+    and lower-cases it."""
+    normal, spelled = canonical(args, LOWERED_WHERE_FREE if free_modes else None)
     same = {}
     for where, why in spelled.items():
         dest = where.partition(".")[0]

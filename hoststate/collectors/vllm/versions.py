@@ -179,6 +179,9 @@ class Rules:
     #: The seed the engine takes when ``--seed`` is not given, where the parser default (None) does not say it:
     #: the V1 engine's ModelConfig.__post_init__ sets 0 (0.10-0.11; from 0.12 the parser default is 0 itself).
     seed_unset: int | None = None
+    #: ``--tokenizer-mode`` values the parser takes (ModelConfig's TokenizerMode Literal, so argparse has choices, up
+    #: to 0.11.1); empty: any string, which ModelConfig lower-cases (``TokenizerMode | str``, 0.12+).
+    tokenizer_modes: frozenset[str] = frozenset()
     #: Options this version's engine parses and never acts on, each with why.
     unused_options: Mapping[str, str] = field(default_factory=dict)
     #: How a ``--config`` YAML file becomes arguments (configfile.py): "str" (nested mappings written with str(),
@@ -372,7 +375,7 @@ _QUANT_033 = frozenset({
 #: The rows, oldest first. The first row names every field; each later one only what changed.
 ROWS: tuple[dict[str, Any], ...] = (
     {"version": "0.10.0", "family": "v10.0", "o_number": "full", "o_values": frozenset("01234"), "o_any_int": False,
-     "o_dotted": "ok", "seed_unset": 0,
+     "o_dotted": "ok", "seed_unset": 0, "tokenizer_modes": frozenset({"auto", "slow", "mistral", "custom"}),
      "mode_key": "level", "level_accepted": True, "aliases": _ALIASES_010, "graphs_without_compile": "refused",
      "empty_splitting_ops": "piecewise-to-full", "legacy_graph_flags": True, "legacy_flags_in_config": False,
      "context_parallel_piecewise": False, "torch_compile_disable": False, "all2all_env": True,
@@ -428,6 +431,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "rope_scaling"}) | _GONE_0111 | _NEW_AFTER_0111,
      "no_negation": _NO_NEGATION_0110 | {"aggregate_engine_logging"}},
     {"version": "0.12.0", "family": "opt", "o_number": "optimization_level", "o_dotted": "deprecated",
+     "tokenizer_modes": frozenset(),
      "seed_unset": None, "quantization_methods": _QUANT_012,
      "aliases": _ALIASES_012, "graphs_without_compile": "none", "pcp_refused": True,
      "attn_fusion_keys": ("fuse_attn_quant", "enable_attn_fusion"), "pass_config_renamed": True,
