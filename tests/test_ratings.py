@@ -486,6 +486,35 @@ def test_the_length_vllm_derives_from_the_model_is_the_length_it_takes_unset(tmp
     assert rate(plain, served("--max-model-len 65536"))["vllm.args.max_model_len"][0] == "invalidating"
 
 
+@pytest.mark.parametrize("rope", [{"type": "longrope", "long_factor": [1.0], "short_factor": [1.0]},
+                                  {"full_attention": {"rope_type": "yarn", "factor": 4.0}}])
+def test_a_model_whose_unset_length_is_not_the_derived_one_keeps_its_length(tmp_path, rope):
+    """Given no length, vLLM takes a LongRoPE model's original_max_position_embeddings (4096 here), not the derived
+    131072 (_get_and_verify_max_len, 0.12 and 0.33); a RoPE table nested per layer type is not read for its scaling.
+    Neither length given can be said to be the unset one."""
+    import json
+
+    from hoststate.capture import SnapOptions, snap
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "max_position_embeddings": 131072,
+        "original_max_position_embeddings": 4096, "num_attention_heads": 32, "num_key_value_heads": 32,
+        "torch_dtype": "bfloat16", "rope_scaling": rope}))
+
+    def served(extra: str) -> dict:
+        return snap(SnapOptions(only=("vllm",), vllm_cmd=f"vllm serve {tmp_path} {extra}", vllm_version="0.12.0"))
+
+    assert rate(served(""), served("--max-model-len 131072"))["vllm.args.max_model_len"][0] == "invalidating"
+
+
+def test_the_uni_executor_is_not_the_default_once_data_parallel_counts():
+    """0.33 picks the backend when the world size across data parallel is above 1 (mp), so uni beside
+    --data-parallel-size 2 is another executor there."""
+    dp = f"{PLAIN} --data-parallel-size 2"
+    assert rate(_served(dp, "0.33.0"), _served(f"{dp} --distributed-executor-backend uni", "0.33.0"))[
+        "vllm.args.distributed_executor_backend"][0] == "invalidating"
+
+
 def test_the_tokenizer_mode_is_lower_cased_where_vllm_takes_any_string():
     """0.12 types it TokenizerMode | str and lower-cases it (ModelConfig); 0.11.0's parser has the Literal's choices
     and refuses capitals, as vLLM itself does."""

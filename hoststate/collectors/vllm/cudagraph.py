@@ -318,11 +318,20 @@ def _derived_max_len(r: Resolution) -> float | None:
     return derived_max_len(r.model, r.args, r.rules)
 
 
+#: RoPE types for which vLLM, given no length, takes ``original_max_position_embeddings`` rather than the derived
+#: length (``_get_and_verify_max_len``, 0.12 and 0.33: "to avoid performance degradation for shorter sequences").
+SHORT_UNSET_ROPE = ("longrope", "su")
+
+
 def max_len_as_unset(model: ModelFacts, args: Mapping[str, Any], rules: Rules) -> str | None:
     """Why ``--max-model-len`` is the length vLLM takes without it (the derived one), or None: a model whose
-    config.json was not read, another length, or none derived."""
+    config.json was not read, another length, none derived, or a model whose unset length is not the derived one
+    (a LongRoPE model's, a pooling model's capped by files beside config.json, a RoPE table read no scaling from)."""
     given = args.get("max_model_len")
-    if not model.known or not isinstance(given, int) or isinstance(given, bool):
+    limits = model.limits
+    if not model.known or model.pooling is not False or not isinstance(given, int) or isinstance(given, bool) \
+            or limits.rope_type in SHORT_UNSET_ROPE or limits.rope_unread \
+            or args.get("runner", "generate") != "generate" or args.get("convert", "none") != "none":
         return None
     derived = derived_max_len(model, args, rules)
     if derived is None or given != int(derived):

@@ -211,10 +211,10 @@ def _engine_unused(args: Mapping[str, Any], unused: Mapping[str, str], v1_only: 
     if tp == 1:
         why["disable_custom_all_reduce"] = ("one GPU per tensor-parallel group: the custom all-reduce is created only "
                                             "for a group of more than one (CudaCommunicator)")
-    if (tp, pp, pcp) == (1, 1, 1) and args.get("distributed_executor_backend") == "uni" \
-            and not args.get("async_scheduling"):
+    if (tp, pp, pcp, _size(args, "data_parallel_size")) == (1, 1, 1, 1) \
+            and args.get("distributed_executor_backend") == "uni" and not args.get("async_scheduling"):
         why["distributed_executor_backend"] = ("uni: what ParallelConfig takes for a world size of 1 when no backend "
-                                               "is given (vllm/config/parallel.py)")
+                                               "is given (vllm/config/parallel.py; 0.33 counts data parallel in)")
     if args.get("enforce_eager") is True:
         for dest in ("cuda_graph_sizes", "cudagraph_capture_sizes", "max_cudagraph_capture_size"):
             why[dest] = ("no CUDA graphs under --enforce-eager: vLLM builds an empty capture list "

@@ -31,6 +31,9 @@ class ConfigLimits:
     rope_type: str | None = None
     rope_factor: float | None = None
     rope_original: int | None = None
+    #: A RoPE table whose type is not at its top level (per layer type, as newer configs nest it): its scaling is
+    #: not known here.
+    rope_unread: bool = False
     sliding_window: int | None = None
     model_type: str | None = None
     #: The checkpoint's ``quantization_config.quant_method`` (``compression_config`` for compressed-tensors);
@@ -85,6 +88,7 @@ def config_limits(config: Mapping[str, Any]) -> ConfigLimits:
         rope_type=rope_type if isinstance(rope_type, str) else None,
         rope_factor=float(factor) if isinstance(factor, int | float) and not isinstance(factor, bool) else None,
         rope_original=_int(rope.get("original_max_position_embeddings")),
+        rope_unread=bool(rope) and not isinstance(rope_type, str),
         sliding_window=_int(text.get("sliding_window")),
         model_type=model_type if isinstance(model_type, str) else None,
         quant_method=_quant_method(config, text),
