@@ -335,7 +335,6 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
     resolves against the model or engine to the same setting as no argument, is left out, and
     ``args_resolved`` says what and why, so a spelling-only change leaves ``args`` alone."""
     from hoststate.collectors.vllm.argv import compilation_held
-    from hoststate.collectors.vllm.cudagraph import max_len_as_unset
     from hoststate.collectors.vllm.defaults import defaults_for, resolve
     from hoststate.collectors.vllm.model import UNKNOWN
     from hoststate.collectors.vllm.versions import rules_for
@@ -345,12 +344,7 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
     facts = parsed.facts or UNKNOWN  # the reasons quote where the facts came from: redacted there
     args, held = compilation_held(parsed.args, rules)
     facts = replace(facts, source=redact_text(facts.source))
-    resolved = resolve(args, facts, parsed.env or {}, rules.seed_unset, defaults_for(version).defaults,
-                       unused=rules.unused_options, v1_only=not rules.v0_env,
-                       free_modes=not rules.tokenizer_modes)
-    if (length := max_len_as_unset(facts, resolved.args, rules)) is not None:
-        resolved.args.pop("max_model_len")
-        resolved.same_as_unset["max_model_len"] = length
+    resolved = resolve(args, facts, parsed.env or {}, rules, defaults_for(version).defaults)
     graphs = _same_graphs(ctx, parsed, version)
     for dest in graphs:
         resolved.args.pop(dest, None)

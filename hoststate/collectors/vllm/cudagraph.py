@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hoststate.collectors.vllm.defaults import DTYPE_NAMES
+from hoststate.collectors.vllm.defaults import DTYPE_NAMES, derived_max_len
 from hoststate.collectors.vllm.model import UNKNOWN, ModelFacts
 from hoststate.collectors.vllm.modes import COMP_NAMES, has_full, has_piecewise, parse_cg_mode, parse_comp_mode
 from hoststate.collectors.vllm.speculative import MTP_LAYER_KEYS, detect, is_mtp
@@ -296,50 +296,6 @@ def _attention_heads(r: Resolution) -> None:
         raise Refused(f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp})")
 
 
-def derived_max_len(model: ModelFacts, args: Mapping[str, Any], rules: Rules) -> float | None:
-    """The maximum length vLLM derives from config.json (``_get_and_verify_max_len``), which it takes when no
-    ``--max-model-len`` is given; None when it has none."""
-    limits = model.limits
-    derived: float | None = limits.max_positions
-    if derived is None:
-        return None
-    window = limits.sliding_window
-    if args.get("disable_sliding_window") and window is not None and window < derived:
-        derived = window
-    rope = limits.rope_type
-    if rope and rope not in rules.rope_unscaled_types and "gemma3" not in (limits.model_type or ""):
-        if rope == "yarn" and rules.rope_yarn_from_original:
-            derived = limits.rope_original
-        derived = None if derived is None else derived * (limits.rope_factor or 1.0)
-    return derived
-
-
-def _derived_max_len(r: Resolution) -> float | None:
-    return derived_max_len(r.model, r.args, r.rules)
-
-
-#: RoPE types for which vLLM, given no length, takes ``original_max_position_embeddings`` rather than the derived
-#: length (``_get_and_verify_max_len``, 0.12 and 0.33: "to avoid performance degradation for shorter sequences").
-SHORT_UNSET_ROPE = ("longrope", "su")
-
-
-def max_len_as_unset(model: ModelFacts, args: Mapping[str, Any], rules: Rules) -> str | None:
-    """Why ``--max-model-len`` is the length vLLM takes without it (the derived one), or None: a model whose
-    config.json was not read, another length, none derived, or a model whose unset length is not the derived one
-    (a LongRoPE model's, a pooling model's capped by files beside config.json, a RoPE table read no scaling from)."""
-    given = args.get("max_model_len")
-    limits = model.limits
-    if not model.known or model.pooling is not False or not isinstance(given, int) or isinstance(given, bool) \
-            or limits.rope_type in SHORT_UNSET_ROPE or limits.rope_unread \
-            or args.get("runner", "generate") != "generate" or args.get("convert", "none") != "none":
-        return None
-    derived = derived_max_len(model, args, rules)
-    if derived is None or given != int(derived):
-        return None
-    return (f"the length vLLM derives from the model's config.json ({given}; {model.source}): what it takes when "
-            "none is given (_get_and_verify_max_len)")
-
-
 def _max_model_len(r: Resolution) -> None:
     """``--max-model-len`` above the model's derived maximum is refused without VLLM_ALLOW_LONG_MAX_MODEL_LEN."""
     value = r.args.get("max_model_len")
@@ -349,7 +305,7 @@ def _max_model_len(r: Resolution) -> None:
     if not r.model.known:
         r.assumes.append(f"max_model_len {value} assumed within the model's maximum length ({r.model.source})")
         return
-    derived = _derived_max_len(r)
+    derived = derived_max_len(r.model, r.args, r.rules)
     longest = r.model.limits.model_max_length
     if derived is not None and value > derived and (longest is None or value > longest):
         raise Refused(f"User-specified max_model_len ({value}) is greater than the derived max_model_len "
@@ -571,7 +527,7 @@ def _chunked_prefill_off(r: Resolution) -> None:
     if not isinstance(batched, int) or isinstance(batched, bool):
         return  # the default is then max(max_model_len, 2048): never below
     given = r.args.get("max_model_len")
-    length = given if isinstance(given, int) and given > 0 else _derived_max_len(r)
+    length = given if isinstance(given, int) and given > 0 else derived_max_len(r.model, r.args, r.rules)
     if length is None:
         r.assumes.append(f"max_num_batched_tokens {batched} assumed to hold max_model_len ({r.model.source})")
     elif batched < length:

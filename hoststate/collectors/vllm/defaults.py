@@ -7,8 +7,10 @@ version's own parser recorded (fixtures/vllm/oracle/options). A version without 
 defaults: its arguments are kept as spelled, and ``DefaultsFor.source`` says so.
 
 Beyond the parser, a few arguments resolve against the model or the engine (``resolve``): a ``--dtype`` that names
-the checkpoint's own dtype, ``--served-model-name`` equal to the model, ``--trust-remote-code`` for a model whose
-config.json names no remote code, ``--seed 0`` where the V1 engine seeds 0 when none is given (0.10-0.11).
+the checkpoint's own dtype, a ``--max-model-len`` at the length derived from config.json (``derived_max_len``, the
+same derivation the refusal of a longer one uses), ``--served-model-name`` equal to the model,
+``--trust-remote-code`` for a model whose config.json names no remote code, ``--seed 0`` where the V1 engine seeds 0
+when none is given (0.10-0.11).
 And a value vLLM rewrites before it uses it (``--dtype half`` is ``float16``, ``--load-format AUTO`` is ``auto``,
 capture sizes in any order are sorted: NORMAL_FORMS) is written as vLLM rewrites it, so two spellings of one server
 compare equal, and a rewrite that lands on the parser default leaves the argument out.
@@ -24,7 +26,7 @@ from importlib import resources
 from typing import Any
 
 from hoststate.collectors.vllm.model import ModelFacts
-from hoststate.collectors.vllm.versions import version_key
+from hoststate.collectors.vllm.versions import Rules, version_key
 
 DATA = "vllm_defaults.json"
 
@@ -198,9 +200,9 @@ def _size(args: Mapping[str, Any], dest: str) -> int | None:
         return None
 
 
-def _engine_unused(args: Mapping[str, Any], unused: Mapping[str, str], v1_only: bool) -> dict[str, str]:
+def _engine_unused(args: Mapping[str, Any], rules: Rules) -> dict[str, str]:
     """What the engine never acts on for this command line, by dest, and why (vLLM 0.11.0 and 0.12.0 code)."""
-    why = dict(unused)
+    why = dict(rules.unused_options)
     if args.get("enable_lora") is False:
         why["enable_lora"] = "LoRA is built only when enable_lora is true (EngineArgs.create_engine_config)"
     if not args.get("enable_lora"):
@@ -219,30 +221,69 @@ def _engine_unused(args: Mapping[str, Any], unused: Mapping[str, str], v1_only: 
         for dest in ("cuda_graph_sizes", "cudagraph_capture_sizes", "max_cudagraph_capture_size"):
             why[dest] = ("no CUDA graphs under --enforce-eager: vLLM builds an empty capture list "
                          "(VllmConfig, vllm/config of 0.10.2 to 0.12.0)")
-    if v1_only and args.get("worker_cls") == "vllm.v1.worker.gpu_worker.Worker":
+    if not rules.v0_env and args.get("worker_cls") == "vllm.v1.worker.gpu_worker.Worker":
         why["worker_cls"] = "what auto resolves to on CUDA with the V1 engine (CudaPlatform.check_and_update_config)"
     return why
 
 
-def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], seed_unset: int | None,
-            defaults: Mapping[str, Any] | None = None, *, unused: Mapping[str, str] | None = None,
-            v1_only: bool = False, free_modes: bool = False) -> Resolved:
+def derived_max_len(model: ModelFacts, args: Mapping[str, Any], rules: Rules) -> float | None:
+    """The maximum length vLLM derives from config.json (``_get_and_verify_max_len``), which it takes when no
+    ``--max-model-len`` is given; None when it has none."""
+    limits = model.limits
+    derived: float | None = limits.max_positions
+    if derived is None:
+        return None
+    window = limits.sliding_window
+    if args.get("disable_sliding_window") and window is not None and window < derived:
+        derived = window
+    rope = limits.rope_type
+    if rope and rope not in rules.rope_unscaled_types and "gemma3" not in (limits.model_type or ""):
+        if rope == "yarn" and rules.rope_yarn_from_original:
+            derived = limits.rope_original
+        derived = None if derived is None else derived * (limits.rope_factor or 1.0)
+    return derived
+
+
+#: RoPE types for which vLLM, given no length, takes ``original_max_position_embeddings`` rather than the derived
+#: length (``_get_and_verify_max_len``, 0.12 and 0.33: "to avoid performance degradation for shorter sequences").
+SHORT_UNSET_ROPE = ("longrope", "su")
+
+
+def _max_len(args: Mapping[str, Any], model: ModelFacts, rules: Rules) -> str | None:
+    """Why ``--max-model-len`` is the length vLLM takes without it (the derived one), or None: a model whose
+    config.json was not read, another length, none derived, or a model whose unset length is not the derived one
+    (a LongRoPE model's, a pooling model's capped by files beside config.json, a RoPE table read no scaling from)."""
+    given = args.get("max_model_len")
+    limits = model.limits
+    if not model.known or model.pooling is not False or not isinstance(given, int) or isinstance(given, bool) \
+            or limits.rope_type in SHORT_UNSET_ROPE or limits.rope_unread \
+            or args.get("runner", "generate") != "generate" or args.get("convert", "none") != "none":
+        return None
+    derived = derived_max_len(model, args, rules)
+    if derived is None or given != int(derived):
+        return None
+    return (f"the length vLLM derives from the model's config.json ({given}; {model.source}): what it takes when "
+            "none is given (_get_and_verify_max_len)")
+
+
+def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], rules: Rules,
+            defaults: Mapping[str, Any] | None = None) -> Resolved:
     """``args`` written as vLLM rewrites them (``canonical``), less what resolves to the same engine setting as
     leaving it out: a rewrite that lands on the version's parser default (``defaults``, None where not recorded),
-    what the engine never acts on (``unused``: the version's unused options; ``v1_only``: no V0 engine to fall back
-    to), and the model's and engine's own choices (``seed_unset``: the seed the version's engine takes when none is
-    given, None where the parser default already says so). ``free_modes``: the version takes any tokenizer mode
-    and lower-cases it."""
-    normal, spelled = canonical(args, LOWERED_WHERE_FREE if free_modes else None)
+    what the engine never acts on (the version's unused options; with no V0 engine to fall back to, the V1 worker),
+    and the model's and engine's own choices (the checkpoint's dtype and derived length, the seed the version's
+    engine takes when none is given). A version that takes any tokenizer mode lower-cases it."""
+    normal, spelled = canonical(args, None if rules.tokenizer_modes else LOWERED_WHERE_FREE)
     same = {}
     for where, why in spelled.items():
         dest = where.partition(".")[0]
         if defaults is not None and dest != "model" and at_default(dest, normal[dest], defaults):
             same[dest] = f"its parser default, as vLLM rewrites it ({why})"
     reasons = {"dtype": _dtype(normal, facts), "served_model_name": _served_name(normal),
-               "trust_remote_code": _remote_code(normal, facts), "seed": _seed(normal, env, seed_unset),
+               "trust_remote_code": _remote_code(normal, facts), "seed": _seed(normal, env, rules.seed_unset),
                "tokenizer": _tokenizer(normal), "revision": _revision(normal),
-               **_engine_unused(normal, unused or {}, v1_only)}
+               "max_model_len": _max_len(normal, facts, rules),
+               **_engine_unused(normal, rules)}
     same.update({dest: why for dest, why in reasons.items() if why is not None and dest in normal and dest not in same})
     kept = {k: v for k, v in normal.items() if k not in same}
     return Resolved(kept, same, {w: why for w, why in spelled.items() if w.partition(".")[0] in kept})
