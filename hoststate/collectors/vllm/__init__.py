@@ -341,9 +341,9 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
 
     assert parsed.args is not None
     rules = rules_for(version)[0]
-    facts = parsed.facts or UNKNOWN  # the reasons quote where the facts came from: redacted there
+    facts = parsed.facts or UNKNOWN
+    facts = replace(facts, source=redact_text(facts.source))  # the reasons quote where the facts came from
     args, held = compilation_held(parsed.args, rules)
-    facts = replace(facts, source=redact_text(facts.source))
     resolved = resolve(args, facts, parsed.env or {}, rules, defaults_for(version).defaults)
     graphs = _same_graphs(ctx, parsed, version)
     for dest in graphs:
