@@ -165,11 +165,11 @@ def assemble(sections: Mapping[str, Section], meta: Mapping[str, Any]) -> dict[s
     return snap
 
 
-def _warm() -> None:
+def _warm(names: tuple[str, ...]) -> None:
     """What the last steps build on first use, built while the collectors run (the same cached objects; never
     raises): redaction's rule table and keywords (hoststate.redact.prepare, which a snap of the GPUs alone would
     otherwise build after NVML answered; a section that finishes first waits for this build rather than make its
-    own) and the digest's default policy (the tables a snapshot has are built as the digest rates them)."""
+    own) and the digest's default policy with the rules of the tables being collected."""
     with contextlib.suppress(Exception):
         from hoststate.redact import prepare
 
@@ -177,7 +177,7 @@ def _warm() -> None:
     with contextlib.suppress(Exception):
         from hoststate.policy import default_policy
 
-        default_policy()
+        default_policy().prepare(names)
 
 
 def _redact_section(sec: Section) -> None:
@@ -196,15 +196,18 @@ def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = No
     """Run the collectors and return the snapshot mapping (never raises for a collector's sake)."""
     from hoststate.redact import redact_text
 
-    # Redaction's patterns and the digest's policy are built, and each section redacted, while the slowest
-    # collector (NVML) still waits.
-    warm = threading.Thread(target=_warm, name="warm", daemon=True)
+    # Redaction's patterns and the digest's policy are built, and each section redacted and its leaves rated for
+    # the digest, while the slowest collector (NVML) still waits.
+    warm = threading.Thread(target=_warm, args=(names,), name="warm", daemon=True)
     warm.start()
     redacted: set[int] = set()
 
-    def finish(sec: Section) -> None:
+    def finish(name: str, sec: Section) -> None:
         _redact_section(sec)
         redacted.add(id(sec))
+        from hoststate.digest import rate_ahead
+
+        rate_ahead(name, sec.data)
 
     sections = run_all(ctx, names, finish)
     ahead.discard()  # a child collecting ahead that this collection did not take must not outlive it

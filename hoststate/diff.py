@@ -238,6 +238,21 @@ class Evidence:
             self._same[pattern] = len(both[0]) if both is not None and equal else None
         return self._same[pattern]
 
+    def inert(self, path: Path, key: str, values: frozenset[str]) -> str | None:
+        """The value that leaves the setting at ``path`` out of effect (``Rule.inert_if``): the leaf ``key`` of the
+        nearest table above ``path`` that has one, reading one of ``values`` on both sides; else None (it reads
+        otherwise, or is unknown on either side: the rule stands)."""
+        for depth in range(len(path) - 1, 0, -1):
+            at = (*path[:depth], key)
+            old, new = (get(side, at, _NOTHING) for side in self._sides)
+            if old is _NOTHING and new is _NOTHING:
+                continue
+            if any(regions.why(at) for regions in self._unknown):
+                return None
+            both = isinstance(old, str) and isinstance(new, str) and old in values and new in values
+            return old if both else None  # type: ignore[return-value]
+        return None
+
     def listed(self, pattern: str) -> frozenset[str] | None:
         """The strings listed (in list values) at ``pattern`` on either side, or None when either side has no
         evidence there or neither holds a list."""
@@ -248,11 +263,15 @@ class Evidence:
         return self._names[pattern]
 
 
-def _evidence_rating(finding: Finding, rule: Rule | None, evidence: Evidence, key: str) -> Finding:
+def _evidence_rating(finding: Finding, rule: Rule | None, evidence: Evidence, path: Path) -> Finding:
     """A change rated by what it did elsewhere: ``rated_by`` (the leaves that show its effect, equal on both
-    sides) or ``listed_in`` (a package that neither side's serving path names, moved by a patch release only).
-    ``key``: the last key of the finding's path (a package's name)."""
+    sides), ``listed_in`` (a package that neither side's serving path names, moved by a patch release only) or
+    ``inert_if`` (a setting of a work queue disabled on both sides). ``path``: the finding's leaf."""
     if rule is None or finding.change == "unreadable" or finding.severity == "ignore":
+        return finding
+    key = path[-1]
+    if rule.when_inert and (inert := rule.inert()) and (value := evidence.inert(path, *inert)) is not None:
+        finding.rating = _reworded(finding.rating, rule.when_inert, _INERT, inert[0], value)
         return finding
     if rule.rated_by and rule.when_same and (same := evidence.same(rule.rated_by)) is not None:
         finding.rating = _reworded(finding.rating, rule.when_same, _SAME_AT, rule.rated_by, same)
@@ -263,6 +282,7 @@ def _evidence_rating(finding: Finding, rule: Rule | None, evidence: Evidence, ke
     return finding
 
 
+_INERT = "Not in effect on either side ({} is {} on both): {}"
 _SAME_AT = "What it changes is recorded at {} and is the same on both sides ({} values): {}"
 _UNLISTED = "A patch release of a package the server does not load (not in {} on either side): {}"
 
@@ -551,7 +571,7 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], policy: Pol
         rule = policy.rule_for(leaf)
         found = _finding(rule, leaf, old, new, unknown, missing)
         if found is not None:
-            findings.append(_evidence_rating(found, rule, evidence, leaf[-1]))
+            findings.append(_evidence_rating(found, rule, evidence, leaf))
     findings = _merge(findings, _regions(policy, unknown))
     from hoststate.policy import unmatched_reason, unmatched_rules  # a misspelt user rule must not do nothing
 

@@ -17,6 +17,15 @@ from hoststate.positions import canonical
 from hoststate.snapshot import BOOKKEEPING, jsonable
 
 
+def rate_ahead(name: str, table: Mapping[str, Any]) -> None:
+    """Rate the leaves of one collected table under the default policy, filling the cache the digest reads: run
+    on each section as its collector finishes, while a slower one (NVML) still waits. The digest itself still
+    rates every leaf of the snapshot as written; this only makes its answers ready."""
+    policy = default_policy()
+    for path, _value in leaves(table, (name,)):
+        policy.severity(path)
+
+
 def digest(snap: Mapping[str, Any]) -> str:
     """sha256 over the sorted (path, value) pairs the default policy rates invalidating.
 

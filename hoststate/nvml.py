@@ -22,6 +22,8 @@ EVENT_REASONS = (
     (0x80, "hw_power_brake_slowdown"),
     (0x100, "display_clocks_setting"),
 )
+#: The reasons that are settings, not events: clocks held by applications clocks or a lock (nvml.h aliases
+#: nvmlClocksThrottleReasonUserDefinedClocks to the applications bit) or by display clocks.
+SETTING_REASONS = ("applications_clocks_setting", "display_clocks_setting")
 #: The reasons a watched run samples: those that hold clocks down while it runs (the two settings are not events).
-SAMPLED_REASONS = tuple(r for r in EVENT_REASONS if r[1] not in ("applications_clocks_setting",
-                                                                  "display_clocks_setting"))
+SAMPLED_REASONS = tuple(r for r in EVENT_REASONS if r[1] not in SETTING_REASONS)

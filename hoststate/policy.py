@@ -31,7 +31,7 @@ DEFAULT_LAYER, USER_LAYER = 0, 1
 #: and last a key taken by ``**``.
 _LITERAL, _GLOB, _STAR, _ANY = 3, 2, 1, 0
 _RULE_KEYS = {"path", "severity", "reason", "tolerance", "compare", "one_side", "absolute", "source", "floor",
-              "above_floor", "rated_by", "when_same", "listed_in", "unlisted_patch"}
+              "above_floor", "rated_by", "when_same", "listed_in", "unlisted_patch", "inert_if", "when_inert"}
 #: Keys of a ``[[variable]]`` entry: one environment variable (or a glob of names), rated the same wherever it
 #: is read (VARIABLE_PLACES).
 _VARIABLE_KEYS = {"name", "severity", "reason", "source", "rated_by", "when_same"}
@@ -303,6 +303,17 @@ class Rule(NamedTuple):
     #: version component of a key named in neither side's lists, both read, is rated ``unlisted_patch``.
     listed_in: str | None = None
     unlisted_patch: str | None = None
+    #: ``KEY=VALUE[|VALUE...]``: when the nearest enclosing table's leaf KEY reads one of the values on both sides
+    #: (a disabled work queue), the setting is not in effect there and the change is rated ``when_inert``.
+    inert_if: str | None = None
+    when_inert: str | None = None
+
+    def inert(self) -> tuple[str, frozenset[str]] | None:
+        """``inert_if`` as (key, values), or None."""
+        if not self.inert_if:
+            return None
+        key, _, values = self.inert_if.partition("=")
+        return key, frozenset(values.split("|"))
 
     def matches(self, parts: Path) -> bool:
         return self.pattern is not None and self.pattern.match(parts)
@@ -322,7 +333,8 @@ class Rule(NamedTuple):
                 self.compare == "sequence", self.path, self.reason, self.origin, self.source, repr(self._extras()))
 
     def _extras(self) -> tuple[Any, ...]:
-        return (self.floor, self.above_floor, self.rated_by, self.when_same, self.listed_in, self.unlisted_patch)
+        return (self.floor, self.above_floor, self.rated_by, self.when_same, self.listed_in, self.unlisted_patch,
+                self.inert_if, self.when_inert)
 
 
 def parse_rules(doc: dict[str, Any], origin: str, layer: int = USER_LAYER) -> list[Rule]:
@@ -400,8 +412,8 @@ def _parse_rule(item: dict[str, Any], where: str, origin: str, layer: int) -> Ru
     compare = item.get("compare", "sequence")
     if compare not in ("sequence", "set"):
         raise PolicyError(f"{where}: 'compare' must be 'sequence' or 'set'", origin)
-    _paired(item, (("floor", "above_floor"), ("rated_by", "when_same"), ("listed_in", "unlisted_patch")), where,
-            origin)
+    _paired(item, (("floor", "above_floor"), ("rated_by", "when_same"), ("listed_in", "unlisted_patch"),
+                   ("inert_if", "when_inert")), where, origin)
     try:
         pattern = Pattern(split_path(path))
     except ValueError as err:
@@ -414,7 +426,20 @@ def _parse_rule(item: dict[str, Any], where: str, origin: str, layer: int) -> Ru
                 rated_by=_pattern_key(item, "rated_by", where, origin),
                 when_same=_severity_key(item, "when_same", where, origin),
                 listed_in=_pattern_key(item, "listed_in", where, origin),
-                unlisted_patch=_severity_key(item, "unlisted_patch", where, origin))
+                unlisted_patch=_severity_key(item, "unlisted_patch", where, origin),
+                inert_if=_inert_key(item, where, origin),
+                when_inert=_severity_key(item, "when_inert", where, origin))
+
+
+def _inert_key(item: dict[str, Any], where: str, origin: str) -> str | None:
+    value = item.get("inert_if")
+    key, sep, values = value.partition("=") if isinstance(value, str) else ("", "", "")
+    well_formed = bool(sep and key and all(c.isalnum() or c in "_-" for c in key) and "=" not in values
+                       and all(values.split("|")))
+    if value is not None and not well_formed:
+        raise PolicyError(f"{where}: 'inert_if' must be KEY=VALUE or KEY=VALUE|VALUE (a key of the same table and "
+                          "the values that make the setting inert)", origin)
+    return value
 
 
 def _variable_rules(raw: Any, origin: str) -> list[tuple[str, dict[str, Any]]]:
@@ -501,6 +526,14 @@ class Policy:
                     self._index.add(rule.pattern.parts, rule)
             self._rules.extend(made)
             del self._later[first]
+
+    def prepare(self, keys: Iterable[str]) -> None:
+        """Build now the rules kept for paths under ``keys`` and the spelling table (a snap does it while its
+        collectors run, so the digest only matches)."""
+        for key in keys:
+            if key in self._later:
+                self._take(key)
+        self._spelling_now()
 
     def candidates(self, parts: Path) -> Iterator[Rule]:
         """The rules that could match ``parts`` (a superset of those that do; each checked by precedence)."""
@@ -736,8 +769,8 @@ def _read_toml(text: str, origin: str) -> dict[str, Any]:
 #: A shipped rule as its parsed copy keeps it (hoststate.parsed): Rule's fields in order, less origin, pattern and
 #: layer, checked once per content by parse_rules when the copy is made; ``_ROWS_FORMAT`` names this layout.
 _ROW = ("path", "severity", "reason", "tolerance", "compare", "one_side", "absolute", "source", "floor",
-        "above_floor", "rated_by", "when_same", "listed_in", "unlisted_patch")
-_ROWS_FORMAT = "rules-2"
+        "above_floor", "rated_by", "when_same", "listed_in", "unlisted_patch", "inert_if", "when_inert")
+_ROWS_FORMAT = "rules-3"
 
 
 def _rows(doc: dict[str, Any], origin: str) -> dict[str, Any]:
@@ -800,9 +833,10 @@ def _shipped() -> _Shipped:
 def _rule(index: int) -> Rule:
     """The shipped rule of row ``index``, built once: default_rules and every Policy share it."""
     origin, (rule_path, severity, reason, tolerance, compare, one_side, absolute, source, floor, above_floor,
-             rated_by, when_same, listed_in, unlisted_patch) = _shipped().rows[index]
+             rated_by, when_same, listed_in, unlisted_patch, inert_if, when_inert) = _shipped().rows[index]
     return Rule(rule_path, severity, reason, tolerance, compare, origin, Pattern(split_path(rule_path)), one_side,
-                DEFAULT_LAYER, absolute, source, floor, above_floor, rated_by, when_same, listed_in, unlisted_patch)
+                DEFAULT_LAYER, absolute, source, floor, above_floor, rated_by, when_same, listed_in, unlisted_patch,
+                inert_if, when_inert)
 
 
 @functools.lru_cache(maxsize=1)

@@ -53,9 +53,12 @@ SECRET_NAME_WORDS: tuple[str, ...] = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PAS
 HARMLESS_NAME_WORDS: tuple[str, ...] = ("BYPASS", "PASSTHROUGH", "COMPASS", "AUTHOR", "TOKENIZER")
 COUNT_WORDS: frozenset[str] = frozenset({"TOKENS"})
 
-#: Whole names that contain a secret word and hold no secret: the shell's working directories and the
-#: InfiniBand partition key index NCCL uses.
-NOT_SECRET_NAMES: frozenset[str] = frozenset({"PWD", "OLDPWD", "NCCL_IB_PKEY"})
+#: Whole names that contain a secret word and hold no secret: the shell's working directories and the InfiniBand
+#: partition key (or its index) NCCL, UCX and NVSHMEM use, a fabric setting readable by any process on the node
+#: (/sys/class/infiniband/*/ports/*/pkeys) that picks the partition traffic goes over. NVSHMEM documents
+#: NVSHMEM_IB_PKEY_INDEX; NVSHMEM_IB_PKEY is kept too, the name users write by analogy with NCCL's.
+NOT_SECRET_NAMES: frozenset[str] = frozenset(
+    {"PWD", "OLDPWD", "NCCL_IB_PKEY", "UCX_IB_PKEY", "NVSHMEM_IB_PKEY", "NVSHMEM_IB_PKEY_INDEX"})
 
 #: Credentials named outright (HF_/OPENAI_/AWS_ and friends), also caught when the words above miss them.
 CREDENTIAL_NAMES: frozenset[str] = frozenset(

@@ -39,6 +39,9 @@ def table() -> str:
             extra.append(f"{rule.when_same} when {rule.rated_by} is the same")
         if rule.listed_in:
             extra.append(f"a patch release not in {rule.listed_in}: {rule.unlisted_patch}")
+        if rule.inert_if:
+            key, values = rule.inert()  # type: ignore[misc]
+            extra.append(f"{rule.when_inert} where {key} is {' or '.join(sorted(values))} on both sides")
         if rule.compare != "sequence":
             extra.append(f"compared as a {rule.compare}")
         note = f" ({', '.join(extra)})" if extra else ""

@@ -78,11 +78,23 @@ class Corpus:
 
         self.dir = Path(tempfile.mkdtemp(prefix="hoststate-corpus-"))
         self.ws = Workspace()
+        self._trees: dict[str, Any] = {}  # host trees other than the seed baseline (a case's "tree"), one each
         self._libs: dict[str, Path] = {}
 
     def close(self) -> None:
         self.ws.close()
+        for ws in self._trees.values():
+            ws.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _workspace(self, tree: str | None) -> Any:
+        from scripts.precision_table import Workspace
+
+        if tree is None:
+            return self.ws
+        if tree not in self._trees:
+            self._trees[tree] = Workspace(HOSTS / tree)
+        return self._trees[tree]
 
     def rate(self, case: dict[str, Any]) -> Rated:
         before, after = getattr(self, f"_{case['kind']}")(case)
@@ -104,7 +116,8 @@ class Corpus:
             c = Case("vllm", c.change, kind, edit, c.expect)
         elif kind == "package":
             c = Case(edit[0], c.change, kind, edit, c.expect)
-        return _only(self.ws.snap(c, False), c), _only(self.ws.snap(c, True), c)
+        ws = self._workspace(case.get("tree"))
+        return _only(ws.snap(c, False), c), _only(ws.snap(c, True), c)
 
     def _file(self, case: dict[str, Any]) -> tuple[dict, dict]:
         return self._table(case, "file", (case["path"], case.get("old"), case.get("new")))

@@ -492,3 +492,27 @@ def test_a_cluster_uuid_is_written_as_the_uuid_module_writes_it(raw: bytes) -> N
             uuid.UUID(bytes=raw)
         with pytest.raises(ValueError):
             gpu._uuid_text(raw)
+
+
+@pytest.mark.parametrize("numa_node, online, expected", [("1", "0-1", "1"), ("-1", "0", "0"), ("-1", "0-1", "nvml"),
+                                                         (None, "0", "nvml")])
+def test_memory_affinity_is_read_from_sysfs_where_it_says_plainly(tmp_path, numa_node, online, expected):
+    """A live host's memory affinity comes from the GPU's numa_node in sysfs (NVML's first affinity query costs
+    8-10 ms); where sysfs names no node and more than one is online, or has no file, NVML is asked. The replay
+    answers "7" for NVML, which no sysfs tree here says, so the source shows."""
+    from hoststate.io import Reader
+
+    data = json.loads((NVML / "h200.json").read_text())
+    device = data["devices"][0]["calls"]
+    device["nvmlDeviceGetMemoryAffinity"] = [1 << 7]
+    bus = device["nvmlDeviceGetPciInfo"]["busId"]
+    bdf = gpu_collector._sysfs_bdf(bus)
+    pci = tmp_path / "sys" / "bus" / "pci" / "devices" / bdf
+    pci.mkdir(parents=True)
+    if numa_node is not None:
+        (pci / "numa_node").write_text(numa_node + "\n")
+    (tmp_path / "sys" / "devices" / "system" / "node").mkdir(parents=True)
+    (tmp_path / "sys" / "devices" / "system" / "node" / "online").write_text(online + "\n")
+    section = gpu_collector._collect(load_data(data), sysfs=Reader(str(tmp_path)))
+    (dev,) = section.data["devices"].values()
+    assert dev["memory_affinity"] == ("7" if expected == "nvml" else expected)

@@ -57,7 +57,8 @@ def rule_path(parts: tuple[str, ...]) -> str:
     (("vllm", "args", "enable_log_requests"), "info"),
     (("vllm", "servers", "8001", "args", "port"), "info"),
     (("vllm", "servers", "8001", "args", "max_num_seqs"), "invalidating"),
-    (("vllm", "servers", "8001", "env", "NCCL_DEBUG"), "info"),
+    (("vllm", "servers", "8001", "env", "NCCL_DEBUG_FILE"), "info"),
+    (("vllm", "servers", "8001", "env", "NCCL_DEBUG"), "warning"),  # a level left among the variables: TRACE
     (("vllm", "servers", "8001", "env", "NCCL_ALGO"), "invalidating"),
     (("vllm", "env", "HF_HUB_OFFLINE"), "warning"),
     (("vllm", "env", "MAX_JOBS"), "info"),

@@ -44,7 +44,7 @@ def with_value(snap: dict, path: tuple[str, ...], value) -> dict:
     return out
 
 
-LOGGING = ["NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "TORCH_LOGS", "TORCH_LOGS_OUT",
+LOGGING = ["NCCL_DEBUG_FILE", "TORCH_LOGS", "TORCH_LOGS_OUT",
            "VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING", "VLLM_LOG_STATS_INTERVAL"]
 IMAGE_LABELS = ["NVIDIA_REQUIRE_CUDA", "NVIDIA_PRODUCT_NAME", "CUDA_VERSION", "NCCL_VERSION", "CUDNN_VERSION",
                 "NV_LIBNCCL_VERSION", "NV_CUDA_LIB_VERSION", "NVIDIA_CUDA_END_OF_LIFE"]
@@ -146,7 +146,7 @@ def test_unclassified_boot_parameter_is_a_warning_classified_ones_invalidate(bas
     path = ("system", "kernel", "params", "some_new_param")
     assert rate(base, with_value(base, path, "1"))["system.kernel.params.some_new_param"][0] == "warning"
     for name in ("isolcpus", "nohz_full", "intel_iommu", "iommu.passthrough", "intel_pstate",
-                 "transparent_hugepage", "hugepages", "processor.max_cstate", "mitigations", "nosmt"):
+                 "transparent_hugepage", "processor.max_cstate", "mitigations", "nosmt"):
         found = rate(base, with_value(base, ("system", "kernel", "params", name), "x"))
         (severity, _), = found.values()
         assert severity == "invalidating", name
@@ -197,7 +197,7 @@ def test_arguments_that_change_the_engine_stay_invalidating(base, prefix, name, 
     ("KMP_AFFINITY", "compact", "invalidating"), ("OPENBLAS_NUM_THREADS", "4", "invalidating"),
     ("HF_HUB_OFFLINE", "1", "warning"), ("TRANSFORMERS_OFFLINE", "1", "warning"), ("MAX_JOBS", "32", "info"),
     ("TRITON_CACHE_DIR", "/scratch", "info"), ("TORCHINDUCTOR_COMPILE_THREADS", "1", "info"),
-    ("NCCL_DEBUG", "INFO", "info"), ("VLLM_API_KEY", "<redacted>", "info"),
+    ("NCCL_DEBUG", "TRACE", "warning"), ("VLLM_API_KEY", "<redacted>", "info"),
 ])
 def test_environment_families(base, section, name, value, severity):
     path = (*section, name)
@@ -271,12 +271,13 @@ def test_pinning_what_vllm_resolves_anyway_is_a_spelling(pinned):
     assert {f.severity for f in compare(plain, spelled).findings if f.path.startswith("vllm")} <= {"info"}
 
 
-@pytest.mark.parametrize("changed", ["-cc.cudagraph_mode=PIECEWISE", "-O3", "-O1", "-cc.mode=0",
+@pytest.mark.parametrize("changed", ["-cc.cudagraph_mode=PIECEWISE", "-O1", "-cc.mode=0",
                                      """--compilation-config '{"cudagraph_mode": "FULL_AND_PIECEWISE", """
                                      """"max_cudagraph_capture_size": 64}'"""])
 def test_a_graph_setting_that_moves_what_vllm_resolves_still_refuses(changed):
-    """-O3 leaves the graph mode alone but enables more compilation passes: only the default level is a spelling;
-    a compilation_config with other keys than the modes is compared key by key."""
+    """-O1 and a compilation mode move what vLLM resolves (-O3 does not in 0.12.0: its table is -O2's, see
+    test_what_the_engine_turns_on_by_itself_is_its_default); a compilation_config with other keys than the modes
+    is compared key by key."""
     found = compare(_served(SERVER), _served(f"{SERVER} {changed}")).findings
     assert "invalidating" in {f.severity for f in found if f.path.startswith("vllm.args")}
 
@@ -523,3 +524,202 @@ def test_the_tokenizer_mode_is_lower_cased_where_vllm_takes_any_string():
             if f.path.startswith("vllm")} <= {"info"}
     refused = _served(f"{PLAIN} --tokenizer-mode AUTO", "0.11.0")
     assert "--tokenizer-mode: invalid choice: 'AUTO'" in refused["vllm"]["cudagraph"]["refused"]
+
+
+def _wq(snap: dict, name: str) -> dict:
+    return snap["dsa"]["devices"]["dsa0"]["wqs"][name]
+
+
+@pytest.mark.parametrize("field, value", [("priority", 5), ("mode", "dedicated"), ("size", 16), ("threshold", 8),
+                                          ("max_transfer_size", 4096), ("block_on_fault", 0), ("ats_disable", 1)])
+def test_a_setting_of_a_queue_disabled_on_both_sides_is_not_in_effect(base, field, value):
+    """idxd takes a WQ's settings only while it is disabled and applies them when it is enabled
+    (drivers/dma/idxd/sysfs.c: each store refuses an enabled WQ), so on a WQ disabled on both sides they are staged
+    for the next enable, a warning to review; the same change on an enabled WQ, or with the WQ enabled on the other
+    side, still refuses."""
+    assert _wq(base, "wq0.0")["state"] == "disabled"
+    path = ("dsa", "devices", "dsa0", "wqs", "wq0.0", field)
+    shown = 'dsa.devices.dsa0.wqs."wq0.0".' + field
+    severity, reason = rate(base, with_value(base, path, value))[shown]
+    assert severity == "warning" and reason.startswith("Not in effect on either side (state is disabled on both)")
+    enabled = with_value(base, ("dsa", "devices", "dsa0", "wqs", "wq0.0", "state"), "enabled")
+    assert rate(enabled, with_value(enabled, path, value))[shown][0] == "invalidating"
+    assert rate(base, with_value(enabled, path, value))[shown][0] == "invalidating"
+
+
+def test_a_queue_whose_state_was_not_read_keeps_its_settings_rated(base):
+    after = with_value(base, ("dsa", "devices", "dsa0", "wqs", "wq0.0", "priority"), 5)
+    del after["dsa"]["devices"]["dsa0"]["wqs"]["wq0.0"]["state"]
+    after["collectors"]["dsa"] = {**after["collectors"]["dsa"], "status": "partial",
+                                  "unreadable": {"devices/dsa0/wqs/wq0.0/state": "EACCES"}}
+    assert rate(base, after)['dsa.devices.dsa0.wqs."wq0.0".priority'][0] == "invalidating"
+
+
+def test_a_malformed_inert_condition_is_refused():
+    from hoststate.errors import PolicyError
+    from hoststate.policy import parse_rules
+
+    for bad in ("state", "=disabled", "state=", "state=a||b", "a.b=c", "state=a=b", 3):
+        with pytest.raises(PolicyError, match="inert_if"):
+            parse_rules({"rule": [{"path": "x.*.y", "severity": "warning", "inert_if": bad,
+                                   "when_inert": "info"}]}, "p.toml")
+    with pytest.raises(PolicyError, match="go together"):
+        parse_rules({"rule": [{"path": "x.*.y", "severity": "warning", "inert_if": "state=off"}]}, "p.toml")
+
+
+def _gpu(snap: dict) -> tuple[str, str]:
+    uuid = next(iter(snap["gpu"]["devices"]))
+    return uuid, f'gpu.devices."{snap["gpu"]["devices"][uuid]["pci_bus_id"]}".'
+
+
+@pytest.mark.parametrize("field", ["power_default_limit_mw", "power_min_limit_mw", "power_max_limit_mw"])
+def test_a_power_limit_bound_is_rated_by_the_limit_in_force(h200, field):
+    """NVML's enforced limit is the one the driver applies after every limiter; the default applies after a
+    reset and the constraints bound what may be set."""
+    uuid, at = _gpu(h200)
+    after = with_value(h200, ("gpu", "devices", uuid, field), 500000)
+    severity, reason = rate(h200, after)[at + field]
+    assert severity == "info" and "power_enforced_limit_mw" in reason
+    both = with_value(after, ("gpu", "devices", uuid, "power_enforced_limit_mw"), 500000)
+    found = rate(h200, both)
+    assert found[at + field][0] == "warning" and found[at + "power_enforced_limit_mw"][0] == "invalidating"
+
+
+def test_the_gsp_default_is_pending_what_runs_is_the_current_mode(h200):
+    uuid, at = _gpu(h200)
+    after = with_value(h200, ("gpu", "devices", uuid, "gsp_firmware_default_mode"), False)
+    assert rate(h200, after)[at + "gsp_firmware_default_mode"][0] == "info"
+    both = with_value(after, ("gpu", "devices", uuid, "gsp_firmware_mode"), False)
+    found = rate(h200, both)
+    assert found[at + "gsp_firmware_default_mode"][0] == "warning"
+    assert found[at + "gsp_firmware_mode"][0] == "invalidating"
+
+
+def test_a_clock_lock_shows_as_a_setting_not_as_a_volatile_reading(monkeypatch, tmp_path):
+    """nvidia-smi -lgc has no NVML getter; the applications-clocks bit of the clock-event mask is how it shows.
+    Collected from a replay whose mask has the bit, against the real H200's idle mask."""
+    import json
+
+    from hoststate.capture import gpu_section
+    from hoststate.nvml import NVML_REPLAY_ENV
+
+    real = json.loads((FIXTURES / "nvml" / "h200.json").read_text())
+
+    def snap(mask: int) -> dict:
+        doc = copy.deepcopy(real)
+        for device in doc["devices"]:
+            device["calls"]["nvmlDeviceGetCurrentClocksEventReasons"] = mask
+        path = tmp_path / f"{mask}.json"
+        path.write_text(json.dumps(doc))
+        monkeypatch.setenv(NVML_REPLAY_ENV, str(path))
+        section = gpu_section()
+        return {"hoststate": {}, "collectors": {"gpu": {"status": section["status"]}}, "gpu": section["data"]}
+
+    idle, locked = snap(0x1), snap(0x1 | 0x2)
+    _uuid, at = _gpu(idle)
+    assert all(d["clocks_held_by_setting"] == [] for d in idle["gpu"]["devices"].values())
+    severity, reason = rate(idle, locked)[at + "clocks_held_by_setting"]
+    assert severity == "warning" and "-lgc" in reason
+    assert rate(idle, snap(0x1 | 0x4))[at + "observed.clocks_event_reasons"][0] == "ignore"  # a power cap: an event
+
+
+def test_a_huge_page_pool_is_rated_alike_on_the_boot_line_and_at_run_time(base):
+    """hugepages= allocates the same persistent pool as nr_hugepages (hugetlbpage.rst), which only hugetlbfs and
+    MAP_HUGETLB users take: a warning either way; transparent huge pages, which every process gets, refuse."""
+    params = ("system", "kernel", "params")
+    boot = rate(base, with_value(base, (*params, "hugepages"), "1024"))
+    pool = rate(base, with_value(base, ("system", "hugepages", "2048kB"), 1024))
+    assert boot["system.kernel.params.hugepages"][0] == pool["system.hugepages.2048kB"][0] == "warning"
+    thp = rate(base, with_value(base, (*params, "transparent_hugepage"), "always"))
+    assert thp["system.kernel.params.transparent_hugepage"][0] == "invalidating"
+
+
+def _system(root) -> dict:
+    from hoststate.capture import collect
+    from hoststate.collectors import Context
+
+    return collect(Context(root=str(root)), ("system",))
+
+
+def test_the_mitigations_in_force_are_read_and_a_change_refuses(tmp_path):
+    """What mitigations= and the per-flaw parameters resolve to on this CPU and microcode is recorded from sysfs
+    (vulnerabilities/*): a microcode update or boot line that changes a mitigation in force refuses, and the boot
+    parameter itself is still rated on its own. A tree without the directory records nothing and misses nothing."""
+    import shutil
+
+    from tests.conftest import REPO
+
+    def tree(name: str, cmdline_extra: str, spectre_v2: str):
+        root = tmp_path / name
+        shutil.copytree(REPO / "fixtures" / "hosts" / "seed-baseline", root, symlinks=True)
+        cmdline = root / "proc" / "cmdline"
+        cmdline.write_text(cmdline.read_text().strip() + cmdline_extra + "\n")
+        vulns = root / "sys" / "devices" / "system" / "cpu" / "vulnerabilities"
+        vulns.mkdir()
+        (vulns / "mds").write_text("Not affected\n")
+        (vulns / "spectre_v2").write_text(spectre_v2 + "\n")
+        return _system(root)
+
+    mitigated = "Mitigation: Enhanced / Automatic IBRS; IBPB: conditional; RSB filling"
+    base = tree("base", "", mitigated)
+    assert base["system"]["cpu"]["vulnerabilities"] == {"mds": "Not affected", "spectre_v2": mitigated}
+    off = rate(base, tree("off", " mitigations=off", "Vulnerable; IBPB: disabled"))
+    assert off["system.kernel.params.mitigations"][0] == "invalidating"
+    assert off["system.cpu.vulnerabilities.spectre_v2"][0] == "invalidating"
+    microcode = {k: v for k, v in rate(base, tree("microcode", "", "Mitigation: Retpolines")).items()
+                 if k.startswith("system")}  # the other collectors are skipped on both sides (info)
+    assert list(microcode) == ["system.cpu.vulnerabilities.spectre_v2"]
+    assert microcode["system.cpu.vulnerabilities.spectre_v2"][0] == "invalidating"
+    without = _system(REPO / "fixtures" / "hosts" / "seed-baseline")
+    assert "vulnerabilities" not in without["system"]["cpu"]
+    assert not without["collectors"]["system"].get("unreadable")
+
+
+def _llama(tmp_path, **more) -> str:
+    import json
+
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "max_position_embeddings": 131072,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "torch_dtype": "bfloat16", **more}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return f"vllm serve {tmp_path}"
+
+
+def _resolved(command: str, version: str) -> dict:
+    from hoststate.capture import SnapOptions, snap
+
+    return snap(SnapOptions(only=("vllm",), vllm_cmd=command, vllm_version=version))
+
+
+@pytest.mark.parametrize(("version", "extra", "alike"), [
+    ("0.11.0", "--enable-chunked-prefill", True), ("0.12.0", "--enable-chunked-prefill", True),
+    ("0.11.0", "--no-enable-chunked-prefill", True),  # 0.11.0 turns it back on for a generative model
+    ("0.12.0", "--no-enable-chunked-prefill", False), ("0.11.1", "--no-enable-chunked-prefill", False),
+    ("0.12.0", "-O3", True), ("0.11.0", "-O3", True), ("0.12.0", "-O1", False),
+])
+def test_what_the_engine_turns_on_by_itself_is_its_default(tmp_path, version, extra, alike):
+    """A generative decoder model gets chunked prefill when the flag is not given (EngineArgs of 0.11.0 and
+    0.12.0; 0.11.0 whatever is given), and 0.12.0 builds -O3 as -O2 (vllm/config/vllm.py), both checked against
+    vLLM's own engine configuration built from the two command lines."""
+    plain = _llama(tmp_path)
+    one, other = _resolved(plain, version), _resolved(f"{plain} {extra}", version)
+    severities = {f.severity for f in compare(one, other).findings if f.path.startswith("vllm")}
+    assert (severities <= {"info"}) is alike, (severities, other["vllm"].get("args_resolved"))
+
+
+def test_the_checkpoints_own_fp8_is_what_vllm_takes_unset(tmp_path):
+    """ModelConfig._verify_quantization takes the checkpoint's quant_method when none is given; fp8 has no
+    override to another method (AWQ and GPTQ checkpoints get Marlin kernels unless one is named)."""
+    plain = _llama(tmp_path, quantization_config={"quant_method": "fp8"})
+    one, other = _resolved(plain, "0.12.0"), _resolved(f"{plain} --quantization fp8", "0.12.0")
+    assert "quantization" in other["vllm"]["args_resolved"]["same_as_unset"]
+    assert {f.severity for f in compare(one, other).findings if f.path.startswith("vllm")} <= {"info"}
+
+
+@pytest.mark.parametrize(("option", "value", "read"), [("max_num_seqs", "1k", False), ("port", "8k", False),
+                                                       ("max_num_batched_tokens", "8k", True),
+                                                       ("max_num_batched_tokens", "1T", False)])
+def test_only_vllms_human_readable_options_take_a_suffix(option, value, read):
+    """EngineArgs.get_kwargs gives human_readable_int to max_num_batched_tokens and kv_cache_memory_bytes only
+    (and it has no T); argparse refuses ``--max-num-seqs 1k``, and so does hoststate's reading of the line."""
+    snap = _served(f"{PLAIN} --{option.replace('_', '-')} {value}")
+    assert (option in snap["vllm"]["args"]) is read, snap["vllm"].get("args_error")

@@ -60,7 +60,7 @@ EXPECTED = [
     ("VLLM_LHC_DSA", "1", "invalidating"),  # not stock vLLM: what reads it is not known
     ("VLLM_LOG_BATCHSIZE_INTERVAL", "1", "invalidating"),  # a device-wide synchronize after every forward pass
     # start-up, logging, debugging output, caches, build targets, telemetry, plumbing
-    ("VLLM_LOGGING_LEVEL", "DEBUG", "info"), ("NCCL_DEBUG", "INFO", "info"), ("NCCL_DEBUG_SUBSYS", "ALL", "info"),
+    ("VLLM_LOGGING_LEVEL", "DEBUG", "info"), ("NCCL_DEBUG_FILE", "/tmp/nccl.%h.%p", "info"),
     ("TORCH_LOGS", "+dynamo", "info"), ("VLLM_CACHE_ROOT", "/scratch/vllm", "info"),
     ("TRITON_CACHE_DIR", "/scratch/triton", "info"), ("TORCHINDUCTOR_CACHE_DIR", "/scratch/ind", "info"),
     ("VLLM_RPC_TIMEOUT", "100000", "info"), ("VLLM_ENGINE_ITERATION_TIMEOUT_S", "120", "info"),
@@ -69,6 +69,8 @@ EXPECTED = [
     ("TORCH_CUDA_ARCH_LIST", "9.0", "warning"), ("FLASHINFER_CUDA_ARCH_LIST", "9.0a", "warning"),
     ("VLLM_TORCH_PROFILER_DIR", "/tmp/prof", "warning"), ("VLLM_ROCM_USE_AITER", "1", "warning"),
     ("HF_HUB_OFFLINE", "1", "warning"),
+    # a line per collective call: TRACE (INFO, WARN and VERSION are recorded under same_as_unset by the collector)
+    ("NCCL_DEBUG", "TRACE", "warning"), ("NCCL_DEBUG_SUBSYS", "COLL", "warning"),
 ]
 
 

@@ -143,7 +143,7 @@ STAGGER = 0.02
 
 
 def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
-            finish: Callable[[Section], object] | None = None) -> dict[str, Section]:
+            finish: Callable[[str, Section], object] | None = None) -> dict[str, Section]:
     """Run the named collectors, each in its own daemon thread, started one after another: the next when the
     last has finished or has run STAGGER seconds (NVML and subprocesses wait on the kernel while the others parse
     files); those not named are ``skipped``.
@@ -151,8 +151,8 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
     Each collector has ``ctx.timeout`` seconds from its own start (a collector with ``after`` waits at
     most that long for each of them first); one that overruns is recorded as ``timeout`` and its thread
     is abandoned, so a wedged device or driver never holds the snapshot. Returns sections in table order.
-    ``finish`` (redaction) runs on each collector's own section in its thread, while slower collectors still
-    wait; a failing ``finish`` is left for the caller to redo.
+    ``finish`` (redaction, rating for the digest) runs on each collector's name and section in its thread, while
+    slower collectors still wait; a failing ``finish`` is left for the caller to redo.
     """
     wanted = set(names)
     lock = threading.Lock()
@@ -174,7 +174,7 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
         section = _call(info, ctx)
         if finish is not None:
             with contextlib.suppress(BaseException):
-                finish(section)
+                finish(info.name, section)
         with lock:
             if not final:  # a collector that already timed out keeps its ``timeout`` section
                 finished[info.name] = section

@@ -1,15 +1,19 @@
 """``[env]``: the performance-relevant environment of the snapshotting process, secrets redacted.
 
 The allow-list here is shared with ``[vllm.env]`` (a server's own environment). It is read from this
-process also under ``--root``: the environment a benchmark started from here will inherit.
+process also under ``--root``: the environment a benchmark started from here will inherit. A value its reader reads
+like another spelling, or like the variable unset, is recorded as read, the value as given kept beside it
+(env_reads.py: ``spelled``, ``same_as_unset``).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from hoststate.collectors import Context, Section
+from hoststate.collectors.env_reads import settle
 from hoststate.redact import redact_env
 
 #: It reads this process's own environment (os.environ) and no file: nothing it reads can fail.
@@ -39,9 +43,9 @@ def allowed(name: str) -> bool:
     return name in ALLOW_NAMES or name.startswith(ALLOW_PREFIXES)
 
 
-def select(env: Mapping[str, str]) -> dict[str, str]:
-    """The allow-listed variables of ``env``, sorted, secrets redacted."""
-    return redact_env({k: env[k] for k in sorted(env) if allowed(k)})
+def select(env: Mapping[str, str]) -> dict[str, Any]:
+    """The allow-listed variables of ``env``, sorted, secrets redacted, each as its reader reads it (settle)."""
+    return settle(redact_env({k: env[k] for k in sorted(env) if allowed(k)}))
 
 
 def collect(ctx: Context) -> Section:

@@ -20,7 +20,7 @@ from typing import Any
 from hoststate.collectors import Context, Section, gpu_occupancy
 from hoststate.coverage import source
 from hoststate.io import Reader
-from hoststate.nvml import DRIVER_MARKERS, EVENT_REASONS, NVML_REPLAY_ENV
+from hoststate.nvml import DRIVER_MARKERS, EVENT_REASONS, NVML_REPLAY_ENV, SETTING_REASONS
 
 REPLAY_ENV = NVML_REPLAY_ENV
 
@@ -49,6 +49,8 @@ SOURCES = (
     source(r"topology/(?P<a>[^/]+)/(?P<b>[^/]+)", "topology.{a}.{b}", "topology.{b}.{a}", "devices.*.nvlink.peers"),
     source(r"p2p/(?P<c>[^/]+)/(?P<a>[^/]+)/(?P<b>[^/]+)", "p2p.{c}.{a}.{b}"),
     source(r"sys/bus/pci/devices/[^/]+/local_cpulist", "devices.*.cpu_affinity"),
+    source(r"sys/bus/pci/devices/[^/]+/numa_node", "devices.*.memory_affinity"),
+    source(r"sys/devices/system/node/online", "devices.*.memory_affinity"),
 )
 
 BENIGN = frozenset({"NotSupported"})
@@ -298,6 +300,7 @@ def _collect(nvml: Any, sysfs: Reader | None = None, server_pid: int | None = No
     for _index, handle, uid, dev in handles:
         try:
             dev["observed"] = _observed(nvml, r, handle, uid)
+            _held_by_setting(r, uid, dev)
             occupied = _occupancy(r, handle, uid, dev["observed"], server_pid, sysfs)
             if occupied:
                 dev["occupancy"] = occupied
@@ -319,18 +322,38 @@ def _collect(nvml: Any, sysfs: Reader | None = None, server_pid: int | None = No
     return section
 
 
-def _sysfs_cpulist(sysfs: Reader, bus_id: str | None) -> str | None:
-    """The device's ``local_cpulist`` from sysfs: the mask nvmlDeviceGetCpuAffinity computes, read in
-    microseconds instead of its 11-15 ms on an H200 (probe); None when unreadable."""
+def _sysfs_bdf(bus_id: str | None) -> str | None:
+    """NVML's bus id (``00000000:00:06.0``) as sysfs names the PCI device (``0000:00:06.0``), or None."""
     if not bus_id or bus_id.count(":") != 2:
         return None
     domain, rest = bus_id.split(":", 1)
     try:
-        bdf = f"{int(domain, 16):04x}:{rest.lower()}"
+        return f"{int(domain, 16):04x}:{rest.lower()}"
     except ValueError:
         return None
-    text = sysfs.read(f"sys/bus/pci/devices/{bdf}/local_cpulist", record=False)
+
+
+def _sysfs_cpulist(sysfs: Reader, bus_id: str | None) -> str | None:
+    """The device's ``local_cpulist`` from sysfs: the mask nvmlDeviceGetCpuAffinity computes, read in
+    microseconds instead of its 11-15 ms on an H200 (probe); None when unreadable."""
+    bdf = _sysfs_bdf(bus_id)
+    text = sysfs.read(f"sys/bus/pci/devices/{bdf}/local_cpulist", record=False) if bdf else None
     return text or None
+
+
+def _sysfs_nodes(sysfs: Reader, bus_id: str | None) -> str | None:
+    """The NUMA node nvmlDeviceGetMemoryAffinity names, from the device's ``numa_node`` in sysfs: its node, or node
+    0 where the firmware gives none (-1) and node 0 is the only node online (what NVML answered on an H100 host,
+    benchmarks/results/nvml-memaff-h100.txt). Read in microseconds instead of NVML's 8-10 ms (its first affinity
+    query); None where the answer is not that plain, and NVML is asked."""
+    bdf = _sysfs_bdf(bus_id)
+    text = sysfs.read(f"sys/bus/pci/devices/{bdf}/numa_node", record=False) if bdf else None
+    node = text.strip() if text else ""
+    if node.isdigit():
+        return str(int(node))
+    if node == "-1" and (sysfs.read("sys/devices/system/node/online", record=False) or "").strip() == "0":
+        return "0"
+    return None
 
 
 def _device(nvml: Any, r: _Reader, h: Any, index: int, uid: str, sysfs: Reader | None = None) -> dict[str, Any]:
@@ -386,7 +409,11 @@ def _device(nvml: Any, r: _Reader, h: Any, index: int, uid: str, sysfs: Reader |
         dev["cpu_affinity"] = local
     else:
         r.put(dev, "cpu_affinity", p, "nvmlDeviceGetCpuAffinity", h, AFFINITY_WORDS, convert=cpulist)
-    r.put(dev, "memory_affinity", p, "nvmlDeviceGetMemoryAffinity", h, AFFINITY_WORDS, 0, convert=cpulist)
+    nodes = _sysfs_nodes(sysfs, dev.get("pci_bus_id")) if sysfs is not None else None
+    if nodes is not None:
+        dev["memory_affinity"] = nodes
+    else:
+        r.put(dev, "memory_affinity", p, "nvmlDeviceGetMemoryAffinity", h, AFFINITY_WORDS, 0, convert=cpulist)
     r.put(
         dev,
         "clocks_event_reasons_supported",
@@ -686,6 +713,17 @@ def _occupancy(r: _Reader, h: Any, uid: str, observed: dict[str, Any], server_pi
     if unattributed:
         r.unreadable[f"{p}/memory_used_bytes"] = unattributed
     return table
+
+
+def _held_by_setting(r: _Reader, uid: str, dev: dict[str, Any]) -> None:
+    """The clock-event reasons that are settings (SETTING_REASONS: applications clocks, a clock lock, display
+    clocks), kept beside the settings: NVML has no query for a lock set with ``nvidia-smi -lgc``, and this bit of
+    the volatile mask is how it shows."""
+    reasons = dev["observed"].get("clocks_event_reasons")
+    if isinstance(reasons, list):
+        dev["clocks_held_by_setting"] = [x for x in reasons if x in SETTING_REASONS]
+    elif (why := r.unreadable.get(f"{uid}/observed/clocks_event_reasons")) is not None:
+        r.unreadable[f"{uid}/clocks_held_by_setting"] = why
 
 
 def _observed(nvml: Any, r: _Reader, h: Any, uid: str) -> dict[str, Any]:

@@ -68,6 +68,8 @@ SOURCES = (
     source(r"proc/cpuinfo", *(f"cpu.{k}" for k in CPUINFO_KEYS.values())),
     source(rf"{_CPU}/cpu\d+/topology/.*", "cpu.sockets", "cpu.cores"),
     source(rf"{_CPU}/smt/(?:control|active)", "cpu.smt_control", "cpu.smt_active", absent=("ENOENT",)),
+    source(rf"{_CPU}/vulnerabilities", "cpu.vulnerabilities.**", absent=("ENOENT",)),  # before 4.15, or not x86/arm64
+    source(rf"{_CPU}/vulnerabilities/(?P<v>[^/]+)", "cpu.vulnerabilities.{v}"),
     *(source(rf"{_CPU}/cpu\d+/cpufreq/{name}", f"cpufreq.{key}",
              absent=("ENOENT",) if key in CPUFREQ_OPTIONAL else ()) for key, name in CPUFREQ_FILES.items()),
     source(rf"{_CPU}/cpu\d+(?:/cpufreq)?", "cpufreq.**", absent=("ENOENT",)),  # no cpufreq (a VM): absent
@@ -286,6 +288,26 @@ def _cpu(r: Reader, cpus: list[int]) -> dict[str, Any]:
         active = r.read_int(f"{CPU}/smt/active", record=False)
         if active is not None:
             out["smt_active"] = bool(active)
+    vulnerabilities = _vulnerabilities(r)
+    if vulnerabilities:
+        out["vulnerabilities"] = vulnerabilities
+    return out
+
+
+def _vulnerabilities(r: Reader) -> dict[str, str]:
+    """The mitigation in force for each CPU vulnerability the kernel knows (``Not affected``, ``Vulnerable``,
+    ``Mitigation: ...``): what ``mitigations=`` and the per-vulnerability boot parameters resolve to on this CPU
+    and microcode, so those parameters are rated by it (a parameter spelled at its default, or for a flaw this
+    CPU does not have, changes nothing here)."""
+    names = r.listdir(f"{CPU}/vulnerabilities", record=False)
+    if names is None:
+        missing(r, f"{CPU}/vulnerabilities")  # absent: nothing to say; unreadable: recorded
+        return {}
+    out: dict[str, str] = {}
+    for name in sorted(n for n in names if not n.startswith(".")):
+        value = r.read(f"{CPU}/vulnerabilities/{name}")
+        if value is not None:
+            out[name] = value.strip()
     return out
 
 

@@ -266,6 +266,44 @@ def _max_len(args: Mapping[str, Any], model: ModelFacts, rules: Rules) -> str | 
             "none is given (_get_and_verify_max_len)")
 
 
+def _generative(args: Mapping[str, Any], model: ModelFacts) -> bool:
+    """A decoder-only model run as a generative one (config.json read, the runner and conversion left as given)."""
+    return (model.known and model.pooling is False and model.encoder_decoder is False
+            and args.get("runner", "generate") == "generate" and args.get("convert", "none") == "none")
+
+
+def _chunked_prefill(args: Mapping[str, Any], model: ModelFacts, rules: Rules) -> str | None:
+    given = args.get("enable_chunked_prefill")
+    if not isinstance(given, bool) or not _generative(args, model):
+        return None
+    if rules.chunked_prefill_forced:
+        return ("vLLM 0.11.0 turns chunked prefill on for a generative model whatever is given "
+                f"(EngineArgs._set_default_args; {model.source})")
+    if given and rules.chunked_prefill_default_on:
+        return f"on: what vLLM takes for a generative decoder model when the flag is not given ({model.source})"
+    return None
+
+
+def _opt_level(args: Mapping[str, Any], rules: Rules) -> str | None:
+    if rules.o3_same_as_o2 and str(args.get("optimization_level")) == "3":  # -O3 is read as the text "3"
+        return ("-O3 builds the configuration of -O2, the default (vllm/config/vllm.py: OPTIMIZATION_LEVEL_03 is "
+                "OPTIMIZATION_LEVEL_02)")
+    return None
+
+
+#: Quantization methods a checkpoint names that vLLM runs as named when none is given (no override to another
+#: method, as AWQ and GPTQ checkpoints get Marlin): ModelConfig._verify_quantization, 0.11.0 and 0.12.0.
+OWN_QUANTIZATION = ("fp8",)
+
+
+def _quantization(args: Mapping[str, Any], model: ModelFacts) -> str | None:
+    given, own = args.get("quantization"), model.limits.quant_method
+    if given in OWN_QUANTIZATION and isinstance(own, str) and own.lower() == given:
+        return (f"the checkpoint's own quantization ({given}; {model.source}): what ModelConfig takes when none is "
+                "given (_verify_quantization)")
+    return None
+
+
 def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], rules: Rules,
             defaults: Mapping[str, Any] | None = None) -> Resolved:
     """``args`` written as vLLM rewrites them (``canonical``), less what resolves to the same engine setting as
@@ -283,6 +321,8 @@ def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], 
                "trust_remote_code": _remote_code(normal, facts), "seed": _seed(normal, env, rules.seed_unset),
                "tokenizer": _tokenizer(normal), "revision": _revision(normal),
                "max_model_len": _max_len(normal, facts, rules),
+               "enable_chunked_prefill": _chunked_prefill(normal, facts, rules),
+               "optimization_level": _opt_level(normal, rules), "quantization": _quantization(normal, facts),
                **_engine_unused(normal, rules)}
     same.update({dest: why for dest, why in reasons.items() if why is not None and dest in normal and dest not in same})
     kept = {k: v for k, v in normal.items() if k not in same}

@@ -174,15 +174,21 @@ FALSE_BY_DEFAULT: frozenset[str] = frozenset({
 })
 
 
+#: The integer options vLLM parses with human_readable_int (EngineArgs.get_kwargs ``human_readable_ints``, 0.11.0
+#: and 0.12.0; max_model_len has its own type); every other integer option is argparse's plain ``int``.
+HUMAN_INTS = frozenset({"max_num_batched_tokens", "kv_cache_memory_bytes"})
+
+
 def human_int(text: str) -> int:
-    """vLLM's human_readable_int: ``1k`` = 1000, ``1K`` = 1024, ``25.6k`` = 25600; ValueError otherwise."""
+    """vLLM's human_readable_int: ``1k`` = 1000, ``1K`` = 1024, ``25.6k`` = 25600; ValueError otherwise (vLLM's
+    pattern takes t and T but has no multiplier for them, and refuses them)."""
     text = text.strip()
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text)
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG])", text)
     if m:
         number, suffix = m.groups()
         if suffix.islower():
-            return int(float(number) * {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}[suffix])
-        return int(number) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[suffix]
+            return int(float(number) * {"k": 10**3, "m": 10**6, "g": 10**9}[suffix])
+        return int(number) * {"K": 2**10, "M": 2**20, "G": 2**30}[suffix]
     return int(text)
 
 
@@ -202,7 +208,7 @@ def convert(dest: str, kind: str, text: str) -> Any:
     """One option value converted by its type; raises ValueError with a message for a bad value."""
     if kind == INT:
         try:
-            return human_int(text)
+            return human_int(text) if dest in HUMAN_INTS else int(text)
         except ValueError:
             raise ValueError(f"--{dest.replace('_', '-')}: invalid int value {text!r}") from None
     if kind == MAXLEN:

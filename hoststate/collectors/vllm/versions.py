@@ -193,6 +193,14 @@ class Rules:
     #: max_model_len: "all" models (0.11.1+), "pooling" ones only (0.11.0 turns it back on for generative models), or
     #: "" (not checked).
     chunked_prefill_off_checked: str = ""
+    #: A generative decoder model runs with chunked prefill when the flag is not given (EngineArgs: 0.11.0
+    #: _set_default_args, 0.12.0 _set_default_chunked_prefill_and_prefix_caching_args), so ``--enable-chunked-prefill``
+    #: is its default; and 0.11.0 turns it on for such a model whatever is given (``chunked_prefill_forced``).
+    chunked_prefill_default_on: bool = False
+    chunked_prefill_forced: bool = False
+    #: ``-O3`` builds the same configuration as ``-O2``, the default (0.12.0 vllm/config/vllm.py: "O3: Currently the
+    #: same as -O2"; OPTIMIZATION_LEVEL_03 is OPTIMIZATION_LEVEL_02 and nothing else reads the level).
+    o3_same_as_o2: bool = False
     #: ``--kv-cache-dtype`` choices (CacheDType); empty: not checked (not recorded for the version).
     kv_cache_dtypes: frozenset[str] = frozenset()
     #: Speculative methods whose draft model refuses pipeline parallelism (no SupportsPP), and the target model
@@ -405,6 +413,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                             "mla": frozenset({"FLASHMLA", "CUTLASS_MLA"})},
      "missing_options": _MISSING_0102 | _NEW_AFTER_0102, "no_negation": _NO_NEGATION_0102},
     {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "all2all_ht_mode": "NONE",
+     "chunked_prefill_default_on": True, "chunked_prefill_forced": True,
      "unused_options": {"swap_space": "only the V1 engine remains, and it allocates no CPU swap blocks "
                                       "(v1/engine/core.py: num_cpu_blocks = 0; CacheConfig only checks the size "
                                       "against host memory)"},
@@ -422,6 +431,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "model_rules_default_only": False, "capture_size_checks": True, "async_spec_methods": _EAGLE_MTP,
      "dcp_head_check": True, "capture_options_exclusive": True, "scheduler_sizes_checked": True,
      "world_size_checked": True, "lora_spec_budget": True, "chunked_prefill_off_checked": "all",
+     "chunked_prefill_forced": False,
      "kv_cache_dtypes": _KV_012, "quantization_methods": _QUANT_0111, "partial_prefills_refused": True,
      "spec_self_drafting": frozenset({"ngram", "suffix"}) | (_EAGLE_MTP - {"eagle", "eagle3"}),
      "aliases": {**_ALIASES_0102, "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
@@ -431,6 +441,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "rope_scaling"}) | _GONE_0111 | _NEW_AFTER_0111,
      "no_negation": _NO_NEGATION_0110 | {"aggregate_engine_logging"}},
     {"version": "0.12.0", "family": "opt", "o_number": "optimization_level", "o_dotted": "deprecated",
+     "o3_same_as_o2": True,
      "tokenizer_modes": frozenset(),
      "seed_unset": None, "quantization_methods": _QUANT_012,
      "aliases": _ALIASES_012, "graphs_without_compile": "none", "pcp_refused": True,
@@ -439,6 +450,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "max_seq_len_to_capture", "num_scheduler_steps", "rope_scaling",
                                    "guided_decoding_backend", "override_pooler_config"}) | _GONE_0120 | _NEW_033},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
+     "chunked_prefill_default_on": False, "o3_same_as_o2": False,  # not read in this version's code
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
      "pcp_refused": False, "partition_keeps_splitting_ops": False, "kv_refuses_expandable_segments": True,
      "rope_unscaled_types": frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}),
