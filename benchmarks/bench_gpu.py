@@ -101,7 +101,7 @@ class _TimedNvml:
 def profile(args: argparse.Namespace) -> dict[str, Any]:
     from hoststate.collectors import Context
     from hoststate.collectors.gpu import collect
-    from hoststate.nvml_replay import import_pynvml
+    from hoststate.nvml import import_pynvml
 
     start = time.perf_counter()
     real = import_pynvml()

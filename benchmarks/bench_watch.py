@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from hoststate.nvml_replay import import_pynvml  # noqa: E402
+from hoststate.nvml import import_pynvml  # noqa: E402
 from hoststate.watch import LiveSource, Sampler  # noqa: E402
 
 N = 8192

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 sys.path.insert(0, ".")
-from hoststate.nvml_replay import import_pynvml  # noqa: E402
+from hoststate.nvml import import_pynvml  # noqa: E402
 
 
 def _try(fn: Any, *args: Any) -> Any:

@@ -6,7 +6,7 @@ def _gpu_section() -> object:
     from hoststate import ahead
 
     ahead.start_nvml()  # the driver starts while the collector's modules are imported
-    from hoststate.capture import gpu_section  # in the child only
+    from hoststate.collectors import gpu_section  # in the child only: the collector's modules, not the command's
 
     return gpu_section()
 

@@ -9,11 +9,11 @@ very collector a thread would (hoststate.collectors._call on a plain snap's Cont
 ``--vllm-pid``) and hands its Section's fields back as plain values in ``marshal``'s format (built in, where
 ``pickle`` costs an import of about 6 ms on each side) over a pipe only the two processes hold. On a live host the
 child starts NVML (nvmlInit: milliseconds in the driver, without the interpreter lock) in a thread before it
-imports the collector, and leaves the last nvmlShutdown to its exit, which a snap does not wait for (a guard does,
-before it starts the benchmark: settle). The parent uses the section only for a context it was collected for
-(hoststate.capture's ``_early``); otherwise, or when the child failed, the collector runs in the parent as
-before. A child that does not answer within the collector's timeout is killed and the section is ``timeout``, as
-a wedged thread's is; a child also dies with its parent.
+imports pynvml and the collector, and leaves the last nvmlShutdown to its exit, which a snap does not wait for (a
+guard does, before it starts the benchmark: settle). The parent uses the section only for a context it was
+collected for (hoststate.capture's ``_early``); otherwise, or when the child failed, the collector runs in the
+parent as before. A child that does not answer within the collector's timeout is killed and the section is
+``timeout``, as a wedged thread's is; a child also dies with its parent.
 
 Whether to fork is decided from argv alone, and any doubt (``--root``, ``--vllm-pid``, ``--skip gpu``, an
 ``--only`` without it, ``--help``, no driver and no replay, a thread already running) means not forking, which
@@ -26,7 +26,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from hoststate.nvml import DRIVER_MARKERS, NVML_REPLAY_ENV  # data only: every command imports this module
+from hoststate.nvml import DRIVER_MARKERS, LIBRARY, NVML_REPLAY_ENV  # data only: every command imports this module
 
 #: The commands that read the live host's GPUs, and the collector read ahead.
 COMMANDS = ("snap", "guard")
@@ -74,7 +74,7 @@ def wanted(argv: Sequence[str], environ: Mapping[str, str], exists: Callable[[st
 
 
 def start(work: Callable[[], object], argv: Sequence[str] | None = None) -> bool:
-    """Fork the child that runs ``work`` (the GPU collector: hoststate.capture.gpu_section) when the command line
+    """Fork the child that runs ``work`` (the GPU collector: hoststate.collectors.gpu_section) when the command line
     will read the GPUs; whether it was forked. ``work`` returns what ``marshal`` writes (dicts, lists, strings,
     numbers); a value it cannot write fails the child, and the parent collects the GPUs itself."""
     global _child
@@ -243,27 +243,30 @@ def settle(timeout: float) -> None:
         join(timeout)
 
 
-def start_nvml(environ: Mapping[str, str] = os.environ) -> object | None:
-    """In the child, before the collector's modules are imported: the live pynvml imported and nvmlInit started in
-    a thread, so the driver's start overlaps the imports; the collector's own nvmlInit then waits for it and
-    counts one more user. Its nvmlShutdown leaves NVML to the child's exit. Nothing under a replay. Returns the
-    thread (or None); a failure is left to the collector's own nvmlInit to report."""
-    if environ.get(NVML_REPLAY_ENV):
-        return None
-    try:
-        from hoststate.nvml_replay import import_pynvml
+def _library():  # a ctypes.CDLL, unannotated: naming its type would import typing or ctypes in every command
+    """NVML's library as pynvml loads it (``CDLL``: each call releases the interpreter lock)."""
+    import ctypes
 
-        nvml = import_pynvml()
-        init = nvml.nvmlInit
-    except Exception:  # not installed, the old package: the collector says so
+    return ctypes.CDLL(LIBRARY)
+
+
+def start_nvml(environ: Mapping[str, str] = os.environ) -> object | None:
+    """In the child, first: NVML's library loaded and ``nvmlInitWithFlags(0)`` called in a thread, through ctypes
+    rather than pynvml, so that the driver's start (about 12 ms on an H100) overlaps the import of pynvml (about
+    25 ms: it imports ctypes.util, and with it shutil, subprocess and tempfile) as well as the collector's. The
+    collector's own nvmlInit, through pynvml, gets the same library (dlopen hands back the one loaded), waits for
+    this call if it is still running and counts one more user; its nvmlShutdown leaves NVML to the child's exit.
+    Nothing under a replay. Returns the thread (or None); a failure is left to the collector's own nvmlInit to
+    report."""
+    if environ.get(NVML_REPLAY_ENV):
         return None
     import threading
 
     def begin() -> None:
         import contextlib
 
-        with contextlib.suppress(Exception):  # the collector's own call reports it
-            init()
+        with contextlib.suppress(Exception):  # no library, no driver: the collector's own call reports it
+            _library().nvmlInitWithFlags(0)
 
     thread = threading.Thread(target=begin, name="nvml-init", daemon=True)
     thread.start()

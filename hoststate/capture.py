@@ -17,45 +17,26 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from hoststate import SCHEMA, __version__, ahead
-from hoststate.collectors import COLLECTORS, NAMES, Context, Section, _call, run_all, select
+from hoststate.collectors import NAMES, Context, Section, plan, run_all
+from hoststate.collectors import check_root as check_root  # part of this API: a host tree's check
+from hoststate.collectors import gpu_section as gpu_section  # hoststate.ahead's work, part of this API
 from hoststate.errors import InputError
 from hoststate.io import Reader, check_timeout  # noqa: F401 - check_timeout is part of this API
 from hoststate.snapshot import finite
 from hoststate.text import clean_all
 
 
-def check_root(root: str | os.PathLike[str] | None) -> str:
-    """``--root`` must be a host tree (holding sys or proc): a wrong directory would snap as an empty host."""
-    root = os.fspath(root) if root else "/"
-    if not os.path.isdir(root):
-        raise InputError(f"--root {root}: not a directory")
-    if not any(os.path.isdir(os.path.join(root, sub)) for sub in ("sys", "proc")):
-        raise InputError(f"--root {root}: holds neither sys nor proc; give the top of a captured host tree")
-    return root
-
-
 def context(*, root: str | os.PathLike[str] | None = "/", only: Sequence[str] | None = None,
             skip: Sequence[str] | None = None, timeout: float | None = 20.0, vllm_pid: int | None = None,
             vllm_cmd: str | None = None, vllm_log: str | None = None, vllm_url: str | None = None,
             vllm_version: str | None = None) -> tuple[Context, tuple[str, ...]]:
-    """The collectors' Context and the selected collector names; InputError on a bad root, selection or timeout."""
-    root = check_root(root)
-    timeout = check_timeout(20.0 if timeout is None else timeout)
-    try:
-        names = select(list(only) if only else None, list(skip) if skip else None)
-    except ValueError as err:
-        raise InputError(str(err)) from err
-    ctx = Context(root=root, vllm_pid=vllm_pid, vllm_cmd=vllm_cmd, vllm_log=vllm_log, vllm_url=vllm_url,
-                  vllm_version=vllm_version, timeout=timeout, early=_early)
+    """The collectors' Context and the selected collector names (hoststate.collectors.plan), with the GPU section
+    collected ahead taken where the context is the one it was collected for; InputError on a bad root, selection
+    or timeout."""
+    ctx, names = plan(root=root, only=only, skip=skip, timeout=timeout, vllm_pid=vllm_pid, vllm_cmd=vllm_cmd,
+                      vllm_log=vllm_log, vllm_url=vllm_url, vllm_version=vllm_version)
+    ctx.early = _early
     return ctx, names
-
-
-def gpu_section() -> dict[str, Any]:
-    """The GPU collector's section on a plain snap's Context (the live host, no --vllm-pid), as run_all's thread
-    collects it, as its fields' plain values: what the child forked by hoststate.ahead hands over."""
-    ctx, _names = context(only=(ahead.NAME,))
-    ctx.early = None
-    return vars(_call(next(c for c in COLLECTORS if c.name == ahead.NAME), ctx))
 
 
 def _early(name: str, ctx: Context) -> Section | None:

@@ -1,14 +1,33 @@
 """NVML's own constants (nvml.h), named once for every reader: the gpu collector, ``check`` and the watch.
 
-Data only, importing nothing: reading a snapshot (``check FILE``) must not load a collector to name a bit.
+Data only, importing nothing: reading a snapshot (``check FILE``) must not load a collector to name a bit; and
+the one way the live ``pynvml`` module is imported, for the collector, the child collecting ahead and the watch.
 """
 
 from __future__ import annotations
 
 #: Files whose presence says an NVIDIA driver is loaded (a WSL host has /dev/dxg instead of /dev/nvidiactl).
 DRIVER_MARKERS = ("/dev/nvidiactl", "/proc/driver/nvidia/version", "/dev/dxg")
+#: The library pynvml loads on Linux (nvidia-ml-py's _LoadNvmlLibrary); the child collecting ahead starts NVML
+#: through it before pynvml is imported (hoststate.ahead.start_nvml).
+LIBRARY = "libnvidia-ml.so.1"
 #: The environment variable naming recorded NVML output to replay instead of the live library (hoststate.nvml_replay).
 NVML_REPLAY_ENV = "HOSTSTATE_NVML_REPLAY"
+
+
+
+def import_pynvml() -> object:
+    """The real ``pynvml`` module of nvidia-ml-py, with the deprecated ``pynvml`` package's FutureWarning silenced
+    (its import hook warns on every ``import pynvml``). Here, where nothing else is imported, so that the child
+    collecting the GPUs ahead (hoststate.ahead) does not import the replay's JSON reader to get it."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import pynvml
+    return pynvml
+
 
 #: nvmlClocksEventReason* bits, named as nvidia-smi -q -x names them (clocks_event_reason_<name>).
 EVENT_REASONS = (

@@ -31,8 +31,9 @@ from __future__ import annotations
 import json
 import threading
 import types
-import warnings
 from typing import Any
+
+from hoststate.nvml import import_pynvml
 
 FORMAT = "hoststate-nvml-replay/1"
 ENV = "HOSTSTATE_NVML_REPLAY"
@@ -40,16 +41,6 @@ ENV = "HOSTSTATE_NVML_REPLAY"
 
 class ReplayError(ValueError):
     """Raised when a replay file cannot be read or is not a replay."""
-
-
-def import_pynvml() -> Any:
-    """The real ``pynvml`` module of nvidia-ml-py, with the deprecated ``pynvml`` package's
-    FutureWarning silenced (its import hook warns on every ``import pynvml``)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import pynvml
-    return pynvml
 
 
 class _Handle:

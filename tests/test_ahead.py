@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-import types
 from pathlib import Path
 
 import pytest
@@ -314,52 +313,93 @@ def test_a_child_whose_section_marshal_cannot_write_fails_and_the_parent_collect
     assert done.stdout.split() == ["failed"]
 
 
-class _StandIn(types.ModuleType):
-    """A pynvml whose nvmlInit waits for ``release`` (or raises ``error``), recording who called it."""
+class _Library:
+    """NVML's library as ctypes loads it, standing in: nvmlInitWithFlags waits for ``release`` and returns
+    ``code`` (an NVML return code), recording who called it with which flags."""
 
-    def __init__(self, error: Exception | None = None):
-        super().__init__("pynvml")
+    def __init__(self, code: int = 0):
         self.release = threading.Event()
-        self.calls: list[str] = []
-        self.error = error
+        self.calls: list[tuple[str, int]] = []
+        self.code = code
 
-    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's name
-        self.calls.append(threading.current_thread().name)
+    def nvmlInitWithFlags(self, flags: int) -> int:  # noqa: N802 - NVML's name
+        self.calls.append((threading.current_thread().name, flags))
         self.release.wait(30)
-        if self.error is not None:
-            raise self.error
+        return self.code
 
 
-@pytest.mark.parametrize("error", [None, RuntimeError("DriverNotLoaded")])
+def _missing() -> _Library:
+    raise OSError("libnvidia-ml.so.1: cannot open shared object file: No such file or directory")
+
+
+@pytest.mark.parametrize("failure", [None, "driver not loaded", "no library"])
 def test_nvml_starts_in_a_thread_and_leaves_a_failure_to_the_collector(monkeypatch: pytest.MonkeyPatch,
-                                                                      error: Exception | None) -> None:
-    stand_in = _StandIn(error)
-    monkeypatch.setitem(sys.modules, "pynvml", stand_in)
+                                                                      failure: str | None) -> None:
+    library = _Library(code=9 if failure == "driver not loaded" else 0)  # NVML_ERROR_DRIVER_NOT_LOADED
+    monkeypatch.setattr(ahead, "_library", _missing if failure == "no library" else lambda: library)
     raised: list[BaseException] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    before = set(sys.modules)
     thread = ahead.start_nvml({})
     assert isinstance(thread, threading.Thread)
-    assert thread.is_alive()  # the caller goes on while the driver starts
-    stand_in.release.set()
+    if failure != "no library":
+        assert thread.is_alive()  # the caller goes on while the driver starts
+    library.release.set()
     thread.join(30)
-    assert not thread.is_alive() and stand_in.calls == ["nvml-init"] and raised == []
+    assert not thread.is_alive() and raised == []
+    assert library.calls == ([] if failure == "no library" else [("nvml-init", 0)])
+    assert "pynvml" not in set(sys.modules) - before  # the driver's start does not wait for pynvml's import
 
 
 def test_nvml_is_not_started_under_a_replay(monkeypatch: pytest.MonkeyPatch) -> None:
-    stand_in = _StandIn()
-    monkeypatch.setitem(sys.modules, "pynvml", stand_in)
+    library = _Library()
+    monkeypatch.setattr(ahead, "_library", lambda: library)
     assert ahead.start_nvml({NVML_REPLAY_ENV: str(REPLAY)}) is None
-    assert stand_in.calls == []
+    assert library.calls == []
+
+
+def test_the_early_start_loads_the_library_the_installed_pynvml_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both name it to ctypes.CDLL; the collector's nvmlInit then gets the library the child started (dlopen hands
+    back the one loaded) instead of a second copy of NVML."""
+    import ctypes
+
+    from hoststate.nvml import import_pynvml
+
+    pynvml = import_pynvml()
+    loaded: list[str] = []
+
+    def record(name: str, *args: object, **kwargs: object) -> object:
+        loaded.append(name)
+        raise OSError(f"{name}: not here")
+
+    monkeypatch.setattr(ctypes, "CDLL", record)
+    monkeypatch.setattr(pynvml, "CDLL", record)
+    monkeypatch.setattr(pynvml, "nvmlLib", None)
+    with pytest.raises(OSError):
+        ahead._library()
+    with pytest.raises(pynvml.NVMLError):
+        pynvml._LoadNvmlLibrary()
+    assert loaded[0] == loaded[1] and len(loaded) == 2
 
 
 #: The installed command on a "live" host: a stand-in pynvml module (the replay, as a module, logging each
 #: nvmlInit and nvmlShutdown with its thread and whether the collector was imported yet), a driver marker
 #: that exists; argv[1] is the log, argv[2] the marker, the rest the command.
 LIVE = """
-import sys
+import sys, threading, time
 log, marker = sys.argv[1], sys.argv[2]
 import hoststate.nvml
-hoststate.nvml.DRIVER_MARKERS = (marker,)
+hoststate.nvml.DRIVER_MARKERS = (marker,)  # before hoststate.ahead takes its copy
+import hoststate.ahead
+
+class _Library:  # NVML's library as the child's early start loads it, logging as the stand-in pynvml does
+    def nvmlInitWithFlags(self, flags):
+        with open(log, "a") as fh:
+            fh.write(f"init {threading.current_thread().name} {'hoststate.collectors.gpu' in sys.modules}\\n")
+        time.sleep(0.2)
+        return 0
+
+hoststate.ahead._library = _Library
 sys.argv = ["hoststate", *sys.argv[3:]]
 from hoststate.__main__ import main
 main()

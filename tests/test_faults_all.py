@@ -31,7 +31,8 @@ from hoststate import capture, procfiles, snapshot
 from hoststate.collectors import COLLECTORS, Context, dsa
 from hoststate.coverage import classify, failures, lands
 from hoststate.io import MAX_BYTES
-from hoststate.nvml_replay import import_pynvml, load_data
+from hoststate.nvml import import_pynvml
+from hoststate.nvml_replay import load_data
 from tests.conformance import BENCHES, TreeBench, module, registered
 from tests.conftest import HOSTS, PYTHONPATH, REPO
 

@@ -133,13 +133,35 @@ def test_a_guard_that_watches_nothing_loads_no_sampler(tmp_path: Path, snapshots
     assert "importlib.resources" not in plain and "importlib.resources" in watched  # the thresholds' reader
 
 
-def test_the_gpu_collector_loads_no_uuid_module() -> None:
-    """The GPU section is collected ahead in a child forked before click is imported (hoststate.ahead): what the
-    child imports is its start-up, and uuid (which loads libuuid) is not needed to write a UUID."""
-    code = "import sys\nimport hoststate.ahead, hoststate.collectors.gpu\nprint('uuid' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": PYTHONPATH}, check=True).stdout
-    assert out.strip() == "False"
+#: What the child collecting the GPUs ahead never imports (hoststate.ahead): its imports are the path every snap of
+#: a GPU host waits for. ``dataclasses`` brings ``inspect`` (ast, dis, tokenize), the replay's reader ``json``, the
+#: command's modules click; ``uuid`` (which loads libuuid) is not needed to write a UUID.
+NOT_IN_THE_GPU_CHILD = ("uuid", "dataclasses", "inspect", "json", "click", "hoststate.capture", "hoststate.cli",
+                        "hoststate.nvml_replay", "hoststate.redact", "hoststate.digest")
+CHILD = """
+import sys
+out, marker = sys.argv[1], sys.argv[2]
+before = set(sys.modules)
+import hoststate.nvml
+hoststate.nvml.DRIVER_MARKERS = (marker,)  # a driver's marker, so that pynvml is imported without a GPU too
+from hoststate.__main__ import _gpu_section
+section = _gpu_section()  # the child's whole work, on the live host: NVML or its absence
+loaded = sorted(set(sys.modules) - before)
+open(out, "w").write(__import__("json").dumps({"status": section["status"], "loaded": loaded}))
+"""
+
+
+def test_the_gpu_child_imports_only_what_the_collector_needs(tmp_path: Path) -> None:
+    out, marker = tmp_path / "child.json", tmp_path / "nvidiactl"
+    marker.touch()
+    env = {k: v for k, v in os.environ.items() if k != "HOSTSTATE_NVML_REPLAY"}
+    env["PYTHONPATH"] = os.pathsep.join([PYTHONPATH, *sysconfig_paths()])
+    subprocess.run([sys.executable, "-S", "-c", CHILD, str(out), str(marker)], env=env, timeout=120, check=True)
+    child = json.loads(out.read_text())
+    assert {"hoststate.collectors.gpu", "pynvml"} <= set(child["loaded"]), child  # it did collect
+    assert child["status"] in ("ok", "partial", "absent", "error"), child
+    extra = set(child["loaded"]) & set(NOT_IN_THE_GPU_CHILD)
+    assert not extra, sorted(extra)
 
 
 def test_snap_of_one_collector_loads_no_other(tmp_path: Path) -> None:

@@ -387,13 +387,12 @@ def test_the_command_skips_the_exits_collections_and_collects_the_young_less_oft
         assert name in done.stderr
 
 
-#: The dataclasses a snap's modules define: each is a mutable record (Section, Context, a server's parsed
-#: arguments), needs per-field options (Listener's fields left out of equality) or is part of the library's API
-#: (SnapOptions). CPython 3.11 takes 0.5-1.5 ms to define one (each generated method is compiled
-#: by ``exec``), 14 ms for the 18 a snap once defined; an immutable record without such needs is a NamedTuple
-#: (0.15 ms).
-SNAP_DATACLASSES = {"hoststate.collectors.Section", "hoststate.collectors.Context", "hoststate.capture.SnapOptions",
-                    "hoststate.collectors.packages.ServerPython",
+#: The dataclasses a snap's modules define: each is a mutable record (a server's parsed arguments), needs
+#: per-field options (Listener's fields left out of equality) or is part of the library's API (SnapOptions).
+#: CPython 3.11 takes 0.5-1.5 ms to define one (each generated method is compiled by ``exec``), 14 ms for the 18 a
+#: snap once defined; an immutable record without such needs is a NamedTuple (0.15 ms). The collectors' Section and
+#: Context are written out (below): the child collecting the GPUs ahead imports their module and no dataclasses.
+SNAP_DATACLASSES = {"hoststate.capture.SnapOptions", "hoststate.collectors.packages.ServerPython",
                     "hoststate.collectors.vllm.discovery.Proc", "hoststate.collectors.vllm.discovery.Listener",
                     "hoststate.collectors.vllm._Args", "hoststate.collectors.vllm._Server"}
 #: What a guard adds: mutable results (the diff's, the guard's, the run's), WatchOptions (a default made per
@@ -430,8 +429,46 @@ def _dataclasses_made(*args: str) -> set[str]:
 def test_a_snap_and_a_guard_define_only_the_dataclasses_that_need_to_be_one(tmp_path: pathlib.Path) -> None:
     base = tmp_path / "s.toml"
     made = _dataclasses_made("snap", "--root", str(HOSTS / "seed-baseline"), "--output", str(base), "--quiet")
-    assert base.exists() and "hoststate.collectors.Section" in made
+    assert base.exists() and "hoststate.capture.SnapOptions" in made
     assert made <= SNAP_DATACLASSES, sorted(made - SNAP_DATACLASSES)
     made = _dataclasses_made("guard", "--baseline", str(base), "--root", str(HOSTS / "seed-baseline"), "--", "true")
     assert "hoststate.run.guard.GuardResult" in made
     assert made <= SNAP_DATACLASSES | GUARD_DATACLASSES, sorted(made - SNAP_DATACLASSES - GUARD_DATACLASSES)
+
+
+def _as_dataclass(cls: type) -> type:
+    """The dataclass ``cls`` stands for: the same fields, in order, with the same defaults (a dict or list made per
+    instance, as ``field(default_factory=...)``)."""
+    import dataclasses
+    import inspect
+
+    specs = []
+    for name, param in list(inspect.signature(cls.__init__).parameters.items())[1:]:
+        made = getattr(cls(), name)
+        per_instance = isinstance(made, (dict, list))
+        spec = dataclasses.field(default_factory=type(made)) if per_instance else dataclasses.field(
+            default=param.default)
+        specs.append((name, object, spec))
+    return dataclasses.make_dataclass(cls.__name__, specs)
+
+
+@pytest.mark.parametrize("cls", [Section, Context], ids=["Section", "Context"])
+def test_the_written_out_records_behave_as_the_dataclass_they_stand_for(cls: type) -> None:
+    """Section and Context are written out (hoststate.collectors._Record) so that the GPU child imports no
+    dataclasses; construction, defaults, fields, equality, repr and hashing stay what ``@dataclass`` generates."""
+    dc = _as_dataclass(cls)
+    assert vars(cls()) == vars(dc()) and list(vars(cls())) == list(vars(dc()))  # the same fields, order, defaults
+    first, second = cls(), cls()
+    for made in vars(first).values():
+        if isinstance(made, (dict, list)):
+            assert not any(made is other for other in vars(second).values())  # one per instance
+    name = next(iter(vars(cls())))
+    values = [None, "x", 3, {"a": 1}]
+    for a in values:
+        for b in values:
+            ours = cls(**{name: a}) == cls(**{name: b})
+            assert ours == (dc(**{name: a}) == dc(**{name: b}))
+    assert repr(cls(**{name: "x"})) == repr(dc(**{name: "x"}))
+    assert (cls() == dc()) is False and cls() != object()  # another type is not equal, as a dataclass's
+    with pytest.raises(TypeError):
+        hash(cls())

@@ -9,26 +9,45 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from hoststate.errors import InputError
+from hoststate.io import check_timeout
 from hoststate.snapshot import NAMES, STATUSES  # noqa: F401 - re-exported: the registry speaks the file contract
 
 
-@dataclass
-class Section:
-    """What one collector found: ``data`` becomes the snapshot table of the collector's name."""
+class _Record:
+    """A mutable record compared and shown by its fields, what ``@dataclass`` would generate, written out: the
+    child that collects the GPUs ahead (hoststate.ahead) imports this module first, and ``dataclasses`` costs
+    it an import of ``inspect`` (about 10 ms on the project's VM) on the path every ``snap`` of a GPU host
+    waits for (docs/performance.md). tests/test_perf_shortcuts.py holds both records to the dataclass."""
 
-    status: str = "ok"
-    data: dict[str, Any] = field(default_factory=dict)
-    unreadable: dict[str, str] = field(default_factory=dict)
-    reason: str | None = None
-    took_ms: float = 0.0
-    #: Lines snap prints on stderr besides the summary (e.g. "3 vLLM servers, none named").
-    notes: list[str] = field(default_factory=list)
+    __hash__ = None  # type: ignore[assignment] - mutable, as an unfrozen dataclass
+
+    def __eq__(self, other: object) -> bool:
+        return vars(self) == vars(other) if other.__class__ is self.__class__ else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in vars(self).items())})"
+
+
+class Section(_Record):
+    """What one collector found: ``data`` becomes the snapshot table of the collector's name; ``notes`` are the
+    lines snap prints on stderr besides the summary (e.g. "3 vLLM servers, none named")."""
+
+    def __init__(self, status: str = "ok", data: dict[str, Any] | None = None,
+                 unreadable: dict[str, str] | None = None, reason: str | None = None, took_ms: float = 0.0,
+                 notes: list[str] | None = None) -> None:
+        self.status = status
+        self.data: dict[str, Any] = {} if data is None else data
+        self.unreadable: dict[str, str] = {} if unreadable is None else unreadable
+        self.reason = reason
+        self.took_ms = took_ms
+        self.notes: list[str] = [] if notes is None else notes
 
     def settle(self) -> Section:
         """``ok`` becomes ``partial`` when something could not be read; returns self."""
@@ -37,27 +56,33 @@ class Section:
         return self
 
 
-@dataclass
-class Context:
-    """What every collector may consult: the root prefix, the vLLM source options, deadlines."""
+class Context(_Record):
+    """What every collector may consult: the root prefix, the vLLM source options, deadlines.
 
-    root: str = "/"
-    vllm_pid: int | None = None
-    vllm_cmd: str | None = None
-    vllm_log: str | None = None
-    vllm_url: str | None = None
-    vllm_version: str | None = None
-    #: Seconds one collector may take before it is reported as ``timeout``.
-    timeout: float = 20.0
-    #: Seconds one subprocess (accel-config, ...) may take.
-    command_timeout: float = 5.0
-    #: An object standing in for the ``pynvml`` module (tests and replays); None means the real one.
-    nvml: Any = None
-    #: Sections already collected, by name, for collectors that cross-check an earlier one.
-    sections: dict[str, Section] = field(default_factory=dict)
-    #: A collector's section collected ahead of this collection for this context, or None (hoststate.ahead; set
-    #: by hoststate.capture): the collector then runs here.
-    early: Callable[[str, Context], Section | None] | None = None
+    ``timeout``: seconds one collector may take before it is reported as ``timeout``; ``command_timeout``:
+    seconds one subprocess (accel-config, ...) may take; ``nvml``: an object standing in for the ``pynvml``
+    module (tests and replays), None for the real one; ``sections``: sections already collected, by name, for
+    collectors that cross-check an earlier one; ``early``: a collector's section collected ahead of this
+    collection for this context, or None (hoststate.ahead; set by hoststate.capture): the collector then runs
+    here.
+    """
+
+    def __init__(self, root: str = "/", vllm_pid: int | None = None, vllm_cmd: str | None = None,
+                 vllm_log: str | None = None, vllm_url: str | None = None, vllm_version: str | None = None,
+                 timeout: float = 20.0, command_timeout: float = 5.0, nvml: Any = None,
+                 sections: dict[str, Section] | None = None,
+                 early: Callable[[str, Context], Section | None] | None = None) -> None:
+        self.root = root
+        self.vllm_pid = vllm_pid
+        self.vllm_cmd = vllm_cmd
+        self.vllm_log = vllm_log
+        self.vllm_url = vllm_url
+        self.vllm_version = vllm_version
+        self.timeout = timeout
+        self.command_timeout = command_timeout
+        self.nvml = nvml
+        self.sections: dict[str, Section] = {} if sections is None else sections
+        self.early = early
 
     @property
     def live(self) -> bool:
@@ -134,6 +159,43 @@ def _call(info: CollectorInfo, ctx: Context) -> Section:
         section = Section(status="error", reason=f"{type(err).__name__}: {err}"[:300])
     section.took_ms = round((time.perf_counter() - start) * 1000, 1)
     return section
+
+
+def check_root(root: str | os.PathLike[str] | None) -> str:
+    """``--root`` must be a host tree (holding sys or proc): a wrong directory would snap as an empty host."""
+    root = os.fspath(root) if root else "/"
+    if not os.path.isdir(root):
+        raise InputError(f"--root {root}: not a directory")
+    if not any(os.path.isdir(os.path.join(root, sub)) for sub in ("sys", "proc")):
+        raise InputError(f"--root {root}: holds neither sys nor proc; give the top of a captured host tree")
+    return root
+
+
+def plan(*, root: str | os.PathLike[str] | None = "/", only: Sequence[str] | None = None,
+         skip: Sequence[str] | None = None, timeout: float | None = 20.0, vllm_pid: int | None = None,
+         vllm_cmd: str | None = None, vllm_log: str | None = None, vllm_url: str | None = None,
+         vllm_version: str | None = None) -> tuple[Context, tuple[str, ...]]:
+    """The collectors' Context and the selected collector names, the one place a Context is built
+    (hoststate.capture.context adds the section collected ahead; the child collecting it, gpu_section, plans a
+    plain snap's); InputError on a bad root, selection or timeout."""
+    root = check_root(root)
+    timeout = check_timeout(20.0 if timeout is None else timeout)
+    try:
+        names = select(list(only) if only else None, list(skip) if skip else None)
+    except ValueError as err:
+        raise InputError(str(err)) from err
+    ctx = Context(root=root, vllm_pid=vllm_pid, vllm_cmd=vllm_cmd, vllm_log=vllm_log, vllm_url=vllm_url,
+                  vllm_version=vllm_version, timeout=timeout)
+    return ctx, names
+
+
+def gpu_section() -> dict[str, Any]:
+    """The GPU collector's section on a plain snap's Context (the live host, no --vllm-pid), as run_all's thread
+    collects it, as its fields' plain values: what the child forked by hoststate.ahead hands over. Here rather than
+    in hoststate.capture, whose imports the child would otherwise wait for."""
+    ctx, _names = plan(only=("gpu",))
+    return vars(_call(next(c for c in COLLECTORS if c.name == "gpu"), ctx))
+
 
 
 #: The collector whose thread starts first (see run_all).

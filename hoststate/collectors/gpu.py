@@ -214,7 +214,7 @@ def _resolve(ctx: Context) -> tuple[Any, Section | None]:
     if not any(os.path.exists(p) for p in DRIVER_MARKERS):
         return None, Section(status="absent", reason="no NVIDIA driver loaded (no /dev/nvidiactl, /proc/driver/nvidia)")
     try:
-        from hoststate.nvml_replay import import_pynvml
+        from hoststate.nvml import import_pynvml
 
         nvml = import_pynvml()
     except ImportError as err:

@@ -262,7 +262,7 @@ def open_source(*, live: bool = True, replicate: int = 1) -> tuple[Any, str]:
     if not any(os.path.exists(p) for p in DRIVER_MARKERS):
         return None, "absent: no NVIDIA driver loaded"
     try:
-        from hoststate.nvml_replay import import_pynvml
+        from hoststate.nvml import import_pynvml
 
         return LiveSource(import_pynvml(), replicate), "ok"
     except ImportError as err:
