@@ -31,3 +31,20 @@ def test_each_target_is_named_met_or_not(target: str) -> None:
     line = next((ln for ln in DOC.splitlines() if ln.startswith(f"- **{target}")), None)
     assert line is not None, target
     assert re.search(r"(met|not met|linear)\b", line), line
+
+
+def test_the_side_by_side_script_times_each_command_and_refuses_a_failing_one() -> None:
+    """benchmarks/ab.py took the A/B rows (benchmarks/results/ab-*.txt): one line per command, in the order given;
+    a command that fails is no timing."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "benchmarks.ab", "2", "one=true", "two=sleep 0.02"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=True)
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["one", "two"]
+    medians = [float(line.split()[3]) for line in lines]
+    assert medians[1] > medians[0] and medians[1] >= 20  # the sleep is in the second's wall time, in ms
+    failed = subprocess.run([sys.executable, "-m", "benchmarks.ab", "2", "bad=false"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert failed.returncode == 1 and "false: exit 1" in failed.stderr and failed.stdout == ""
