@@ -132,6 +132,12 @@ def _end_with(parent: int) -> None:
         os._exit(1)
 
 
+def pending() -> bool:
+    """Whether a child is collecting the GPUs ahead and its section has not been taken: the collection then has a
+    wait (NVML's) that other work can fill."""
+    return _child is not None
+
+
 def discard() -> None:
     """End a child whose section was not taken (killed when still running), so that none outlives the
     collection: guard runs the benchmark after it."""

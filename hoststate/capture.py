@@ -150,7 +150,8 @@ def _warm(names: tuple[str, ...]) -> None:
     """What the last steps build on first use, built while the collectors run (the same cached objects; never
     raises): redaction's rule table and keywords (hoststate.redact.prepare, which a snap of the GPUs alone would
     otherwise build after NVML answered; a section that finishes first waits for this build rather than make its
-    own) and the digest's default policy with the rules of the tables being collected."""
+    own) and the digest's default policy, with the rules of the tables ``names`` (the digest builds the others as
+    it rates them)."""
     with contextlib.suppress(Exception):
         from hoststate.redact import prepare
 
@@ -177,18 +178,23 @@ def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = No
     """Run the collectors and return the snapshot mapping (never raises for a collector's sake)."""
     from hoststate.redact import redact_text
 
-    # Redaction's patterns and the digest's policy are built, and each section redacted and its leaves rated for
-    # the digest, while the slowest collector (NVML) still waits.
-    warm = threading.Thread(target=_warm, args=(names,), name="warm", daemon=True)
+    # Redaction's patterns and the digest's policy are built, and each section redacted, while the slowest
+    # collector still waits. Where the GPU section is read by a child (hoststate.ahead), the parent waits for NVML
+    # and fills the wait: the policy's tables for every collector, and each section's leaves rated as it
+    # finishes. Without that wait the same work is only more of it under one interpreter lock (18 ms more of a
+    # snap on the project's VM, docs/performance.md), and the digest builds and rates what the snapshot has.
+    fill = ahead.pending()
+    warm = threading.Thread(target=_warm, args=(names if fill else (),), name="warm", daemon=True)
     warm.start()
     redacted: set[int] = set()
 
     def finish(name: str, sec: Section) -> None:
         _redact_section(sec)
         redacted.add(id(sec))
-        from hoststate.digest import rate_ahead
+        if fill:
+            from hoststate.digest import rate_ahead
 
-        rate_ahead(name, sec.data)
+            rate_ahead(name, sec.data)
 
     sections = run_all(ctx, names, finish)
     ahead.discard()  # a child collecting ahead that this collection did not take must not outlive it

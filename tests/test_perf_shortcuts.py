@@ -356,6 +356,33 @@ def test_a_guard_builds_the_shipped_policy_once_in_the_snaps_warm_thread(tmp_pat
     assert built == ["warm"]
 
 
+@pytest.mark.parametrize("child", [False, True], ids=["no child", "a GPU child collecting ahead"])
+def test_the_digest_work_fills_only_a_wait_for_the_gpu_child(monkeypatch: pytest.MonkeyPatch, child: bool) -> None:
+    """With a child reading the GPUs the parent waits for NVML, and the warm thread builds the policy's tables of
+    every collector while each section is rated as it finishes; without one that is only more work under one
+    interpreter lock, so neither happens and the digest builds and rates what the snapshot has. The digest is the
+    same either way."""
+    from hoststate import ahead, digest, policy
+    from hoststate.capture import SnapOptions, snap
+
+    prepared: list[tuple[str, ...]] = []
+    rated: list[str] = []
+    real_prepare, real_rate = policy.Policy.prepare, digest.rate_ahead
+    monkeypatch.setattr(policy.Policy, "prepare", lambda self, keys: (prepared.append(tuple(keys)),
+                                                                       real_prepare(self, keys))[1])
+    monkeypatch.setattr(digest, "rate_ahead", lambda name, table: (rated.append(name), real_rate(name, table))[1])
+    monkeypatch.setattr(ahead, "pending", lambda: child)
+    opts = SnapOptions(root=str(HOSTS / "seed-experiment"))
+    got = snap(opts)
+    if child:
+        assert prepared == [tuple(collectors.NAMES)]
+        assert {"system", "dsa", "vllm", "env"} <= set(rated)
+    else:
+        assert prepared == [()] and rated == []
+    monkeypatch.setattr(ahead, "pending", lambda: not child)
+    assert snap(opts)["hoststate"]["digest"] == got["hoststate"]["digest"]
+
+
 #: The installed command's entry point, with a handler registered before it runs: atexit handlers run after the
 #: command returns and before the interpreter's last collections, so it sees the state those collections meet.
 EXIT_STATE = """
