@@ -193,9 +193,10 @@ def gpu_section() -> dict[str, Any]:
     """The GPU collector's section on a plain snap's Context (the live host, no --vllm-pid), as run_all's thread
     collects it, as its fields' plain values: what the child forked by hoststate.ahead hands over. Here rather than
     in hoststate.capture, whose imports the child would otherwise wait for."""
-    ctx, _names = plan(only=("gpu",))
-    return vars(_call(next(c for c in COLLECTORS if c.name == "gpu"), ctx))
+    from hoststate.ahead import NAME  # the collector read ahead; the child has imported hoststate.ahead already
 
+    ctx, _names = plan(only=(NAME,))
+    return vars(_call(next(c for c in COLLECTORS if c.name == NAME), ctx))
 
 
 #: The collector whose thread starts first (see run_all).
