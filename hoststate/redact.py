@@ -34,7 +34,7 @@ import os
 import re
 import shlex
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from hoststate import gitleaks
@@ -377,8 +377,18 @@ def _tokens() -> re.Pattern[str]:
 def _token_literals() -> tuple[str, ...]:
     """The lower-cased prefixes of TOKEN_FORMATS, none starting with another (where a longer one starts, so does
     the shorter)."""
-    found = {prefix.removesuffix("(?i)").lower() for _rule_id, prefix, _body, _least in TOKEN_FORMATS}
-    return tuple(sorted(lit for lit in found if not any(other != lit and lit.startswith(other) for other in found)))
+    return shortest_prefixes(prefix.removesuffix("(?i)").lower() for _rule_id, prefix, _body, _least in TOKEN_FORMATS)
+
+
+def shortest_prefixes(words: Iterable[str]) -> tuple[str, ...]:
+    """The sorted words none of which starts with another. In sorted order every word that starts with ``w``
+    follows ``w`` directly, before any that does not, so one pass against the last word kept finds them all
+    (comparing every pair cost 5 ms on the project's VM, in the first redaction of every snap)."""
+    kept: list[str] = []
+    for word in sorted(set(words)):
+        if not (kept and word.startswith(kept[-1])):
+            kept.append(word)
+    return tuple(kept)
 
 
 def may_hold_token(text: str) -> bool:

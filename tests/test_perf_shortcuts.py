@@ -290,6 +290,19 @@ def test_a_keyword_index_runs_the_rules_whose_keyword_occurs_and_those_without_o
     assert gitleaks.rules_for(text, gitleaks.keyword_index(lists), scan=True) == expected
 
 
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.text(alphabet="abc", max_size=4), max_size=12))
+def test_the_token_prefixes_kept_are_those_no_other_prefix_starts(words: list[str]) -> None:
+    """shortest_prefixes, one pass over the sorted words, keeps what comparing every pair keeps (the words none
+    of which starts with another), on words that repeat, nest and are empty; and on the shipped token formats."""
+    found = set(words)
+    pairwise = tuple(sorted(w for w in found if not any(o != w and w.startswith(o) for o in found)))
+    assert redact.shortest_prefixes(words) == pairwise
+    shipped = {p.removesuffix("(?i)").lower() for _i, p, _b, _n in redact.TOKEN_FORMATS}
+    assert redact._token_literals() == tuple(
+        sorted(w for w in shipped if not any(o != w and w.startswith(o) for o in shipped)))
+
+
 #: Pieces of texts around token prefixes: each prefix in three cases and with the long s and the Kelvin sign
 #: (which a prefix matched without case takes as ``s`` and ``k``), word and separator characters, and characters
 #: whose case folding or ``\w`` reach past ASCII.
