@@ -415,3 +415,25 @@ def test_many_stars_match_in_linear_steps(family) -> None:
         assert compiled.match(keys) == bool(oracle.match("".join("\x1f" + k for k in keys)))
 
     agrees()
+
+
+def test_a_pattern_matches_and_ranks_as_exhaustive_backtracking_does() -> None:
+    """Any pattern of literals, globs, ``*`` and ``**`` (none, one: the path that takes its head and tail keys
+    directly, or several: the table walk) matches the keys its regex matches and ranks them key by key as the
+    best of every way to take them; keys include the empty key, which neither ``*`` nor ``**`` takes."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from hoststate.policy import Pattern
+
+    parts = st.sampled_from(["a", "b", "ab", "*", "a*", "*b", "**"])
+    keys = st.sampled_from(["a", "b", "ab", "abb", "ba", ""])
+
+    @settings(max_examples=1500, deadline=None, derandomize=IN_CI)
+    @given(st.lists(parts, min_size=1, max_size=5).map(".".join), st.lists(keys, max_size=6).map(tuple))
+    def agrees(path: str, path_keys: tuple[str, ...]) -> None:
+        pattern = Pattern(split_path(path))
+        assert pattern.match(path_keys) == bool(_regex_oracle(path).match("".join("\x1f" + k for k in path_keys)))
+        assert pattern.specificity(path_keys) == _specificity_oracle(path, path_keys), (path, path_keys)
+
+    agrees()
