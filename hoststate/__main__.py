@@ -19,8 +19,8 @@ YOUNG = 50_000
 
 def main() -> None:
     """The ``hoststate`` command: the last thing its process runs. The collector settings below last for the rest of
-    the process, so a program that wants hoststate in its own interpreter calls ``hoststate.cli.main`` (or the
-    library), never this."""
+    the process, and the process ends without the interpreter's teardown (:func:`leave`), so a program that wants
+    hoststate in its own interpreter calls ``hoststate.cli.main`` (or the library), never this."""
     import gc
     import sys
 
@@ -34,12 +34,44 @@ def main() -> None:
 
     try:
         cli_main()
+    except SystemExit as end:
+        if not isinstance(end.code, int):  # hoststate.cli.main exits with a number; anything else as Python would
+            raise
+        code = end.code
     finally:
-        # Every object alive now is left out of the collections the interpreter runs as it exits: they look for
-        # reference cycles among objects the exit frees anyway (17 of a snap's 170 ms on the project's VM). The
-        # exit still runs atexit handlers, flushes the standard streams and frees each module by reference count.
+        # Every object alive now is left out of the collections the interpreter would run as it exits: they look
+        # for reference cycles among objects the exit frees anyway (17 of a snap's 170 ms on the project's VM).
         if tuned:
             gc.freeze()
+    leave(code)
+
+
+def leave(code: int) -> None:
+    """End the process with ``code`` as the interpreter's exit would, less its teardown: the atexit handlers run
+    and the standard streams are flushed, then ``os._exit`` skips freeing every module and object one by one
+    (4-10 ms of a snap: docs/performance.md), as mypy's default ``--fast-exit`` does. Every file hoststate writes
+    is closed by then (written through ``with``, then renamed into place; tests/test_perf_shortcuts.py runs each
+    command that writes one and finds none open). Where the teardown still has work, the process exits the usual
+    way: a thread that is not a daemon (the exit would wait for it), no ``atexit`` runner (not CPython), or a
+    stream that cannot be flushed (a closed pipe: the interpreter reports it and exits 120)."""
+    import atexit
+    import os
+    import sys
+
+    threading = sys.modules.get("threading")
+    waiting = threading is not None and any(
+        t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread())
+    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+    if waiting or run_exitfuncs is None:
+        sys.exit(code)
+    run_exitfuncs()
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except Exception:
+        sys.exit(code)
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ collection gives."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
@@ -425,6 +426,78 @@ def test_the_command_skips_the_exits_collections_and_collects_the_young_less_oft
         assert "dsa" in done.stdout and done.stderr == ""
     else:
         assert name in done.stderr
+
+
+#: The command in a process whose ``os._exit`` says it was called, with a handler registered with atexit and (with
+#: ``thread``) a thread that is not a daemon and prints last.
+LEAVE = """
+import atexit, os, sys, threading, time
+def said(code, write=os.write, real=os._exit):
+    write(1, b"os._exit %d\\n" % code)
+    real(code)
+os._exit = said
+atexit.register(lambda: print("atexit ran"))
+if sys.argv[1] == "thread":
+    threading.Thread(target=lambda: (time.sleep(0.3), print("thread done", flush=True))).start()
+sys.argv = ["hoststate", *sys.argv[2:]]
+from hoststate.__main__ import main
+main()
+"""
+
+
+@pytest.mark.parametrize(("thread", "name", "code"), [
+    ("none", "big-a.toml", 0), ("none", "missing.toml", 2), ("thread", "big-a.toml", 0)])
+def test_the_command_ends_without_the_teardown_and_loses_nothing(thread: str, name: str, code: int) -> None:
+    """The command's process ends by ``os._exit`` with its exit code, after the atexit handlers ran and its output
+    was flushed (a whole snapshot as JSON through a pipe, more than a pipe's buffer); with a thread that is not a
+    daemon it exits the usual way, which waits for that thread."""
+    snap = FIXTURES / "snapshots" / name
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # a pipe's stdout is then buffered
+    done = subprocess.run([sys.executable, "-c", LEAVE, thread, "show", "--format", "json", str(snap)],
+                          capture_output=True, text=True, env={**env, "PYTHONPATH": PYTHONPATH}, timeout=120,
+                          check=False)
+    assert done.returncode == code, done.stderr
+    if code == 0:
+        document, end = json.JSONDecoder().raw_decode(done.stdout)  # whole, flushed before the process ended
+        assert end > 1 << 16 and document["hoststate"]
+    else:
+        assert name in done.stderr
+    tail = done.stdout.splitlines()[-2:]
+    assert tail == (["thread done", "atexit ran"] if thread == "thread" else ["atexit ran", f"os._exit {code}"])
+
+
+#: The command in a process whose ``os._exit`` first lists the files still open for writing (other than the
+#: standard streams) and the threads still running that are not daemons: what skipping the teardown could lose.
+OPEN_AT_EXIT = """
+import gc, io, os, sys, threading
+def said(code, real=os._exit, write=os.write):
+    gc.unfreeze()  # the command froze its objects, which get_objects would not list
+    std = {id(s) for s in (sys.stdout, sys.stderr) for s in (s, getattr(s, "buffer", None)) if s is not None}
+    left = [repr(o) for o in gc.get_objects() if isinstance(o, io.IOBase) and id(o) not in std
+            and not o.closed and o.writable()]
+    main = threading.main_thread()
+    left += [t.name for t in threading.enumerate() if t.is_alive() and not t.daemon and t is not main]
+    write(1, ("open at exit: %r\\n" % left).encode())
+    real(code)
+os._exit = said
+sys.argv = ["hoststate", *sys.argv[1:]]
+from hoststate.__main__ import main
+main()
+"""
+
+
+@pytest.mark.parametrize("name", ["snap", "guard", "export", "rebaseline", "timeline"])
+def test_no_command_that_writes_a_file_leaves_it_open_when_the_process_ends(tmp_path: pathlib.Path, name: str) -> None:
+    """Every command that writes a file (tests/test_output_shared.py's list) has closed it, and has no thread but
+    daemons, when it ends the process without the teardown (hoststate.__main__.leave): nothing is lost."""
+    from tests.test_output_shared import COMMANDS
+
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", OPEN_AT_EXIT, *COMMANDS[name](str(out))], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": PYTHONPATH}, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "open at exit: []"
+    assert out.stat().st_size > 0
 
 
 #: The dataclasses a snap's modules define: each is a mutable record (a server's parsed arguments), needs
