@@ -1,5 +1,6 @@
-"""``python -m hoststate`` and the ``hoststate`` command: the GPU section started ahead in a child process
-(hoststate.ahead) before click and the command are imported, then the command line (hoststate.cli)."""
+"""``python -m hoststate`` and the ``hoststate`` command: the GPU section and the host's other sections started
+ahead in child processes (hoststate.ahead) before click and the command are imported, then the command line
+(hoststate.cli)."""
 
 
 def _gpu_section() -> object:
@@ -9,6 +10,12 @@ def _gpu_section() -> object:
     from hoststate.collectors import gpu_section  # in the child only: the collector's modules, not the command's
 
     return gpu_section()
+
+
+def _host_sections() -> object:
+    from hoststate.collectors import host_sections  # in the child only
+
+    return host_sections()
 
 
 #: Allocations between two collections of the youngest generation in the command's process (CPython's default is
@@ -29,7 +36,7 @@ def main() -> None:
         gc.set_threshold(YOUNG, *gc.get_threshold()[1:])
     from hoststate import ahead
 
-    ahead.start(_gpu_section)
+    ahead.start({ahead.NAME: _gpu_section, ahead.HOST: _host_sections})
     from hoststate.cli import main as cli_main
 
     try:

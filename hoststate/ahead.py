@@ -1,23 +1,29 @@
-"""The GPU section collected ahead, in a child forked as the command starts, while the parent imports click and
-the command, parses the options and runs the other collectors.
+"""Sections collected ahead, in children forked as the command starts, while the parent imports click and the
+command, parses the options and runs the rest.
 
-Reading the GPUs is the longest part of a snapshot on a GPU host, and most of it is Python (pynvml's import,
-the collector's code) plus NVML's first calls into the driver (docs/performance.md). Threads share one
-interpreter lock, so the GPU collector's thread waits for the parsing threads and they for it; a child forked
-before any thread exists has an interpreter of its own and runs beside them on another core. The child runs the
-very collector a thread would (hoststate.collectors._call on a plain snap's Context: the live host, no
-``--vllm-pid``) and hands its Section's fields back as plain values in ``marshal``'s format (built in, where
-``pickle`` costs an import of about 6 ms on each side) over a pipe only the two processes hold. On a live host the
-child starts NVML (nvmlInit: milliseconds in the driver, without the interpreter lock) in a thread before it
-imports pynvml and the collector, and leaves the last nvmlShutdown to its exit, which a snap does not wait for (a
-guard does, before it starts the benchmark: settle). The parent uses the section only for a context it was
-collected for (hoststate.capture's ``_early``); otherwise, or when the child failed, the collector runs in the
-parent as before. A child that does not answer within the collector's timeout is killed and the section is
-``timeout``, as a wedged thread's is; a child also dies with its parent.
+Two jobs, each in a child of its own (``JOBS``):
 
-Whether to fork is decided from argv alone, and any doubt (``--root``, ``--vllm-pid``, ``--skip gpu``, an
-``--only`` without it, ``--help``, no driver and no replay, a thread already running) means not forking, which
-costs only the overlap.
+- ``gpu``: the GPU section. Reading the GPUs is the longest part of a snapshot on a GPU host, and most of it is
+  Python (pynvml's import, the collector's code) plus NVML's first calls into the driver (docs/performance.md).
+  On a live host the child starts NVML (nvmlInit: milliseconds in the driver, without the interpreter lock) in a
+  thread before it imports pynvml and the collector, and leaves the last nvmlShutdown to its exit, which a snap
+  does not wait for (a guard does, before it starts the benchmark: settle).
+- ``host``: the sections read from the host's files and commands (``HOST_NAMES``: system, DSA, accel-config,
+  the environment, packages), all Python that holds the interpreter lock. Not vLLM's: it reads the GPU section and
+  passes over the command's own processes, so it runs in the parent.
+
+Threads share one interpreter lock, so collectors in threads take turns; a child forked before any thread exists
+has an interpreter of its own and runs beside the parent on another core. Each child runs the very collectors a
+thread would (hoststate.collectors._call and run_all on a plain snap's Context: the live host, no
+``--vllm-pid``) and hands their Sections' fields back as plain values in ``marshal``'s format (built in, where
+``pickle`` costs an import of about 6 ms on each side) over a pipe only the two processes hold. The parent uses
+a section only for a context it was collected for (hoststate.capture's ``_early``); otherwise, or when the child
+failed, the collector runs in the parent as before. A child that does not answer within the collectors' timeout
+is killed and its sections are ``timeout``, as a wedged thread's are; a child also dies with its parent.
+
+Whether to fork is decided from argv alone, and any doubt (``--root``, ``--help``, a selection or timeout of the
+host job's own, ``--vllm-pid`` or ``--skip gpu`` for the GPU's, no driver and no replay, a thread already
+running) means not forking, which costs only the overlap.
 """
 
 from __future__ import annotations
@@ -28,14 +34,23 @@ from collections.abc import Callable, Mapping, Sequence
 
 from hoststate.nvml import DRIVER_MARKERS, LIBRARY, NVML_REPLAY_ENV  # data only: every command imports this module
 
-#: The commands that read the live host's GPUs, and the collector read ahead.
+#: The commands that snap the live host, and the jobs read ahead: the GPU collector's section, and the host's.
 COMMANDS = ("snap", "guard")
 NAME = "gpu"
+HOST = "host"
+#: The collectors of the host job (collectors.host_sections), collected only all together and for a plain snap:
+#: accel_config reads the dsa section, and the parent takes them only where its selection holds them all.
+HOST_NAMES = ("system", "dsa", "accel_config", "env", "packages")
 #: Options after which the GPU section would differ from a default Context's, or nothing is collected.
 _NOT_AHEAD = ("--root", "--vllm-pid", "--help", "-h")
+#: Options after which the host job's sections would differ from a plain snap's, or not all would be taken.
+_NOT_HOST = ("--root", "--help", "-h", "--only", "--skip", "--timeout")
 
-#: The child collecting ahead: its pid and the read end of its pipe.
-_child: tuple[int, int] | None = None
+#: The children collecting ahead, by job: its pid and the read end of its pipe.
+_children: dict[str, tuple[int, int]] = {}
+#: What each job's child handed over, kept for the collection's other collectors (take), and a lock per job.
+_handed: dict[str, tuple[str, object]] = {}
+_locks: dict[str, object] = {}
 
 
 def _options(argv: Sequence[str]) -> list[str] | None:
@@ -73,16 +88,55 @@ def wanted(argv: Sequence[str], environ: Mapping[str, str], exists: Callable[[st
     return bool(environ.get(NVML_REPLAY_ENV)) or any(exists(p) for p in DRIVER_MARKERS)
 
 
-def start(work: Callable[[], object], argv: Sequence[str] | None = None) -> bool:
-    """Fork the child that runs ``work`` (the GPU collector: hoststate.collectors.gpu_section) when the command line
-    will read the GPUs; whether it was forked. ``work`` returns what ``marshal`` writes (dicts, lists, strings,
-    numbers); a value it cannot write fails the child, and the parent collects the GPUs itself."""
-    global _child
-    threading = sys.modules.get("threading")
-    if _child is not None or not hasattr(os, "fork") or (threading is not None and threading.active_count() > 1):
-        return False  # forking beside a running thread could copy a lock it holds
-    if not wanted(sys.argv[1:] if argv is None else argv, os.environ):
+#: CPUs this process may run on, at least, for the host job: it pays where a core is free for it beside the parent
+#: (an H100 host of 16: 179 -> 162 ms a snap), not on the project's 2-core VM, where it saved nothing and cost
+#: 40 ms of CPU (docs/performance.md).
+HOST_CPUS = 4
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def host_wanted(argv: Sequence[str], environ: Mapping[str, str] | None = None, cpus: int | None = None) -> bool:
+    """Whether the command line snaps the live host with every host collector, the plain snap's timeout and no
+    other root, with ``cpus`` (this process's, by default) HOST_CPUS or more (``environ`` unused: the job's
+    sections do not depend on a driver)."""
+    args = _options(argv)
+    if args is None or any(a.partition("=")[0] in _NOT_HOST for a in args):
         return False
+    return (_cpus() if cpus is None else cpus) >= HOST_CPUS
+
+
+#: Each job's test of the command line.
+JOBS: dict[str, Callable[..., bool]] = {NAME: wanted, HOST: host_wanted}
+
+
+def start(jobs: Mapping[str, Callable[[], object]], argv: Sequence[str] | None = None) -> tuple[str, ...]:
+    """Fork a child for each job (a name of JOBS, and the work it runs: hoststate.collectors.gpu_section,
+    host_sections) that the command line wants; the jobs forked. ``work`` returns what ``marshal`` writes (dicts,
+    lists, strings, numbers); a value it cannot write fails the child, and the parent collects those sections
+    itself."""
+    threading = sys.modules.get("threading")
+    if _children or not hasattr(os, "fork") or (threading is not None and threading.active_count() > 1):
+        return ()  # forking beside a running thread could copy a lock it holds
+    args = sys.argv[1:] if argv is None else argv
+    for job, work in jobs.items():
+        if JOBS[job](args, os.environ):
+            _fork(job, work)
+    if _children:
+        import atexit
+
+        atexit.register(discard)  # a command that never collected (a usage error, guard --only system)
+    return tuple(_children)
+
+
+def _fork(job: str, work: Callable[[], object]) -> None:
+    import _thread
+
     read, write = os.pipe()
     parent = os.getpid()
     try:
@@ -90,13 +144,16 @@ def start(work: Callable[[], object], argv: Sequence[str] | None = None) -> bool
     except OSError:
         os.close(read)
         os.close(write)
-        return False
-    if pid == 0:  # the child: collect, hand the section over, exit without the parent's exit handlers
+        return
+    if pid == 0:  # the child: collect, hand the sections over, exit without the parent's exit handlers
         status = 1
         try:
             import marshal
 
             _end_with(parent)
+            for _pid, other in _children.values():  # a sibling's pipe, inherited: only the parent reads it
+                os.close(other)
+            _children.clear()
             os.close(read)
             data = marshal.dumps(work())
             with open(write, "wb") as pipe:
@@ -105,18 +162,16 @@ def start(work: Callable[[], object], argv: Sequence[str] | None = None) -> bool
         finally:
             os._exit(status)
     os.close(write)
-    _child = (pid, read)
-    import atexit
-
-    atexit.register(discard)  # a command that never collected the GPUs (a usage error, guard --only system)
-    return True
+    _children[job] = (pid, read)
+    _handed.pop(job, None)
+    _locks[job] = _thread.allocate_lock()
 
 
 def ours() -> set[int]:
-    """The pids of this command's processes: this one and its child collecting ahead, running or exiting. The
-    child shares the command line (``hoststate guard -- vllm serve M`` names vLLM), and neither is a server the
+    """The pids of this command's processes: this one and its children collecting ahead, running or exiting.
+    A child shares the command line (``hoststate guard -- vllm serve M`` names vLLM), and none is a server the
     snapshot describes (hoststate.collectors.vllm.discovery)."""
-    return {os.getpid(), *(c[0] for c in (_child, _exiting) if c is not None)}
+    return {os.getpid(), *(c[0] for c in _children.values()), *(e[0] for e in _exiting)}
 
 
 def _end_with(parent: int) -> None:
@@ -132,42 +187,49 @@ def _end_with(parent: int) -> None:
         os._exit(1)
 
 
-def pending() -> bool:
-    """Whether a child is collecting the GPUs ahead and its section has not been taken: the collection then has a
-    wait (NVML's) that other work can fill."""
-    return _child is not None
+def pending(job: str | None = None) -> bool:
+    """Whether a child is collecting ahead (``job``'s, or any) and its sections have not been taken."""
+    return job in _children if job is not None else bool(_children)
 
 
-def discard() -> None:
-    """End a child whose section was not taken (killed when still running), so that none outlives the
-    collection: guard runs the benchmark after it."""
-    global _child
-    if _child is not None:
-        pid, read = _child
-        _child = None
-        _end(pid, read, kill=True)
+def discard(job: str | None = None) -> None:
+    """End a child whose sections were not taken (killed when still running), ``job``'s or every one, and forget
+    what the children handed over, so that none outlives the collection (guard runs the benchmark after it) and
+    a later collection in the process collects its own."""
+    for name in [job] if job is not None else list(_children):
+        child = _children.pop(name, None)
+        if child is not None:
+            _end(*child, kill=True)
+    if job is None:
+        _handed.clear()
 
 
-def take(deadline: float) -> tuple[str, object]:
-    """What the child handed over: ``("ok", value)``; ``("timeout", None)`` when it did not finish by
+def take(job: str, deadline: float) -> tuple[str, object]:
+    """What ``job``'s child handed over: ``("ok", value)``; ``("timeout", None)`` when it did not finish by
     ``deadline`` (time.perf_counter; it is killed); ``("failed", None)`` when it died or wrote no value;
-    ``("none", None)`` when no child was forked. The child is reaped either way."""
-    global _child
-    if _child is None:
+    ``("none", None)`` when no child was forked for it. The child is reaped either way. The first caller reads the
+    pipe; the others (the host job's five collectors ask at once) wait for that answer and share it until
+    :func:`discard`."""
+    lock = _locks.get(job)
+    if lock is None:
         return "none", None
-    import marshal
+    with lock:  # type: ignore[attr-defined]
+        child = _children.pop(job, None)
+        if child is None:  # taken by another collector of this collection, or never forked
+            return _handed.get(job, ("none", None))
+        import marshal
 
-    pid, read = _child
-    _child = None
-    data = _read(read, deadline)
-    value, state = None, "timeout" if data is None else "ok"
-    if data is not None:
-        try:
-            value = marshal.loads(data)  # our own child's, over a pipe only the two of us hold
-        except Exception:  # a child that died half-way
-            state = "failed"
-    _end(pid, read, kill=state != "ok")
-    return state, value
+        pid, read = child
+        data = _read(read, deadline)
+        value, state = None, "timeout" if data is None else "ok"
+        if data is not None:
+            try:
+                value = marshal.loads(data)  # our own child's, over a pipe only the two of us hold
+            except Exception:  # a child that died half-way
+                state = "failed"
+        _end(pid, read, kill=state != "ok")
+        _handed[job] = (state, value)
+        return state, value
 
 
 def _read(fd: int, deadline: float) -> bytes | None:
@@ -190,9 +252,8 @@ def _read(fd: int, deadline: float) -> bytes | None:
 
 def _end(pid: int, fd: int, *, kill: bool) -> None:
     """Close the pipe and reap the child: one killed first when it is not done; one that answered by a thread when
-    it is still exiting (the driver closes its NVML handles then: the answer is in, and a snap need not wait for
-    that; a guard waits before it starts the benchmark, see settle)."""
-    global _exiting
+    it is still exiting (the GPU child's driver closes its NVML handles then: the answer is in, and a snap need
+    not wait for that; a guard waits before it starts the benchmark, see settle)."""
     import contextlib
     import signal
 
@@ -209,17 +270,17 @@ def _end(pid: int, fd: int, *, kill: bool) -> None:
         return
     import threading
 
-    reaper = threading.Thread(target=_reap, args=(pid,), name="reap-gpu-child", daemon=True)
+    reaper = threading.Thread(target=_reap, args=(pid,), name="reap-ahead-child", daemon=True)
     try:
         reaper.start()
     except RuntimeError:  # no thread to be had (a cgroup's pids.max): wait here
         _reap(pid)
         return
-    _exiting = (pid, reaper.join, reaper.is_alive)
+    _exiting.append((pid, reaper.join, reaper.is_alive))
 
 
-#: A child that answered and is still exiting, with the join and is_alive of the thread that reaps it (settle).
-_exiting: tuple[int, Callable[[float], None], Callable[[], bool]] | None = None
+#: Children that answered and are still exiting, with the join and is_alive of the thread that reaps each (settle).
+_exiting: list[tuple[int, Callable[[float], None], Callable[[], bool]]] = []
 
 
 def _reap(pid: int) -> None:
@@ -231,22 +292,21 @@ def _reap(pid: int) -> None:
 
 
 def settle(timeout: float) -> None:
-    """Wait until a child that answered has exited, at most ``timeout`` seconds, then kill it: a guard calls this
-    before it starts the benchmark, so that no child of the collection runs beside it (using a core, closing
-    NVML handles, counted among the guard's descendants by the watch)."""
-    global _exiting
-    if _exiting is None:
-        return
+    """Wait until the children that answered have exited, at most ``timeout`` seconds in all, then kill those
+    still there: a guard calls this before it starts the benchmark, so that no child of the collection runs
+    beside it (using a core, closing NVML handles, counted among the guard's descendants by the watch)."""
     import contextlib
     import signal
+    import time
 
-    pid, join, is_alive = _exiting
-    _exiting = None
-    join(timeout)
-    if is_alive():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        join(timeout)
+    deadline = time.perf_counter() + timeout
+    while _exiting:
+        pid, join, is_alive = _exiting.pop()
+        join(max(0.0, deadline - time.perf_counter()))
+        if is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            join(timeout)
 
 
 def _library():  # a ctypes.CDLL, unannotated: naming its type would import typing or ctypes in every command
@@ -262,8 +322,8 @@ def start_nvml(environ: Mapping[str, str] = os.environ) -> object | None:
     25 ms: it imports ctypes.util, and with it shutil, subprocess and tempfile) as well as the collector's. The
     collector's own nvmlInit, through pynvml, gets the same library (dlopen hands back the one loaded), waits for
     this call if it is still running and counts one more user; its nvmlShutdown leaves NVML to the child's exit.
-    Nothing under a replay. Returns the thread (or None); a failure is left to the collector's own nvmlInit to
-    report."""
+    Once NVML has started, the thread does NVML's first-use work for each GPU (:func:`warm_devices`). Nothing under
+    a replay. Returns the thread (or None); a failure is left to the collector's own calls to report."""
     if environ.get(NVML_REPLAY_ENV):
         return None
     import threading
@@ -272,8 +332,33 @@ def start_nvml(environ: Mapping[str, str] = os.environ) -> object | None:
         import contextlib
 
         with contextlib.suppress(Exception):  # no library, no driver: the collector's own call reports it
-            _library().nvmlInitWithFlags(0)
+            library = _library()
+            if library.nvmlInitWithFlags(0) == 0:  # NVML_SUCCESS
+                warm_devices(library)
 
     thread = threading.Thread(target=begin, name="nvml-init", daemon=True)
     thread.start()
     return thread
+
+
+def warm_devices(library) -> None:  # a ctypes.CDLL, unannotated as in _library
+    """NVML's first-use work for each GPU, while pynvml and the collector are imported: a device's first handle
+    (6.7 ms on an H100, then 0.01), its first applications clock (6.3 ms, then 1), enforced power limit (3 ms,
+    then nothing) and ECC mode (1.9 ms, then 0.2: benchmarks/results/ab-h100-exit.txt). The answers are dropped:
+    the collector asks for every fact itself, and NVML serves one call at a time, so a warming call the collector
+    meets costs it at most that call. Each call releases the interpreter lock (ctypes)."""
+    import ctypes
+
+    count = ctypes.c_uint()
+    if library.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+        return
+    handles = []
+    for index in range(count.value):
+        handle = ctypes.c_void_p()
+        if library.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) == 0:
+            handles.append(handle)
+    value, other = ctypes.c_uint(), ctypes.c_uint()
+    for handle in handles:
+        library.nvmlDeviceGetApplicationsClock(handle, 0, ctypes.byref(value))  # NVML_CLOCK_GRAPHICS
+        library.nvmlDeviceGetEnforcedPowerLimit(handle, ctypes.byref(value))
+        library.nvmlDeviceGetEccMode(handle, ctypes.byref(value), ctypes.byref(other))

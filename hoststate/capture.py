@@ -30,30 +30,41 @@ def context(*, root: str | os.PathLike[str] | None = "/", only: Sequence[str] | 
             skip: Sequence[str] | None = None, timeout: float | None = 20.0, vllm_pid: int | None = None,
             vllm_cmd: str | None = None, vllm_log: str | None = None, vllm_url: str | None = None,
             vllm_version: str | None = None) -> tuple[Context, tuple[str, ...]]:
-    """The collectors' Context and the selected collector names (hoststate.collectors.plan), with the GPU section
-    collected ahead taken where the context is the one it was collected for; InputError on a bad root, selection
-    or timeout."""
+    """The collectors' Context and the selected collector names (hoststate.collectors.plan), with the sections
+    collected ahead taken where the context is the one they were collected for; InputError on a bad root,
+    selection or timeout."""
     ctx, names = plan(root=root, only=only, skip=skip, timeout=timeout, vllm_pid=vllm_pid, vllm_cmd=vllm_cmd,
                       vllm_log=vllm_log, vllm_url=vllm_url, vllm_version=vllm_version)
+    if not (ctx.live and ctx.timeout == PLAIN_TIMEOUT and set(ahead.HOST_NAMES) <= set(names)):
+        ahead.discard(ahead.HOST)  # collected for a plain snap: every host collector, the default timeout
     ctx.early = _early
     return ctx, names
 
 
+#: The timeout of a plain snap's Context, the one the host job's child collects with (collectors.host_sections).
+PLAIN_TIMEOUT = 20.0
+
+
 def _early(name: str, ctx: Context) -> Section | None:
-    """The section the child forked at the start collected (hoststate.ahead), for a context equal in what it
-    reads (the live host, no --vllm-pid, the real NVML module); None otherwise or when the child failed: the
-    collector then runs here. A child that does not answer within the collector's timeout is killed and the
-    section is ``timeout``, as a wedged thread's is."""
-    if name != ahead.NAME:
+    """The section a child forked at the start collected (hoststate.ahead): the GPU's for a context equal in what
+    it reads (the live host, no --vllm-pid, the real NVML module), the host job's for the context ``context``
+    kept it for; None otherwise or when the child failed: the collector then runs here. A child that does not
+    answer within the collectors' timeout (twice that for the host job, whose accel_config waits for dsa) is
+    killed and its sections are ``timeout``, as a wedged thread's are."""
+    job = ahead.NAME if name == ahead.NAME else ahead.HOST if name in ahead.HOST_NAMES else None
+    if job is None:
         return None
-    if not (ctx.live and ctx.vllm_pid is None and ctx.nvml is None):
-        ahead.discard()
+    if job == ahead.NAME and not (ctx.live and ctx.vllm_pid is None and ctx.nvml is None):
+        ahead.discard(job)
         return None
     started = time.perf_counter()
-    state, handed = ahead.take(started + ctx.timeout)
+    waits = 1 if job == ahead.NAME else 2
+    state, handed = ahead.take(job, started + ctx.timeout * waits)
     if state == "timeout":
         return Section(status="timeout", reason=f"did not finish within {ctx.timeout:g}s",
                        took_ms=round((time.perf_counter() - started) * 1000, 1))
+    if job == ahead.HOST and isinstance(handed, dict):
+        handed = handed.get(name)
     if state != "ok" or not isinstance(handed, dict):
         return None
     try:
@@ -183,7 +194,7 @@ def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = No
     # and fills the wait: the policy's tables for every collector, and each section's leaves rated as it
     # finishes. Without that wait the same work is only more of it under one interpreter lock (18 ms more of a
     # snap on the project's VM, docs/performance.md), and the digest builds and rates what the snapshot has.
-    fill = ahead.pending()
+    fill = ahead.pending(ahead.NAME)
     warm = threading.Thread(target=_warm, args=(names if fill else (),), name="warm", daemon=True)
     warm.start()
     redacted: set[int] = set()

@@ -57,6 +57,37 @@ def test_forked_only_where_the_command_reads_the_gpus_with_a_default_context(arg
     assert ahead.wanted(argv, {NVML_REPLAY_ENV: str(REPLAY)}, exists=lambda _p: False) is expected
 
 
+HOST_CASES = [
+    (["snap"], True),
+    (["snap", "-q", "-o", "a.toml", "--label", "x"], True),
+    (["--debug", "snap"], True),
+    (["snap", "--vllm-pid", "4242"], True),  # the host job's sections do not read the server
+    (["guard", "--baseline", "b.toml", "--", "vllm", "serve", "--only", "x", "--root", "y"], True),  # CMD's own
+    (["snap", "--only", "gpu"], False),
+    (["snap", "--only=system,dsa,accel_config,env,packages"], False),  # a selection: the parent may differ
+    (["snap", "--skip", "gpu"], False),
+    (["snap", "--root", "/"], False),
+    (["snap", "--root=/srv/tree"], False),
+    (["snap", "--timeout", "5"], False),
+    (["snap", "--timeout=5"], False),
+    (["snap", "-h"], False),
+    (["guard", "--help"], False),
+    (["show", "a.toml"], False),
+    (["check"], False),
+    ([], False),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), HOST_CASES)
+def test_the_host_job_is_forked_only_for_a_plain_snap_of_every_host_collector(argv: list[str],
+                                                                               expected: bool) -> None:
+    """And only with a core free for it beside the parent: HOST_CPUS or more."""
+    assert ahead.host_wanted(argv, cpus=16) is expected
+    assert ahead.host_wanted(argv, cpus=ahead.HOST_CPUS) is expected
+    assert ahead.host_wanted(argv, cpus=ahead.HOST_CPUS - 1) is False
+    assert ahead.JOBS[ahead.HOST](argv, {}) is (expected and len(os.sched_getaffinity(0)) >= ahead.HOST_CPUS)
+
+
 #: A command run as the installed `hoststate` runs it, or entered after the imports (no child), writing the
 #: modules the parent process loaded.
 ENTRY = """
@@ -65,6 +96,8 @@ out, how, args = sys.argv[1], sys.argv[2], sys.argv[3:]
 atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
 sys.argv = ["hoststate", *args]
 if how == "ahead":
+    from hoststate import ahead
+    ahead.HOST_CPUS = 1  # the host job's child on a machine of any size (the project's VM has 2 CPUs)
     from hoststate.__main__ import main
     main()
 else:
@@ -98,6 +131,23 @@ def test_the_section_collected_ahead_is_the_one_the_parent_would_collect(tmp_pat
     assert early["hoststate"]["digest"] == here["hoststate"]["digest"]
 
 
+def test_the_host_sections_collected_ahead_are_the_ones_the_parent_would_collect(tmp_path: Path) -> None:
+    """A plain snap takes system, DSA, accel-config, env and packages from the host job's child: the same sections
+    and digest as collected in the parent. The parent's own work (vLLM's collector imports system, env and
+    packages) never imports the dsa and accel_config collectors, so their absence shows the child read them."""
+    early, early_modules = _snap(tmp_path, "ahead")
+    here, here_modules = _snap(tmp_path, "here")
+    for name in ("dsa", "accel_config"):
+        assert f"hoststate.collectors.{name}" in here_modules
+        assert f"hoststate.collectors.{name}" not in early_modules
+    for name in ahead.HOST_NAMES:
+        for snap in (early, here):
+            snap["collectors"][name].pop("took_ms")
+        assert early["collectors"][name] == here["collectors"][name]
+        assert early.get(name) == here.get(name)
+    assert early["system"] and early["hoststate"]["digest"] == here["hoststate"]["digest"]
+
+
 #: A guard whose benchmark's command line names vLLM: the command's own processes (the parent and its GPU child)
 #: share that command line (``python .../hoststate guard ... -- vllm serve M`` reads as a vLLM server's), and
 #: neither is the server a snapshot describes.
@@ -121,7 +171,7 @@ def test_the_commands_own_processes_are_no_vllm_server(tmp_path: Path) -> None:
         assert snap["collectors"]["vllm"]["status"] == "absent", (how, snap.get("vllm"))
 
 
-@pytest.mark.parametrize("state", ["_child", "_exiting"])
+@pytest.mark.parametrize("state", ["_children", "_exiting"])
 def test_discovery_passes_over_the_commands_child_running_or_exiting(monkeypatch: pytest.MonkeyPatch,
                                                                      state: str) -> None:
     """A real process with the command's command line stands in for its GPU child: a server to discovery until
@@ -134,7 +184,8 @@ def test_discovery_passes_over_the_commands_child_running_or_exiting(monkeypatch
         while b"vllm" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
             time.sleep(0.01)  # until the child has exec'd
         assert proc.pid in {p.pid for p in discover({})}
-        monkeypatch.setattr(ahead, state, (proc.pid, -1) if state == "_child" else (proc.pid, None, None))
+        standing_in = {ahead.NAME: (proc.pid, -1)} if state == "_children" else [(proc.pid, None, None)]
+        monkeypatch.setattr(ahead, state, standing_in)
         assert ahead.ours() == {os.getpid(), proc.pid}
         assert proc.pid not in {p.pid for p in discover({})}
     finally:
@@ -142,8 +193,8 @@ def test_discovery_passes_over_the_commands_child_running_or_exiting(monkeypatch
         proc.wait()
 
 
-def _child(argv: list[str], data: bytes | None = None) -> subprocess.Popen:
-    """A process standing in for the forked child, with the read end of a pipe it may have written."""
+def _child(argv: list[str], data: bytes | None = None, job: str = ahead.NAME) -> subprocess.Popen:
+    """A process standing in for ``job``'s forked child, with the read end of a pipe it may have written."""
     read, write = os.pipe()
     if data is not None:
         os.write(write, data)
@@ -151,7 +202,8 @@ def _child(argv: list[str], data: bytes | None = None) -> subprocess.Popen:
     proc = subprocess.Popen(argv, pass_fds=() if data is not None else (write,))
     if data is None:
         os.close(write)  # the child holds the only write end: the pipe stays open while it runs
-    ahead._child = (proc.pid, read)
+    ahead._children[job] = (proc.pid, read)
+    ahead._locks[job] = __import__("_thread").allocate_lock()
     return proc
 
 
@@ -168,13 +220,13 @@ def test_a_child_that_does_not_answer_is_killed_at_the_timeout() -> None:
     proc = _child(["sleep", "60"])
     section = capture._early("gpu", capture.context(timeout=0.3)[0])
     assert section is not None and section.status == "timeout" and "0.3s" in section.reason
-    assert _gone(proc) and ahead._child is None
+    assert _gone(proc) and ahead.NAME not in ahead._children
 
 
 def test_a_child_that_fails_leaves_the_collector_to_the_parent() -> None:
     proc = _child(["true"], b"\x80\x04not marshal data")
     assert capture._early("gpu", capture.context(timeout=5)[0]) is None
-    assert _gone(proc) and ahead._child is None
+    assert _gone(proc) and ahead.NAME not in ahead._children
 
 
 @pytest.mark.parametrize("options", [{"root": str(REPO / "fixtures" / "hosts" / "seed-baseline")},
@@ -182,14 +234,60 @@ def test_a_child_that_fails_leaves_the_collector_to_the_parent() -> None:
 def test_a_child_collected_for_another_context_is_not_used(options: dict) -> None:
     proc = _child(["sleep", "60"])
     assert capture._early("gpu", capture.context(**options)[0]) is None
-    assert _gone(proc) and ahead._child is None
+    assert _gone(proc) and ahead.NAME not in ahead._children
 
 
 def test_a_child_not_taken_is_ended_with_the_collection() -> None:
     proc = _child(["sleep", "60"])
-    assert capture._early("system", capture.context()[0]) is None and ahead._child is not None  # gpu only
+    assert capture._early("system", capture.context()[0]) is None and ahead.NAME in ahead._children  # gpu only
     capture.snap(capture.SnapOptions(root=str(REPO / "fixtures" / "hosts" / "seed-baseline"), only=("system",)))
-    assert _gone(proc) and ahead._child is None
+    assert _gone(proc) and ahead.NAME not in ahead._children
+
+
+def test_the_host_jobs_sections_are_taken_once_and_shared_by_its_collectors() -> None:
+    """Each host collector gets its own section from the one answer; one the child did not hand over is left to
+    the parent."""
+    import marshal
+
+    bundle = {name: {"status": "ok", "data": {"from": name}} for name in ahead.HOST_NAMES if name != "packages"}
+    proc = _child(["true"], marshal.dumps(bundle), job=ahead.HOST)
+    ctx = capture.context()[0]
+    for name in ahead.HOST_NAMES[:-1]:
+        section = capture._early(name, ctx)
+        assert section is not None and section.data == {"from": name}
+    assert capture._early("packages", ctx) is None
+    assert _until_gone(proc) and ahead.HOST not in ahead._children  # reaped by take's thread once it exited
+    ahead.settle(5)
+    ahead.discard()
+
+
+def test_a_host_child_that_does_not_answer_makes_each_of_its_sections_a_timeout() -> None:
+    proc = _child(["sleep", "60"], job=ahead.HOST)
+    ctx = capture.context()[0]
+    ctx.timeout = 0.2  # the plain snap's context (for which the child is kept), with a short wait for this test
+    started = time.perf_counter()
+    sections = [capture._early(name, ctx) for name in ahead.HOST_NAMES]
+    assert all(s is not None and s.status == "timeout" and "0.2s" in s.reason for s in sections)
+    assert time.perf_counter() - started < 5  # one wait for all of them
+    assert _gone(proc) and ahead.HOST not in ahead._children
+    ahead.discard()
+
+
+@pytest.mark.parametrize("options", [{"root": str(REPO / "fixtures" / "hosts" / "seed-baseline")},
+                                     {"only": ("system", "dsa")}, {"skip": ("packages",)}, {"timeout": 5.0}])
+def test_a_host_child_collected_for_another_context_is_ended_and_not_used(options: dict) -> None:
+    proc = _child(["sleep", "60"], job=ahead.HOST)
+    ctx = capture.context(**options)[0]
+    assert _gone(proc) and ahead.HOST not in ahead._children
+    assert capture._early("system", ctx) is None
+
+
+def test_a_failing_host_child_leaves_its_collectors_to_the_parent() -> None:
+    proc = _child(["true"], b"\x80\x04not marshal data", job=ahead.HOST)
+    ctx = capture.context()[0]
+    assert [capture._early(name, ctx) for name in ahead.HOST_NAMES] == [None] * len(ahead.HOST_NAMES)
+    assert _gone(proc)
+    ahead.discard()
 
 
 #: A parent that forks the child (whose work never ends), then is killed by a signal: no exit handler runs.
@@ -201,7 +299,7 @@ def work():
         fh.write(str(os.getpid()))
     os.rename(sys.argv[1] + ".tmp", sys.argv[1])
     time.sleep(120)
-assert ahead.start(work, ["snap"])
+assert ahead.start({ahead.NAME: work}, ["snap"]) == (ahead.NAME,)
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.01)
 os.kill(os.getpid(), signal.SIGKILL)
@@ -241,9 +339,11 @@ def _answered_then_exiting() -> subprocess.Popen:
     read, write = os.pipe()
     proc = subprocess.Popen([sys.executable, "-c", SLOW_EXIT, str(write)], pass_fds=(write,))
     os.close(write)
-    ahead._child = (proc.pid, read)
-    state, value = ahead.take(time.perf_counter() + 60)
-    assert (state, value) == ("ok", {"status": "ok"}) and ahead._child is None
+    ahead._children[ahead.NAME] = (proc.pid, read)
+    ahead._locks[ahead.NAME] = __import__("_thread").allocate_lock()
+    state, value = ahead.take(ahead.NAME, time.perf_counter() + 60)
+    ahead._handed.clear()
+    assert (state, value) == ("ok", {"status": "ok"}) and ahead.NAME not in ahead._children
     return proc
 
 
@@ -259,13 +359,13 @@ def test_a_child_that_answered_is_reaped_without_waiting_for_its_exit() -> None:
     assert _alive(proc.pid)  # still exiting: take did not wait for it
     os.kill(proc.pid, 15)
     assert _until_gone(proc)  # reaped once it exited, not left a zombie
-    ahead._exiting = None
+    ahead._exiting.clear()
 
 
 def test_settle_waits_for_the_exiting_child_and_kills_one_that_does_not_exit() -> None:
     proc = _answered_then_exiting()
     ahead.settle(0.2)  # it sleeps for two minutes: killed once the wait is over
-    assert _gone(proc) and ahead._exiting is None
+    assert _gone(proc) and ahead._exiting == []
     ahead.settle(0.2)  # nothing left to settle
 
 
@@ -274,14 +374,16 @@ def test_without_a_thread_for_the_reaper_the_child_is_reaped_in_place(monkeypatc
     proc = subprocess.Popen([sys.executable, "-c", SLOW_EXIT.replace("time.sleep(120)", "time.sleep(0.5)"),
                              str(write)], pass_fds=(write,))
     os.close(write)
-    ahead._child = (proc.pid, read)
+    ahead._children[ahead.NAME] = (proc.pid, read)
+    ahead._locks[ahead.NAME] = __import__("_thread").allocate_lock()
 
     def refused(self: threading.Thread) -> None:
         raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(threading.Thread, "start", refused)
-    assert ahead.take(time.perf_counter() + 60)[0] == "ok"
-    assert _gone(proc) and ahead._exiting is None  # reaped before take returned
+    assert ahead.take(ahead.NAME, time.perf_counter() + 60)[0] == "ok"
+    ahead._handed.clear()
+    assert _gone(proc) and ahead._exiting == []  # reaped before take returned
 
 
 def test_a_collection_ahead_that_raises_leaves_the_collector_to_run_here() -> None:
@@ -290,9 +392,9 @@ def test_a_collection_ahead_that_raises_leaves_the_collector_to_run_here() -> No
 
     ctx = capture.context(root=str(REPO / "fixtures" / "hosts" / "seed-baseline"), only=("system",))[0]
     ctx.early = broken
-    from hoststate.collectors import COLLECTORS, _call
+    from hoststate.collectors import run_all
 
-    section = _call(next(c for c in COLLECTORS if c.name == "system"), ctx)
+    section = run_all(ctx, ("system",))["system"]
     assert section.status in ("ok", "partial") and section.data
 
 
@@ -300,8 +402,8 @@ def test_a_collection_ahead_that_raises_leaves_the_collector_to_run_here() -> No
 UNWRITABLE = """
 import os, sys
 from hoststate import ahead
-assert ahead.start(lambda: {"status": "ok", "data": {"handle": object()}}, ["snap"])
-print(ahead.take(__import__("time").perf_counter() + 60)[0])
+assert ahead.start({ahead.NAME: lambda: {"status": "ok", "data": {"handle": object()}}}, ["snap"]) == (ahead.NAME,)
+print(ahead.take(ahead.NAME, __import__("time").perf_counter() + 60)[0])
 """
 
 
@@ -326,6 +428,63 @@ class _Library:
         self.calls.append((threading.current_thread().name, flags))
         self.release.wait(30)
         return self.code
+
+
+class _Devices:
+    """NVML's library standing in for warm_devices: ``count`` GPUs, the handle of those in ``lost`` refused (an
+    NVML error code), every call recorded by name and device."""
+
+    def __init__(self, count: int, lost: tuple[int, ...] = (), count_code: int = 0):
+        self.count, self.lost, self.count_code = count, lost, count_code
+        self.calls: list[tuple[str, int | None]] = []
+
+    def nvmlDeviceGetCount_v2(self, out: object) -> int:  # noqa: N802 - NVML's names
+        self.calls.append(("count", None))
+        out._obj.value = self.count  # type: ignore[attr-defined] - ctypes.byref's object
+        return self.count_code
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index: int, out: object) -> int:  # noqa: N802
+        self.calls.append(("handle", index))
+        out._obj.value = 0x1000 + index  # type: ignore[attr-defined]
+        return 15 if index in self.lost else 0  # NVML_ERROR_GPU_IS_LOST
+
+    def _device(self, name: str, handle: object) -> int:
+        self.calls.append((name, handle.value - 0x1000))  # type: ignore[attr-defined]
+        return 0
+
+    def nvmlDeviceGetApplicationsClock(self, handle: object, clock: int, out: object) -> int:  # noqa: N802
+        assert clock == 0
+        return self._device("applications_clock", handle)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: object, out: object) -> int:  # noqa: N802
+        return self._device("power_limit", handle)
+
+    def nvmlDeviceGetEccMode(self, handle: object, current: object, pending: object) -> int:  # noqa: N802
+        return self._device("ecc_mode", handle)
+
+
+def test_nvmls_first_use_work_is_done_for_every_gpu_whose_handle_it_gets() -> None:
+    """After NVML starts, the early thread gets every GPU's handle, then asks each the queries whose first call
+    costs most; a GPU whose handle is refused is left to the collector, as is everything when the count fails."""
+    library = _Devices(3, lost=(1,))
+    ahead.warm_devices(library)
+    per_device = [("applications_clock", 0), ("power_limit", 0), ("ecc_mode", 0),
+                  ("applications_clock", 2), ("power_limit", 2), ("ecc_mode", 2)]
+    assert library.calls == [("count", None), ("handle", 0), ("handle", 1), ("handle", 2), *per_device]
+    failing = _Devices(3, count_code=9)  # NVML_ERROR_DRIVER_NOT_LOADED
+    ahead.warm_devices(failing)
+    assert failing.calls == [("count", None)]
+
+
+@pytest.mark.parametrize("code", [0, 9])  # NVML_SUCCESS, NVML_ERROR_DRIVER_NOT_LOADED
+def test_the_early_thread_warms_the_gpus_only_after_nvml_started(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    library = _Devices(1)
+    library.nvmlInitWithFlags = lambda flags: library.calls.append(("init", flags)) or code  # type: ignore
+    monkeypatch.setattr(ahead, "_library", lambda: library)
+    thread = ahead.start_nvml({})
+    thread.join(30)  # type: ignore[union-attr]
+    warmed = [("count", None), ("handle", 0), ("applications_clock", 0), ("power_limit", 0), ("ecc_mode", 0)]
+    assert library.calls == [("init", 0), *(warmed if code == 0 else [])]
 
 
 def _missing() -> _Library:

@@ -370,12 +370,13 @@ def test_a_guard_builds_the_shipped_policy_once_in_the_snaps_warm_thread(tmp_pat
     assert built == ["warm"]
 
 
-@pytest.mark.parametrize("child", [False, True], ids=["no child", "a GPU child collecting ahead"])
-def test_the_digest_work_fills_only_a_wait_for_the_gpu_child(monkeypatch: pytest.MonkeyPatch, child: bool) -> None:
+@pytest.mark.parametrize("job", [None, "gpu", "host"], ids=["no child", "a GPU child collecting ahead",
+                                                           "a host child alone"])
+def test_the_digest_work_fills_only_a_wait_for_the_gpu_child(monkeypatch: pytest.MonkeyPatch, job: str | None) -> None:
     """With a child reading the GPUs the parent waits for NVML, and the warm thread builds the policy's tables of
-    every collector while each section is rated as it finishes; without one that is only more work under one
-    interpreter lock, so neither happens and the digest builds and rates what the snapshot has. The digest is the
-    same either way."""
+    every collector while each section is rated as it finishes; without one (the host job's child answers before
+    the parent has parsed its options) that is only more work under one interpreter lock, so neither happens and
+    the digest builds and rates what the snapshot has. The digest is the same either way."""
     from hoststate import ahead, digest, policy
     from hoststate.capture import SnapOptions, snap
 
@@ -385,7 +386,8 @@ def test_the_digest_work_fills_only_a_wait_for_the_gpu_child(monkeypatch: pytest
     monkeypatch.setattr(policy.Policy, "prepare", lambda self, keys: (prepared.append(tuple(keys)),
                                                                        real_prepare(self, keys))[1])
     monkeypatch.setattr(digest, "rate_ahead", lambda name, table: (rated.append(name), real_rate(name, table))[1])
-    monkeypatch.setattr(ahead, "pending", lambda: child)
+    monkeypatch.setattr(ahead, "pending", lambda asked=None: job is not None and asked in (None, job))
+    child = job == ahead.NAME
     opts = SnapOptions(root=str(HOSTS / "seed-experiment"))
     got = snap(opts)
     if child:
@@ -393,7 +395,7 @@ def test_the_digest_work_fills_only_a_wait_for_the_gpu_child(monkeypatch: pytest
         assert {"system", "dsa", "vllm", "env"} <= set(rated)
     else:
         assert prepared == [()] and rated == []
-    monkeypatch.setattr(ahead, "pending", lambda: not child)
+    monkeypatch.setattr(ahead, "pending", lambda asked=None: not child and asked in (None, ahead.NAME))
     assert snap(opts)["hoststate"]["digest"] == got["hoststate"]["digest"]
 
 

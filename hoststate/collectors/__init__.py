@@ -142,15 +142,17 @@ def settle_coverage(section: Section, sources: tuple[Any, ...]) -> Section:
     return section
 
 
-def _call(info: CollectorInfo, ctx: Context) -> Section:
-    """The collector's section, or an ``error`` section for an exception (a bug must not cost the snapshot); the
-    section collected ahead for this context when there is one (Context.early), timed where it was collected."""
+def _ahead(info: CollectorInfo, ctx: Context) -> Section | None:
+    """The section collected ahead for this context (Context.early), timed where it was collected; None when
+    there is none or it could not be had: the collector then runs here."""
     try:
-        early = ctx.early(info.name, ctx) if ctx.early is not None else None
-    except Exception:  # the section collected ahead could not be had: collect it here
-        early = None
-    if early is not None:
-        return early
+        return ctx.early(info.name, ctx) if ctx.early is not None else None
+    except Exception:
+        return None
+
+
+def _call(info: CollectorInfo, ctx: Context) -> Section:
+    """The collector's section, or an ``error`` section for an exception (a bug must not cost the snapshot)."""
     start = time.perf_counter()
     try:
         module = _load(info)
@@ -199,6 +201,16 @@ def gpu_section() -> dict[str, Any]:
     return vars(_call(next(c for c in COLLECTORS if c.name == NAME), ctx))
 
 
+def host_sections() -> dict[str, dict[str, Any]]:
+    """The host job's sections (hoststate.ahead.HOST_NAMES) on a plain snap's Context, collected as run_all
+    collects them, as their fields' plain values: what the child forked for that job hands over."""
+    from hoststate.ahead import HOST_NAMES
+
+    ctx, names = plan(only=HOST_NAMES)
+    sections = run_all(ctx, names)
+    return {name: vars(sections[name]) for name in names}
+
+
 #: The collector whose thread starts first (see run_all).
 FIRST = "gpu"
 #: Seconds a collector's thread runs alone before the next one starts (see run_all).
@@ -223,7 +235,7 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
     done: dict[str, threading.Event] = {}
     final = False
 
-    def work(info: CollectorInfo, waits: list[tuple[str, threading.Event]]) -> None:
+    def here(info: CollectorInfo, waits: list[tuple[str, threading.Event]]) -> Section:
         if waits:  # import while the dependency runs (NVML waits without the GIL); a failure is _call's to report
             with contextlib.suppress(BaseException):
                 _load(info)
@@ -234,7 +246,12 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
                 with lock:
                     if dep not in finished:
                         ctx.sections[dep] = Section(status="timeout", reason=f"did not finish within {ctx.timeout:g}s")
-        section = _call(info, ctx)
+        return _call(info, ctx)
+
+    def work(info: CollectorInfo, waits: list[tuple[str, threading.Event]]) -> None:
+        section = _ahead(info, ctx)  # collected with its dependencies, ahead: nothing to import or wait for
+        if section is None:
+            section = here(info, waits)
         if finish is not None:
             with contextlib.suppress(BaseException):
                 finish(info.name, section)
