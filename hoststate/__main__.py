@@ -39,6 +39,7 @@ def main() -> None:
     ahead.start({ahead.NAME: _gpu_section, ahead.HOST: _host_sections})
     from hoststate.cli import main as cli_main
 
+    code = 0
     try:
         cli_main()
     except SystemExit as end:

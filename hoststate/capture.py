@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from hoststate import SCHEMA, __version__, ahead
-from hoststate.collectors import NAMES, Context, Section, plan, run_all
+from hoststate.collectors import NAMES, TIMEOUT, Context, Section, plan, run_all
 from hoststate.collectors import check_root as check_root  # part of this API: a host tree's check
 from hoststate.collectors import gpu_section as gpu_section  # hoststate.ahead's work, part of this API
 from hoststate.errors import InputError
@@ -35,22 +35,19 @@ def context(*, root: str | os.PathLike[str] | None = "/", only: Sequence[str] | 
     selection or timeout."""
     ctx, names = plan(root=root, only=only, skip=skip, timeout=timeout, vllm_pid=vllm_pid, vllm_cmd=vllm_cmd,
                       vllm_log=vllm_log, vllm_url=vllm_url, vllm_version=vllm_version)
-    if not (ctx.live and ctx.timeout == PLAIN_TIMEOUT and set(ahead.HOST_NAMES) <= set(names)):
+    if not (ctx.live and ctx.timeout == TIMEOUT and set(ahead.HOST_NAMES) <= set(names)):
         ahead.discard(ahead.HOST)  # collected for a plain snap: every host collector, the default timeout
     ctx.early = _early
     return ctx, names
-
-
-#: The timeout of a plain snap's Context, the one the host job's child collects with (collectors.host_sections).
-PLAIN_TIMEOUT = 20.0
 
 
 def _early(name: str, ctx: Context) -> Section | None:
     """The section a child forked at the start collected (hoststate.ahead): the GPU's for a context equal in what
     it reads (the live host, no --vllm-pid, the real NVML module), the host job's for the context ``context``
     kept it for; None otherwise or when the child failed: the collector then runs here. A child that does not
-    answer within the collectors' timeout (twice that for the host job, whose accel_config waits for dsa) is
-    killed and its sections are ``timeout``, as a wedged thread's are."""
+    answer within the collectors' timeout is killed and its sections are ``timeout``, as a wedged thread's are
+    (run_all gives up on them then too; for the host job that includes an accel_config that would have waited out
+    a wedged dsa: fail closed)."""
     job = ahead.NAME if name == ahead.NAME else ahead.HOST if name in ahead.HOST_NAMES else None
     if job is None:
         return None
@@ -58,8 +55,7 @@ def _early(name: str, ctx: Context) -> Section | None:
         ahead.discard(job)
         return None
     started = time.perf_counter()
-    waits = 1 if job == ahead.NAME else 2
-    state, handed = ahead.take(job, started + ctx.timeout * waits)
+    state, handed = ahead.take(job, started + ctx.timeout)
     if state == "timeout":
         return Section(status="timeout", reason=f"did not finish within {ctx.timeout:g}s",
                        took_ms=round((time.perf_counter() - started) * 1000, 1))

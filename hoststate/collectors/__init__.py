@@ -19,6 +19,10 @@ from hoststate.errors import InputError
 from hoststate.io import check_timeout
 from hoststate.snapshot import NAMES, STATUSES  # noqa: F401 - re-exported: the registry speaks the file contract
 
+#: Seconds a collector may take by default (``--timeout``): a plain snap's, the one the children collecting ahead
+#: use (hoststate.ahead).
+TIMEOUT = 20.0
+
 
 class _Record:
     """A mutable record compared and shown by its fields, what ``@dataclass`` would generate, written out: the
@@ -69,7 +73,7 @@ class Context(_Record):
 
     def __init__(self, root: str = "/", vllm_pid: int | None = None, vllm_cmd: str | None = None,
                  vllm_log: str | None = None, vllm_url: str | None = None, vllm_version: str | None = None,
-                 timeout: float = 20.0, command_timeout: float = 5.0, nvml: Any = None,
+                 timeout: float = TIMEOUT, command_timeout: float = 5.0, nvml: Any = None,
                  sections: dict[str, Section] | None = None,
                  early: Callable[[str, Context], Section | None] | None = None) -> None:
         self.root = root
@@ -174,14 +178,14 @@ def check_root(root: str | os.PathLike[str] | None) -> str:
 
 
 def plan(*, root: str | os.PathLike[str] | None = "/", only: Sequence[str] | None = None,
-         skip: Sequence[str] | None = None, timeout: float | None = 20.0, vllm_pid: int | None = None,
+         skip: Sequence[str] | None = None, timeout: float | None = TIMEOUT, vllm_pid: int | None = None,
          vllm_cmd: str | None = None, vllm_log: str | None = None, vllm_url: str | None = None,
          vllm_version: str | None = None) -> tuple[Context, tuple[str, ...]]:
     """The collectors' Context and the selected collector names, the one place a Context is built
     (hoststate.capture.context adds the section collected ahead; the child collecting it, gpu_section, plans a
     plain snap's); InputError on a bad root, selection or timeout."""
     root = check_root(root)
-    timeout = check_timeout(20.0 if timeout is None else timeout)
+    timeout = check_timeout(TIMEOUT if timeout is None else timeout)
     try:
         names = select(list(only) if only else None, list(skip) if skip else None)
     except ValueError as err:
