@@ -27,7 +27,7 @@ from hoststate.text import clean_all
 
 
 def context(*, root: str | os.PathLike[str] | None = "/", only: Sequence[str] | None = None,
-            skip: Sequence[str] | None = None, timeout: float | None = 20.0, vllm_pid: int | None = None,
+            skip: Sequence[str] | None = None, timeout: float | None = TIMEOUT, vllm_pid: int | None = None,
             vllm_cmd: str | None = None, vllm_log: str | None = None, vllm_url: str | None = None,
             vllm_version: str | None = None) -> tuple[Context, tuple[str, ...]]:
     """The collectors' Context and the selected collector names (hoststate.collectors.plan), with the sections
@@ -85,7 +85,7 @@ class SnapOptions:
     root: str = "/"
     only: tuple[str, ...] | None = None
     skip: tuple[str, ...] | None = None
-    timeout: float = 20.0
+    timeout: float = TIMEOUT
     vllm_pid: int | None = None
     vllm_cmd: str | None = None
     vllm_log: str | None = None

@@ -15,7 +15,6 @@ LIBRARY = "libnvidia-ml.so.1"
 NVML_REPLAY_ENV = "HOSTSTATE_NVML_REPLAY"
 
 
-
 def import_pynvml() -> object:
     """The real ``pynvml`` module of nvidia-ml-py, with the deprecated ``pynvml`` package's FutureWarning silenced
     (its import hook warns on every ``import pynvml``). Here, where nothing else is imported, so that the child
