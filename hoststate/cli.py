@@ -32,6 +32,13 @@ STDIO = "-"
 #: Largest snapshot read from stdin, as for a file (a host's snapshot is tens of KiB).
 STDIN_MAX_BYTES = 8 << 20
 
+#: The path types of every option, made once: each ``click.Path`` asks gettext for its name when made, about
+#: 0.1 ms a time, and the commands' options would make 34 of them at every start.
+FILE = click.Path(dir_okay=False)
+FILE_OR_STDIO = click.Path(dir_okay=False, allow_dash=True)
+DIRECTORY = click.Path(file_okay=False)
+ANY_PATH = click.Path()
+
 
 def use_color(fmt: str = "text", when: str = "auto", stream: Any = None) -> bool:
     """Colour for a text report: ``--color=always``/``never``, or with ``auto`` on a terminal unless NO_COLOR is
@@ -100,7 +107,7 @@ def _timeout(_ctx: click.Context, _param: click.Parameter, value: float) -> floa
 def collector_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Options shared by every command that snaps a host (snap, guard, check, export)."""
     opts = [
-        click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
+        click.option("--root", default="/", show_default=True, type=DIRECTORY,
                      help="Read the host through this prefix (a captured tree); NVML and process discovery are "
                      "skipped under a prefix."),
         click.option("--only", callback=_csv, metavar="C,..", help="Run only these collectors."),
@@ -110,7 +117,7 @@ def collector_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--vllm-pid", type=int, metavar="PID", help="Describe the vLLM server with this pid."),
         click.option("--vllm-cmd", metavar="CMD",
                      help="The exact command a benchmark will start, e.g. \"vllm serve MODEL -tp 8\"."),
-        click.option("--vllm-log", type=click.Path(dir_okay=False), metavar="FILE",
+        click.option("--vllm-log", type=FILE, metavar="FILE",
                      help="A vLLM server log: non-default args, engine config line, graph-capture lines."),
         click.option("--vllm-url", metavar="URL", help="A running server's base URL (/version, /v1/models, /metrics)."),
         click.option("--vllm-version", metavar="V", help="The vLLM version, when it cannot be detected."),
@@ -188,7 +195,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 @cli.command()
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), metavar="FILE",
+@click.option("-o", "--output", type=FILE_OR_STDIO, metavar="FILE",
               help="Write the snapshot here (atomically; missing directories are created) instead of stdout; "
               "'-' is stdout.")
 @click.option("--force", is_flag=True, help="Replace FILE if it exists (never done silently).")
@@ -242,7 +249,7 @@ def _since_start() -> float | None:
 
 
 @cli.command()
-@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("file", type=FILE_OR_STDIO)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def show(file: str, fmt: str) -> None:
     """Summarise a snapshot FILE ('-': stdin) for a person (or dump it as JSON). Exit 0; 2 on bad input."""
@@ -253,9 +260,9 @@ def show(file: str, fmt: str) -> None:
 
 
 @cli.command()
-@click.argument("baseline", type=click.Path(dir_okay=False, allow_dash=True))
-@click.argument("current", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--policy", "policies", multiple=True, type=click.Path(dir_okay=False), metavar="P",
+@click.argument("baseline", type=FILE_OR_STDIO)
+@click.argument("current", type=FILE_OR_STDIO)
+@click.option("--policy", "policies", multiple=True, type=FILE, metavar="P",
               help="A policy file whose rules win over the shipped ones (repeatable; most specific wins).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="List every finding, not only one line per rule.")
@@ -315,7 +322,7 @@ def _diff(ctx: click.Context, baseline: str, current: str, policies: tuple[str, 
 
 
 @cli.command()
-@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("file", type=FILE_OR_STDIO)
 def digest(file: str) -> None:
     """Print the snapshot's digest (sha256 over the values the default policy rates invalidating). Exit 0; 2.
 
@@ -333,7 +340,7 @@ def digest(file: str) -> None:
 
 
 @cli.command()
-@click.argument("file", required=False, type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("file", required=False, type=FILE_OR_STDIO)
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
 @click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
               help="Colour the text report: on a terminal (auto, unless NO_COLOR), always or never.")
@@ -364,7 +371,7 @@ def check(ctx: click.Context, file: str | None, fmt: str, color: str, **opts: An
 @click.option("--allow-unreadable", "allow_unreadable", is_flag=True,
               help="Proceed past invalidating values that could not be read now (or in the baseline): collector "
               "error, timeout, skipped, denied, an unreadable file; the run is then labelled non-comparable.")
-@click.option("--save-current", "save_current", type=click.Path(dir_okay=False), metavar="FILE",
+@click.option("--save-current", "save_current", type=FILE, metavar="FILE",
               help="Write the current snapshot here with a [guard] table (baseline, verdict, accepted findings).")
 @click.option("--force", is_flag=True, help="Let --save-current replace an existing FILE.")
 @click.option("--label", metavar="TEXT", help="A label stored in the current snapshot's [hoststate].label.")
@@ -376,11 +383,11 @@ def check(ctx: click.Context, file: str | None, fmt: str, color: str, **opts: An
               help="Seconds between two samples of the cheap GPU readings.")
 @click.option("--watch-checkpoint", type=float, default=60.0, show_default=True, metavar="S",
               help="Seconds between two reads of the expensive GPU counters (also read at the start and end).")
-@click.option("--watch-rules", type=click.Path(dir_okay=False), metavar="FILE",
+@click.option("--watch-rules", type=FILE, metavar="FILE",
               help="A TOML file of [[rule]] tables replacing the run verdict's thresholds by metric.")
-@click.option("--watch-trace", type=click.Path(dir_okay=False), metavar="FILE",
+@click.option("--watch-trace", type=FILE, metavar="FILE",
               help="Also write every sample of the run here (a replayable trace).")
-@click.option("--attach", "attach", type=click.Path(dir_okay=False), metavar="RESULT",
+@click.option("--attach", "attach", type=FILE, metavar="RESULT",
               help="After CMD: merge the run verdict into this JSON result under 'hoststate' and write "
               "RESULT.hoststate.json beside it.")
 @click.option("--attach-from-argv", "attach_from_argv", is_flag=True,
@@ -497,15 +504,15 @@ def _watch_options(opts: dict[str, Any], command: tuple[str, ...]) -> tuple[Any,
 
 
 @cli.command()
-@click.argument("baseline", type=click.Path(dir_okay=False))
-@click.argument("current", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), metavar="NEW",
+@click.argument("baseline", type=FILE)
+@click.argument("current", type=FILE)
+@click.option("-o", "--output", required=True, type=FILE, metavar="NEW",
               help="Write the new baseline here (atomically; never over an existing file without --force, never "
               "over BASELINE or CURRENT).")
 @click.option("--accept", "accept", multiple=True, metavar="PATTERN",
               help="Accept the invalidating findings whose path matches (guard's --accept syntax; repeatable). "
               "Every invalidating finding must be accepted, or nothing is written.")
-@click.option("--policy", "policy_files", multiple=True, type=click.Path(dir_okay=False), metavar="P",
+@click.option("--policy", "policy_files", multiple=True, type=FILE, metavar="P",
               help="A policy file whose rules win over the shipped ones (repeatable).")
 @click.option("--by", metavar="NAME", help="Who accepts (default: the sudo caller, else this user's login name).")
 @click.option("--force", is_flag=True, help="Replace NEW if it exists.")
@@ -536,8 +543,8 @@ def rebaseline(baseline: str, current: str, output: str, accept: tuple[str, ...]
 
 
 @cli.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(), metavar="FILES-or-DIRS...")
-@click.option("--reference", type=click.Path(dir_okay=False), metavar="FILE",
+@click.argument("paths", nargs=-1, required=True, type=ANY_PATH, metavar="FILES-or-DIRS...")
+@click.option("--reference", type=FILE, metavar="FILE",
               help="Compare against this snapshot's digest instead of the majority group.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=0, show_default=True,
@@ -565,10 +572,10 @@ def fleet(ctx: click.Context, paths: tuple[str, ...], reference: str | None, fmt
 
 @cli.command()
 @click.argument("kind", type=click.Choice(["prometheus", "nfd"]))
-@click.argument("file", required=False, type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--baseline", type=click.Path(dir_okay=False, allow_dash=True), metavar="B",
+@click.argument("file", required=False, type=FILE_OR_STDIO)
+@click.option("--baseline", type=FILE_OR_STDIO, metavar="B",
               help="Add drift against this baseline snapshot (default policy); '-' is stdin.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), metavar="FILE",
+@click.option("-o", "--output", type=FILE_OR_STDIO, metavar="FILE",
               help="Write here atomically instead of stdout: a node_exporter textfile *.prom, "
               "or a file in /etc/kubernetes/node-feature-discovery/features.d/.")
 @click.option("--force", is_flag=True, help="Replace FILE if it exists (a refresh; never done silently).")
@@ -615,8 +622,8 @@ def export(kind: str, file: str | None, baseline: str | None, output: str | None
 
 
 @cli.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(), metavar="DIRS-or-FILES...")
-@click.option("--current", type=click.Path(dir_okay=False), metavar="SNAPSHOT",
+@click.argument("paths", nargs=-1, required=True, type=ANY_PATH, metavar="DIRS-or-FILES...")
+@click.option("--current", type=FILE, metavar="SNAPSHOT",
               help="Check the results against this host's snapshot (before resuming a sweep) instead of the "
               "baseline the cells were guarded against.")
 @click.option("--metric", "metrics", multiple=True, metavar="NAME",
@@ -651,17 +658,17 @@ def results(ctx: click.Context, paths: tuple[str, ...], current: str | None, met
 
 
 @cli.command()
-@click.argument("trace", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, allow_dash=True), metavar="FILE",
+@click.argument("trace", type=FILE)
+@click.option("-o", "--output", required=True, type=FILE_OR_STDIO, metavar="FILE",
               help="Write the drawing here (atomically): FILE.svg, or FILE.html for a page; '-' is stdout.")
 @click.option("--format", "fmt", type=click.Choice(["svg", "html"]),
               help="svg or html; default: by FILE's suffix (svg for stdout).")
 @click.option("--force", is_flag=True, help="Replace FILE if it exists (never done silently).")
-@click.option("--baseline", type=click.Path(dir_okay=False), metavar="FILE",
+@click.option("--baseline", type=FILE, metavar="FILE",
               help="Judge against this watched baseline run (saved by guard --watch --save-current), as guard did.")
 @click.option("--own-pid", "own_pids", multiple=True, type=int, metavar="PID",
               help="A process of the run's own (repeatable): any other that appears on a GPU is foreign.")
-@click.option("--watch-rules", type=click.Path(dir_okay=False), metavar="FILE",
+@click.option("--watch-rules", type=FILE, metavar="FILE",
               help="[[rule]] tables replacing or adding watch rules by metric, as for guard --watch-rules.")
 def timeline(trace: str, output: str, fmt: str | None, force: bool, baseline: str | None,
              own_pids: tuple[int, ...], watch_rules: str | None) -> None:

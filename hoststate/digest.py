@@ -6,7 +6,6 @@ snapshot's content, never trusted from its ``hoststate.digest``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -15,6 +14,16 @@ from hoststate.paths import leaves
 from hoststate.policy import default_policy
 from hoststate.positions import canonical
 from hoststate.snapshot import BOOKKEEPING, jsonable
+
+# CPython's own SHA-256, as the standard library's random module takes its sha512: hashlib loads OpenSSL's libcrypto
+# and makes every algorithm's constructor when imported (4-5 ms a snap on the project's VM), for a digest of a few kB.
+try:
+    from _sha2 import sha256  # CPython 3.12 and later
+except ImportError:
+    try:
+        from _sha256 import sha256  # CPython 3.10 and 3.11
+    except ImportError:  # an interpreter built without them: the same digest from OpenSSL
+        from hashlib import sha256
 
 
 def rate_ahead(name: str, table: Mapping[str, Any]) -> None:
@@ -40,4 +49,4 @@ def digest(snap: Mapping[str, Any]) -> str:
         if policy.severity(path) == "invalidating"
     ]
     blob = json.dumps(pairs, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    return "sha256:" + sha256(blob.encode("utf-8")).hexdigest()

@@ -3,9 +3,11 @@
 The default policy is 90 kB of TOML: tomllib (pure Python) reads it in 11-12 ms on the project's 2-core VM, the same
 data as JSON (read in C) in 0.3 ms. Its parsed form (for the shipped policy each rule's checked fields, so that
 neither the TOML nor the checks are redone; ``form`` names it) is kept as JSON beside the package's bytecode, where
-Python keeps its own ``.pyc`` files (``__pycache__``, or under ``sys.pycache_prefix``), named by the sha256 of the
-text it came from: an edited file has another name, so a stale copy is never read; the copy holds that sha256 too,
-so a copy renamed from another text's is not read either. Whoever can write that directory can already replace the
+Python keeps its own ``.pyc`` files (``__pycache__``, or under ``sys.pycache_prefix``), named by the hash of the text
+it came from that Python's hash-based ``.pyc`` files carry (``importlib.util.source_hash``: no hashlib, whose OpenSSL
+costs a snap 4-5 ms to load): an edited file has another name, so a stale copy is never read; the copy holds that
+hash too, so a copy renamed from another text's is not read either. The hash only tells texts apart; what keeps
+out a forged copy is who may write it (below). Whoever can write that directory can already replace the
 package's bytecode; a copy is still read only when it is a regular file of this user (or root) that no one else may
 write. Nothing is written when bytecode is not (``PYTHONDONTWRITEBYTECODE``); any failure to read or write the copy
 just means parsing the text.
@@ -14,7 +16,6 @@ just means parsing the text.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import json
 import os
@@ -27,16 +28,20 @@ from typing import Any
 MAX_BYTES = 4 << 20
 
 
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def _hash(text: str) -> str:
+    return importlib.util.source_hash(text.encode("utf-8")).hex()
 
 
 def cache_path(source: str, text: str, form: str = "") -> str:
     """Where the parsed copy of ``text``, read from the file ``source``, is kept; ``form`` names what the parse
     makes of it (a copy of one form is never read as another)."""
+    return _path(source, form, _hash(text))
+
+
+def _path(source: str, form: str, hashed: str) -> str:
     folder = os.path.dirname(importlib.util.cache_from_source(os.path.abspath(source)))
     name = os.path.basename(source).rsplit(".", 1)[0] + (f".{form}" if form else "")
-    return os.path.join(folder, f"{name}.{_sha256(text)[:32]}.json")
+    return os.path.join(folder, f"{name}.{hashed}.json")
 
 
 def _read(path: str) -> Any:
@@ -57,9 +62,9 @@ def _read(path: str) -> Any:
         os.close(fd)
 
 
-def _write(path: str, sha256: str, doc: dict[str, Any]) -> None:
+def _write(path: str, hashed: str, doc: dict[str, Any]) -> None:
     try:
-        blob = json.dumps({"sha256": sha256, "doc": doc}, ensure_ascii=False).encode("utf-8")
+        blob = json.dumps({"hash": hashed, "doc": doc}, ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError):
         return  # a value JSON cannot hold (a date): this file is parsed each time
     # a name no other process picks: a PID alone repeats across PID namespaces (containers, test workers) that
@@ -82,11 +87,12 @@ def _write(path: str, sha256: str, doc: dict[str, Any]) -> None:
 def parse_once(source: str, text: str, parse: Callable[[str], dict[str, Any]], form: str = "") -> dict[str, Any]:
     """``parse(text)``, or its copy kept from an earlier process; the copy is written the first time. ``form``
     names what ``parse`` makes of the text, so that another parse of the same file keeps its own copy."""
-    path, sha256 = cache_path(source, text, form), _sha256(text)
+    hashed = _hash(text)
+    path = _path(source, form, hashed)
     kept = _read(path)
-    if isinstance(kept, dict) and kept.get("sha256") == sha256 and isinstance(kept.get("doc"), dict):
+    if isinstance(kept, dict) and kept.get("hash") == hashed and isinstance(kept.get("doc"), dict):
         return kept["doc"]
     doc = parse(text)
     if not sys.dont_write_bytecode:
-        _write(path, sha256, doc)
+        _write(path, hashed, doc)
     return doc

@@ -87,6 +87,12 @@ def test_the_runner_sees_what_a_command_loads(tmp_path: Path) -> None:
 #: holds an encoded word.
 NOT_SNAP_STDLIB = ("secrets", "pathlib", "shutil", "ipaddress", "urllib.parse")
 
+#: hashlib loads OpenSSL's libcrypto (4-5 ms a process): the digest and the baseline's sha256 take CPython's own
+#: SHA-256 (hoststate.digest); only stamping or reading a benchmark's result loads hashlib.
+OPENSSL = {"hashlib", "_hashlib"}
+#: An interpreter without CPython's own SHA-256 modules, as some FIPS builds are: the digest falls back to hashlib.
+NO_BUILTIN_SHA = "import sys; sys.modules['_sha2'] = sys.modules['_sha256'] = None\n"
+
 
 def test_snap_loads_no_verdict_module_and_no_vllm_parser_without_a_server(tmp_path: Path) -> None:
     mods = loaded(tmp_path, "snap", "-q", "--root", str(TREE))
@@ -96,6 +102,7 @@ def test_snap_loads_no_verdict_module_and_no_vllm_parser_without_a_server(tmp_pa
     assert "hoststate.collectors.system" in bare
     assert not bare & set(NOT_SNAP_STDLIB), sorted(bare & set(NOT_SNAP_STDLIB))
     assert not any(m.startswith(("deepdiff", "urllib.request", "http.client")) for m in mods)
+    assert not mods & OPENSSL, sorted(mods & OPENSSL)
 
 
 def test_a_snap_parses_no_toml_once_the_shipped_tables_are_kept(tmp_path: Path) -> None:
@@ -129,6 +136,7 @@ def test_a_guard_that_watches_nothing_loads_no_sampler(tmp_path: Path, snapshots
     watched = loaded(tmp_path, "guard", "--watch", "--baseline", base, "--root", str(TREE), "--", "true")
     watch_only = {"hoststate.run.sampler", "hoststate.collectors.vllm.http"}
     assert not plain & watch_only, sorted(plain & watch_only)
+    assert not plain & OPENSSL, sorted(plain & OPENSSL)
     assert watch_only <= watched
     assert "importlib.resources" not in plain and "importlib.resources" in watched  # the thresholds' reader
 
@@ -189,6 +197,7 @@ def test_reading_snapshots_loads_no_capture_module(tmp_path: Path, snapshots: tu
     assert "hoststate.render.text" in bare or command == "digest"
     assert "unicodedata" not in bare
     assert not mods & {"hoststate.guard", "hoststate.fleet", "hoststate.watch", "hoststate.nvml_replay"}
+    assert not mods & OPENSSL, sorted(mods & OPENSSL)
 
 
 def test_show_parses_no_policy(tmp_path: Path, snapshots: tuple[str, str]) -> None:
@@ -205,3 +214,19 @@ def test_show_and_check_load_no_diff_or_policy_module(tmp_path: Path, snapshots:
     assert {"hoststate.render.text", f"hoststate.render.{command}"} <= mods
     assert not {m for m in mods if m.startswith(("hoststate.diff", "hoststate.policy", "hoststate.report",
                                                  "hoststate.render.diff", "hoststate.render.findings"))}
+
+
+
+def test_a_snap_without_cpythons_sha256_takes_hashlibs_and_writes_the_same_digest(tmp_path: Path) -> None:
+    """The control for the OPENSSL checks: the runner does see hashlib where the digest needs it."""
+    out = tmp_path / "modules.json"
+    snaps = {}
+    for name, prelude in (("own", ""), ("openssl", NO_BUILTIN_SHA)):
+        path = tmp_path / f"{name}.toml"
+        proc = subprocess.run([sys.executable, "-c", prelude + RUNNER, str(out), "snap", "-q", "--root", str(TREE),
+                               "-o", str(path)], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": PYTHONPATH})
+        assert proc.returncode == 0, proc.stderr
+        assert bool(set(json.loads(out.read_text())) & OPENSSL) == (name == "openssl")
+        snaps[name] = [line for line in path.read_text().splitlines() if line.startswith("digest = ")]
+    assert len(snaps["own"]) == 1 and snaps["own"] == snaps["openssl"], snaps

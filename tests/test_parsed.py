@@ -3,7 +3,7 @@ file is never served a stale copy, and a copy someone else could have written is
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -70,7 +70,7 @@ def test_an_edited_text_is_parsed_again(tmp_path: Path, writing: None) -> None:
 
 def _kept(text: str, doc: dict) -> str:
     """A copy as hoststate.parsed writes it."""
-    return json.dumps({"sha256": hashlib.sha256(text.encode()).hexdigest(), "doc": doc})
+    return json.dumps({"hash": importlib.util.source_hash(text.encode()).hex(), "doc": doc})
 
 
 FORGED = {"rule": [{"path": "**", "severity": "ignore", "reason": "forged"}]}

@@ -587,3 +587,22 @@ def test_the_written_out_records_behave_as_the_dataclass_they_stand_for(cls: typ
     assert (cls() == dc()) is False and cls() != object()  # another type is not equal, as a dataclass's
     with pytest.raises(TypeError):
         hash(cls())
+
+
+def test_every_path_option_of_every_command_uses_one_of_the_four_path_types_made_once() -> None:
+    """Each ``click.Path`` made asks gettext for its name; the CLI makes four, not one per option, at every start."""
+    import click
+
+    from hoststate import cli
+
+    shared = {id(t) for t in (cli.FILE, cli.FILE_OR_STDIO, cli.DIRECTORY, cli.ANY_PATH)}
+    def params(command: click.Command, path: str) -> list[tuple[str, str | None, click.ParamType]]:
+        found = [(path, p.name, p.type) for p in command.params if isinstance(p.type, click.Path)]
+        for name, sub in getattr(command, "commands", {}).items():
+            found += params(sub, f"{path} {name}")
+        return found
+
+    seen = params(cli.cli, "hoststate")
+    assert len(seen) > 20  # the commands' file options are all found
+    assert [(name, param) for name, param, kind in seen if id(kind) not in shared] == []
+    assert len(shared) == 4

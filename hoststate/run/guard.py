@@ -7,7 +7,6 @@ invalidating finding not accepted: the command must not start). The baseline is 
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -114,12 +113,13 @@ class GuardResult:
 
 def read_baseline(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
     """The baseline snapshot and the sha256 of its bytes; opened read-only, once. InputError when bad."""
+    from hoststate.digest import sha256
     from hoststate.io import SNAPSHOT_MAX_BYTES, read_input
     from hoststate.snapshot import loads
 
     name = os.fspath(path)
     data = read_input(name, max_bytes=SNAPSHOT_MAX_BYTES, what="baseline")
-    return loads(data, name), "sha256:" + hashlib.sha256(data).hexdigest()
+    return loads(data, name), "sha256:" + sha256(data).hexdigest()
 
 
 def host_state(snap: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,6 @@ Pure builders and atomic writers; the run flow (hoststate.run.flow) is their onl
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import re
@@ -197,16 +196,22 @@ def content_digest(result: Mapping[str, Any], keys: Sequence[str] | None = None)
     key but ``hoststate``; a key missing from ``result`` is digested as missing, so taking one away shows."""
     wanted = sorted(keys) if keys is not None else sorted(k for k in result if k != "hoststate")
     own = {"keys": {k: result[k] for k in wanted if k in result}, "missing": [k for k in wanted if k not in result]}
+    import hashlib  # here: OpenSSL's, for results of megabytes, loaded only where a result is stamped or read
+
     return "sha256:" + hashlib.sha256(canonical_json(own if own["missing"] else own["keys"])).hexdigest()
 
 
 def text_digest(text: str) -> str:
     """sha256 of a text's UTF-8 bytes: the sidecar's snapshot text hashes as the file ``snap -o`` writes."""
+    import hashlib
+
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def file_digest(path: str, *, max_bytes: int = RESULT_MAX_BYTES) -> str:
     """sha256 of a regular file's bytes (as guard's ``baseline_sha256``); InputError when it cannot be read."""
+    import hashlib
+
     from hoststate.io import read_input
 
     return "sha256:" + hashlib.sha256(read_input(path, max_bytes=max_bytes, what="file")).hexdigest()
