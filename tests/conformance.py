@@ -40,9 +40,10 @@ def module(name: str) -> Any:
 
 
 def readers(name: str) -> list[Any]:
-    """The collector's module and those of the collectors it reads after (accel_config re-reads the dsa tree)."""
+    """The collector's module and those of the collectors whose sections it reads (accel_config re-reads the dsa
+    tree)."""
     info = next(i for i in collectors.COLLECTORS if i.name == name)
-    return [module(n) for n in (name, *info.after)]
+    return [module(n) for n in (name, *info.after, *info.reads)]
 
 
 def _alone(snap: dict, name: str) -> dict:

@@ -787,3 +787,56 @@ def test_dict_or_string_options_read_as_vllms_union_dict_and_str(value, expected
         assert any("--hf-overrides: invalid JSON" in r for r in parsed.refusals)
     else:
         assert parsed.refusals == [] and parsed.args["hf_overrides"] == expected
+
+
+class _GatedNvml:
+    """A replayed host whose nvmlInit waits until ``gate`` opens (at most 10 s): NVML still answering."""
+
+    def __init__(self, gate: object) -> None:
+        from hoststate.nvml_replay import load_data, synthetic_hgx
+
+        self._replay, self._gate = load_data(synthetic_hgx(gpus=8)), gate
+
+    def nvmlInit(self) -> None:
+        self._gate.wait(10)
+        self._replay.nvmlInit()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._replay, name)
+
+
+@pytest.mark.parametrize("server", [False, True], ids=["no server", "a server"])
+def test_the_vllm_collector_waits_for_the_gpu_section_only_where_a_servers_arguments_need_it(tmp_path, server):
+    """On a GPU host the GPU section comes last (NVML's start): a host without a server is described meanwhile, and
+    a server's world size is still checked against the host's GPU count once the section has come."""
+    import threading
+    import time
+
+    from hoststate.collectors import Context, run_all
+
+    gate, finished = threading.Event(), {}
+
+    def finish(name: str, _section: object) -> None:
+        finished[name] = time.monotonic()
+        if name == "vllm":
+            gate.set()  # NVML answers once the vLLM section is done: had vLLM waited for it, 10 s
+
+    ctx = Context(root=str(tmp_path), timeout=30, nvml=_GatedNvml(gate),
+                  vllm_cmd="vllm serve M -tp 16" if server else None, vllm_version="0.33.0" if server else None)
+    (tmp_path / "proc").mkdir()
+    opened = threading.Timer(1, gate.set)  # with a server the vLLM section needs the GPU section: NVML answers later
+    if server:
+        opened.start()
+    try:
+        started = time.monotonic()
+        sections = run_all(ctx, ("gpu", "vllm"), finish)
+    finally:
+        opened.cancel()
+    assert sections["gpu"].status == "ok" and sections["gpu"].data["count"] == 8
+    if server:
+        assert finished["gpu"] <= finished["vllm"]
+        refused = sections["vllm"].data["cudagraph"]["refused"]
+        assert "World size (16) is larger than the number of available GPUs (8)" in refused
+    else:
+        assert sections["vllm"].status in ("absent", "skipped") and "cudagraph" not in sections["vllm"].data
+        assert finished["vllm"] < finished["gpu"] < started + 10  # described while NVML still waited

@@ -68,14 +68,15 @@ class Context(_Record):
     module (tests and replays), None for the real one; ``sections``: sections already collected, by name, for
     collectors that cross-check an earlier one; ``early``: a collector's section collected ahead of this
     collection for this context, or None (hoststate.ahead; set by hoststate.capture): the collector then runs
-    here.
+    here; ``ready``: by name, the event set when a section being collected is done (run_all; read by section).
     """
 
     def __init__(self, root: str = "/", vllm_pid: int | None = None, vllm_cmd: str | None = None,
                  vllm_log: str | None = None, vllm_url: str | None = None, vllm_version: str | None = None,
                  timeout: float = TIMEOUT, command_timeout: float = 5.0, nvml: Any = None,
                  sections: dict[str, Section] | None = None,
-                 early: Callable[[str, Context], Section | None] | None = None) -> None:
+                 early: Callable[[str, Context], Section | None] | None = None,
+                 ready: dict[str, Any] | None = None) -> None:
         self.root = root
         self.vllm_pid = vllm_pid
         self.vllm_cmd = vllm_cmd
@@ -87,6 +88,15 @@ class Context(_Record):
         self.nvml = nvml
         self.sections: dict[str, Section] = {} if sections is None else sections
         self.early = early
+        self.ready: dict[str, Any] = {} if ready is None else ready
+
+    def section(self, name: str) -> Section | None:
+        """The section ``name`` of this collection, waited for (at most ``timeout`` seconds) while it is still
+        being collected; None when it is not collected or did not finish in time."""
+        event = self.ready.get(name)
+        if event is not None and not event.wait(self.timeout):
+            return None
+        return self.sections.get(name)
 
     @property
     def live(self) -> bool:
@@ -100,6 +110,9 @@ class CollectorInfo(NamedTuple):
     description: str
     #: Collectors whose sections this one reads (it starts when they are done, or when they time out).
     after: tuple[str, ...] = ()
+    #: Collectors whose sections this one reads only where it needs them, through Context.section (it starts at
+    #: once, and waits for them there).
+    reads: tuple[str, ...] = ()
 
 
 COLLECTORS: tuple[CollectorInfo, ...] = (
@@ -109,7 +122,7 @@ COLLECTORS: tuple[CollectorInfo, ...] = (
                   after=("dsa",)),  # cross-checks the dsa section
     CollectorInfo("gpu", "hoststate.collectors.gpu", "NVIDIA GPUs, NVLink and topology through NVML"),
     CollectorInfo("vllm", "hoststate.collectors.vllm", "vLLM server arguments, environment, CUDA graph mode",
-                  after=("gpu",)),  # vLLM refuses a world size above the host's GPU count
+                  reads=("gpu",)),  # a server's world size above the host's GPU count is refused; no server, no wait
     CollectorInfo("env", "hoststate.collectors.env", "performance-relevant environment of this process"),
     CollectorInfo("packages", "hoststate.collectors.packages", "installed versions of the inference stack"),
 )
@@ -268,6 +281,7 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
     for info in COLLECTORS:
         if info.name in wanted:
             done[info.name] = threading.Event()
+    ctx.ready = done  # Context.section: a collector that reads another's section only where it needs it
     # NVML's start (pynvml's import, nvmlInit) is the longest wait of a GPU host: its thread starts first, so the
     # other collectors run while it waits without the interpreter lock. Each thread runs alone until it finishes
     # or STAGGER has passed: most collectors are Python that holds the lock, and threads that only take turns with
@@ -284,7 +298,7 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
         previous = done[info.name]
     for info in COLLECTORS:
         if info.name in done:
-            budget = ctx.timeout * (1 + len(info.after))
+            budget = ctx.timeout * (1 + len(info.after) + len(info.reads))
             done[info.name].wait(max(0.0, starts[info.name] + budget - time.perf_counter()))
     with lock:
         final = True

@@ -251,9 +251,10 @@ def _model_reader(ctx: Context, proc: Proc | None) -> Iterator[Read]:
 
 
 def _host_gpus(ctx: Context) -> int | None:
-    """The host's GPU count from the gpu section; None when it was not collected (the resolution then records
-    what it assumed about the GPUs)."""
-    gpu = ctx.sections.get("gpu")
+    """The host's GPU count from the gpu section, waited for here, where a server's arguments need it (a host
+    without a server is described while NVML still answers); None when it was not collected (the resolution then
+    records what it assumed about the GPUs)."""
+    gpu = ctx.section("gpu")
     count = gpu.data.get("count") if gpu is not None and gpu.status in ("ok", "partial") else None
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
