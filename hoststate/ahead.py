@@ -88,22 +88,38 @@ def wanted(argv: Sequence[str], environ: Mapping[str, str], exists: Callable[[st
     return bool(environ.get(NVML_REPLAY_ENV)) or any(exists(p) for p in DRIVER_MARKERS)
 
 
-#: CPUs this process may run on, at least, for the host job: it pays where a core is free for it beside the parent
+#: CPUs this process may use (_cpus), at least, for the host job: it pays where a core is free for it beside the parent
 #: (an H100 host of 16: 179 -> 162 ms a snap), not on the project's 2-core VM, where it saved nothing and cost
 #: 40 ms of CPU (docs/performance.md).
 HOST_CPUS = 4
 
 
-def _cpus() -> int:
+def _cpus(root: str = "/") -> float:
+    """CPUs this process may use: those it may run on (its affinity: a Slurm job's cpuset), or its cgroup's CPU
+    quota where that is less (a Kubernetes pod's CPU limit leaves every CPU in the affinity). The quota is read
+    only where the affinity alone would let the host job fork."""
     try:
-        return len(os.sched_getaffinity(0))
+        cpus: float = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         return os.cpu_count() or 1
+    if cpus >= HOST_CPUS:
+        from hoststate.cgroups import cpu_quota
+
+        def read(rel: str) -> str | None:
+            try:
+                with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as fh:
+                    return fh.read(4096)
+            except OSError:
+                return None
+
+        quota = cpu_quota(read, read("proc/self/cgroup") or "")
+        cpus = cpus if quota is None else min(cpus, quota)
+    return cpus
 
 
-def host_wanted(argv: Sequence[str], environ: Mapping[str, str] | None = None, cpus: int | None = None) -> bool:
+def host_wanted(argv: Sequence[str], environ: Mapping[str, str] | None = None, cpus: float | None = None) -> bool:
     """Whether the command line snaps the live host with every host collector, the plain snap's timeout and no
-    other root, with ``cpus`` (this process's, by default) HOST_CPUS or more (``environ`` unused: the job's
+    other root, with ``cpus`` (this process's, by default: _cpus) HOST_CPUS or more (``environ`` unused: the job's
     sections do not depend on a driver)."""
     args = _options(argv)
     if args is None or any(a.partition("=")[0] in _NOT_HOST for a in args):

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from hoststate import cgroups as cgroups_module
 from hoststate import coverage, io
 from hoststate.collectors import Section, settle_coverage
 from hoststate.collectors import vllm as vllm_collector
@@ -224,3 +225,73 @@ def test_cuda13_wheels_share_one_directory(tmp_path: Path) -> None:
     found = placement.libraries(io.Reader(str(tmp_path), u), 9, lambda p: io.Reader(str(tmp_path), u).listdir(p))
     assert {k: v["version"] for k, v in found.items()} == {
         "cublas": "13.1.0.3", "cublaslt": "13.1.0.3", "cudart": "13.0.96", "nccl": "2.28.9"}, u
+
+
+def _tree(root: Path, files: dict[str, str]) -> str:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return str(root)
+
+
+def _quota(root: str, cgroups: str = "proc/self/cgroup") -> float | None:
+    def read(rel: str) -> str | None:
+        try:
+            return (Path(root) / rel).read_text()
+        except OSError:
+            return None
+
+    return cgroups_module.cpu_quota(read, read(cgroups) or "")
+
+
+V2 = "sys/fs/cgroup"
+V1 = "sys/fs/cgroup/cpu,cpuacct"
+
+
+@pytest.mark.parametrize("files, expected", [
+    # a leaf without a quota under a pod that has one: the pod's limits the leaf too
+    ({"proc/self/cgroup": "0::/kubepods/pod1/ctr\n", f"{V2}/cgroup.controllers": "cpu\n",
+      f"{V2}/kubepods/pod1/cpu.max": "250000 100000\n", f"{V2}/kubepods/pod1/ctr/cpu.max": "max 100000\n"}, 2.5),
+    # the smaller of two levels, wherever it is
+    ({"proc/self/cgroup": "0::/a/b\n", f"{V2}/cgroup.controllers": "cpu\n", f"{V2}/a/cpu.max": "800000 100000\n",
+      f"{V2}/a/b/cpu.max": "50000 100000\n"}, 0.5),
+    # a container in its own cgroup namespace sees its cgroup as the root of the mount
+    ({"proc/self/cgroup": "0::/\n", f"{V2}/cgroup.controllers": "cpu\n", f"{V2}/cpu.max": "150000 100000\n"}, 1.5),
+    # no quota anywhere, an unreadable level, a value that is not one
+    ({"proc/self/cgroup": "0::/a\n", f"{V2}/cgroup.controllers": "cpu\n", f"{V2}/a/cpu.max": "max 100000\n"}, None),
+    ({"proc/self/cgroup": "0::/a\n", f"{V2}/cgroup.controllers": "cpu\n", f"{V2}/a/cpu.max": "lots 100000\n"}, None),
+    ({"proc/self/cgroup": "0::/a\n"}, None),
+    ({}, None),
+    # cgroup v1: the cpu controller's quota and period; -1 is no quota
+    ({"proc/self/cgroup": "3:cpu,cpuacct:/kubepods/pod1\n1:name=systemd:/kubepods/pod1\n",
+      f"{V1}/kubepods/pod1/cpu.cfs_quota_us": "300000\n", f"{V1}/kubepods/pod1/cpu.cfs_period_us": "100000\n"}, 3.0),
+    ({"proc/self/cgroup": "3:cpu,cpuacct:/kubepods/pod1\n", f"{V1}/kubepods/pod1/cpu.cfs_quota_us": "-1\n",
+      f"{V1}/kubepods/pod1/cpu.cfs_period_us": "100000\n"}, None),
+    # a hybrid host (v1 controllers, an empty unified line): the cpu controller's hierarchy
+    ({"proc/self/cgroup": "1:cpu:/job\n0::/\n", "sys/fs/cgroup/cpu/job/cpu.cfs_quota_us": "400000\n",
+      "sys/fs/cgroup/cpu/job/cpu.cfs_period_us": "100000\n"}, 4.0),
+], ids=["pod-above-leaf", "smaller-level", "namespace-root", "max", "garbage", "no-files", "nothing", "v1", "v1-none",
+        "hybrid"])
+def test_the_cpu_quota_is_the_smallest_on_the_way_up(tmp_path: Path, files: dict[str, str], expected: float | None):
+    assert _quota(_tree(tmp_path, files)) == expected
+
+
+def test_the_cpu_quota_of_the_captured_container_is_the_placements() -> None:
+    """The same cgroup files as [vllm.placement] reads for the server: its 8-CPU docker quota."""
+    assert _quota(TREE, f"proc/{PID}/cgroup") == _section()["vllm"]["placement"]["cpu_quota_cpus"] == 8.0
+
+
+def test_the_host_job_counts_a_cgroup_quota_below_the_cpus_it_may_run_on(tmp_path: Path, monkeypatch) -> None:
+    """A pod limited to half a CPU keeps every CPU in its affinity: the host job is not forked there."""
+    from hoststate import ahead
+
+    monkeypatch.setattr(ahead, "HOST_CPUS", 1)  # the quota is read where the affinity would allow the job
+    limited = _tree(tmp_path / "pod", {"proc/self/cgroup": "0::/\n", f"{V2}/cgroup.controllers": "cpu\n",
+                                       f"{V2}/cpu.max": "50000 100000\n"})
+    free = _tree(tmp_path / "free", {"proc/self/cgroup": "0::/\n", f"{V2}/cgroup.controllers": "cpu\n",
+                                     f"{V2}/cpu.max": "max 100000\n"})
+    assert ahead._cpus(limited) == 0.5
+    assert ahead._cpus(free) == len(os.sched_getaffinity(0))
+    assert ahead.host_wanted(["snap"], cpus=ahead._cpus(limited)) is False
+    assert ahead.host_wanted(["snap"], cpus=ahead._cpus(free)) is True
+    assert ahead._cpus() > 0  # this machine's own files read without an error

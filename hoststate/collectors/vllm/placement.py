@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hoststate import procfiles
+from hoststate.cgroups import cgroup_dirs, parse_cpu_max
 from hoststate.collectors.system import parse_cpulist
 from hoststate.coverage import source
 from hoststate.io import Reader, decode
@@ -100,18 +101,6 @@ def parse_status(text: str) -> dict[str, Any]:
     return out
 
 
-def cgroup_dirs(text: str) -> tuple[str | None, str | None]:
-    """(v2 path, v1 cpu-controller directory) from ``/proc/PID/cgroup`` (``0::/path``, ``N:cpu,cpuacct:/path``)."""
-    v2 = v1 = None
-    for line in text.splitlines():
-        num, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        if num == "0" and not controllers:
-            v2 = "/" + path.strip().strip("/")
-        elif "cpu" in controllers.split(","):
-            v1 = f"{controllers}/{path.strip().strip('/')}".rstrip("/")
-    return v2, v1
-
-
 def cgroup_of(reader: Reader, pid: int | str) -> str | None:
     """The directory under /sys/fs/cgroup holding a process's ``cpu.stat`` (v2's path first, else v1's cpu
     controller's), or None: the watch reads the server's throttling at a run's start and end."""
@@ -131,15 +120,6 @@ def read_cpu_stat(reader: Reader, cgroup: str) -> dict[str, int] | None:
     if "throttled_time" in stat and "throttled_usec" not in stat:
         stat["throttled_usec"] = stat.pop("throttled_time") // 1000
     return stat
-
-
-def parse_cpu_max(text: str) -> float | None:
-    """cgroup v2 ``cpu.max`` (``$MAX $PERIOD``) as CPUs of quota; None for ``max`` (no limit)."""
-    fields = text.split()
-    if not fields or fields[0] == "max":
-        return None
-    period = int(fields[1]) if len(fields) > 1 else 100000
-    return round(int(fields[0]) / period, 3)
 
 
 def parse_kv(text: str) -> dict[str, int]:
