@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import importlib
 import os
 import threading
 import time
@@ -79,7 +80,9 @@ class SnapOptions:
     """How to snap a host, built once (by the CLI from its options, or by a caller) and handed on whole.
 
     ``root``: read the host through this prefix; ``only``/``skip``: collector selection; ``timeout``: seconds a
-    collector may take; ``vllm_*``: where the vLLM server is described from; ``label``: ``[hoststate].label``.
+    collector may take; ``vllm_*``: where the vLLM server is described from; ``label``: ``[hoststate].label``;
+    ``prepare``: modules the caller imports once the snapshot is taken (guard's report), imported while the
+    collectors run (on a GPU host the parent waits for NVML meanwhile).
     """
 
     root: str = "/"
@@ -92,6 +95,7 @@ class SnapOptions:
     vllm_url: str | None = None
     vllm_version: str | None = None
     label: str | None = None
+    prepare: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, options: Mapping[str, Any] | None = None, **more: Any) -> SnapOptions:
@@ -118,7 +122,7 @@ def context_of(opts: SnapOptions) -> tuple[Context, tuple[str, ...]]:
 def snap(opts: SnapOptions) -> dict[str, Any]:
     """Snapshot the host (or a captured tree under ``opts.root``) as ``hoststate snap`` would."""
     ctx, names = context_of(opts)
-    return collect(ctx, names, label=opts.label)
+    return collect(ctx, names, label=opts.label, prepare=opts.prepare)
 
 
 def _hostname(ctx: Context) -> str | None:
@@ -153,12 +157,12 @@ def assemble(sections: Mapping[str, Section], meta: Mapping[str, Any]) -> dict[s
     return snap
 
 
-def _warm(names: tuple[str, ...]) -> None:
+def _warm(names: tuple[str, ...], modules: tuple[str, ...] = ()) -> None:
     """What the last steps build on first use, built while the collectors run (the same cached objects; never
     raises): redaction's rule table and keywords (hoststate.redact.prepare, which a snap of the GPUs alone would
     otherwise build after NVML answered; a section that finishes first waits for this build rather than make its
-    own) and the digest's default policy, with the rules of the tables ``names`` (the digest builds the others as
-    it rates them)."""
+    own), the digest's default policy, with the rules of the tables ``names`` (the digest builds the others as
+    it rates them), then ``modules`` (SnapOptions.prepare)."""
     with contextlib.suppress(Exception):
         from hoststate.redact import prepare
 
@@ -167,6 +171,9 @@ def _warm(names: tuple[str, ...]) -> None:
         from hoststate.policy import default_policy
 
         default_policy().prepare(names)
+    for module in modules:
+        with contextlib.suppress(Exception):
+            importlib.import_module(module)
 
 
 def _redact_section(sec: Section) -> None:
@@ -181,8 +188,10 @@ def _redact_section(sec: Section) -> None:
     sec.notes[:] = [redact_text(n) for n in sec.notes]
 
 
-def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = None) -> dict[str, Any]:
-    """Run the collectors and return the snapshot mapping (never raises for a collector's sake)."""
+def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = None,
+            prepare: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run the collectors and return the snapshot mapping (never raises for a collector's sake); ``prepare``: as
+    SnapOptions.prepare."""
     from hoststate.redact import redact_text
 
     # Redaction's patterns and the digest's policy are built, and each section redacted, while the slowest
@@ -191,7 +200,7 @@ def collect(ctx: Context, names: tuple[str, ...] = NAMES, label: str | None = No
     # finishes. Without that wait the same work is only more of it under one interpreter lock (18 ms more of a
     # snap on the project's VM, docs/performance.md), and the digest builds and rates what the snapshot has.
     fill = ahead.pending(ahead.NAME)
-    warm = threading.Thread(target=_warm, args=(names if fill else (),), name="warm", daemon=True)
+    warm = threading.Thread(target=_warm, args=(names if fill else (), prepare), name="warm", daemon=True)
     warm.start()
     redacted: set[int] = set()
 

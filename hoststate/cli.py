@@ -27,6 +27,8 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
 )
 
 
+#: The module that renders guard's verdict.
+REPORT = "hoststate.render.guard"
 #: The file name that means stdin (an input) or stdout (an output).
 STDIO = "-"
 #: Largest snapshot read from stdin, as for a file (a host's snapshot is tens of KiB).
@@ -411,7 +413,6 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
     --save-current may be '-': stdin and stdout belong to CMD.
     """
     from hoststate.capture import SnapOptions
-    from hoststate.render.guard import render_guard
     from hoststate.run.flow import guarded_run
     from hoststate.run.guard import GuardResult
 
@@ -428,6 +429,8 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
         prepare_output(watch.trace, force, "--watch-trace", protect=inputs)
 
     def announce(result: GuardResult) -> None:
+        from hoststate.render.guard import render_guard
+
         if verbose:
             for line in summary_lines(result.current):
                 click.echo(line, err=True)
@@ -440,9 +443,10 @@ def guard(ctx: click.Context, baseline: str, policy_files: tuple[str, ...], acce
 
             click.echo("\n".join(running_lines(result, command)), err=True)
 
-    outcome = guarded_run(baseline, command, SnapOptions.of(opts, label=label), policy_files=policy_files,
-                          accept=accept, allow_unreadable=allow_unreadable, watch=watch, save_current=save_current,
-                          force=force, protect=inputs, announce=announce)
+    # the report's modules are imported while the collectors run (SnapOptions.prepare), not before them
+    outcome = guarded_run(baseline, command, SnapOptions.of(opts, label=label, prepare=(REPORT,)),
+                          policy_files=policy_files, accept=accept, allow_unreadable=allow_unreadable, watch=watch,
+                          save_current=save_current, force=force, protect=inputs, announce=announce)
     _said(outcome, command)
     ctx.exit(outcome.exit_status(fail_on))
 

@@ -370,6 +370,51 @@ def test_a_guard_builds_the_shipped_policy_once_in_the_snaps_warm_thread(tmp_pat
     assert built == ["warm"]
 
 
+PREPARED = """
+import sys, threading
+seen = []
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "hoststate.render.guard":
+            seen.append(threading.current_thread().name)
+        return None
+sys.meta_path.insert(0, Spy())
+from hoststate.cli import main
+try:
+    main(sys.argv[1:])
+finally:
+    print("imported in", seen)
+"""
+
+
+def test_a_guards_report_is_imported_while_the_collectors_run(tmp_path: pathlib.Path) -> None:
+    """guard's report module comes in the snap's warm thread (SnapOptions.prepare: on a GPU host the parent
+    waits for NVML meanwhile), not on the main thread before the host is snapped; a module that cannot be imported
+    there costs the snapshot nothing."""
+    from hoststate.capture import SnapOptions, snap
+
+    tree = str(HOSTS / "seed-baseline")
+    base = tmp_path / "b.toml"
+    done = subprocess.run([sys.executable, "-m", "hoststate", "snap", "-q", "--root", tree, "-o", str(base)],
+                          env={**os.environ, "PYTHONPATH": PYTHONPATH}, timeout=120)
+    assert done.returncode == 0
+    run = subprocess.run([sys.executable, "-c", PREPARED, "guard", "--root", tree, "--baseline", str(base), "--",
+                          sys.executable, "-c", "0"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    assert "comparable" in run.stderr, run.stderr
+    assert run.stdout.splitlines()[-1] == "imported in ['warm']"
+    (tmp_path / "hs_prepared_here.py").write_text("import threading\nTHREAD = threading.current_thread().name\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        taken = snap(SnapOptions(root=tree, only=("system",), prepare=("no_such_module_hs", "hs_prepared_here")))
+        import hs_prepared_here  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("hs_prepared_here", None)
+    assert hs_prepared_here.THREAD == "warm"
+    assert taken["collectors"]["system"]["status"] == "ok"
+
+
 @pytest.mark.parametrize("job", [None, "gpu", "host"], ids=["no child", "a GPU child collecting ahead",
                                                            "a host child alone"])
 def test_the_digest_work_fills_only_a_wait_for_the_gpu_child(monkeypatch: pytest.MonkeyPatch, job: str | None) -> None:
