@@ -112,7 +112,10 @@ def _cpus(root: str = "/") -> float:
             except OSError:
                 return None
 
-        quota = cpu_quota(read, read("proc/self/cgroup") or "")
+        try:
+            quota = cpu_quota(read, read("proc/self/cgroup") or "")
+        except Exception:  # a file no kernel writes: the affinity alone decides, as before the quota was read
+            quota = None
         cpus = cpus if quota is None else min(cpus, quota)
     return cpus
 

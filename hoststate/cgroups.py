@@ -22,12 +22,13 @@ def cgroup_dirs(text: str) -> tuple[str | None, str | None]:
 
 
 def parse_cpu_max(text: str) -> float | None:
-    """cgroup v2 ``cpu.max`` (``$MAX $PERIOD``) as CPUs of quota; None for ``max`` (no limit)."""
+    """cgroup v2 ``cpu.max`` (``$MAX $PERIOD``) as CPUs of quota; None for ``max`` (no limit) or a period that is
+    not one; ValueError when a field is not a number."""
     fields = text.split()
     if not fields or fields[0] == "max":
         return None
     period = int(fields[1]) if len(fields) > 1 else 100000
-    return round(int(fields[0]) / period, 3)
+    return round(int(fields[0]) / period, 3) if period > 0 else None
 
 
 def cpu_quota(read: Callable[[str], str | None], cgroups: str) -> float | None:

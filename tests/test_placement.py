@@ -260,6 +260,7 @@ V1 = "sys/fs/cgroup/cpu,cpuacct"
     # no quota anywhere, an unreadable level, a value that is not one
     ({"proc/self/cgroup": "0::/a\n", f"{V2}/cgroup.controllers": "cpu\n", f"{V2}/a/cpu.max": "max 100000\n"}, None),
     ({"proc/self/cgroup": "0::/a\n", f"{V2}/cgroup.controllers": "cpu\n", f"{V2}/a/cpu.max": "lots 100000\n"}, None),
+    ({"proc/self/cgroup": "0::/a\n", f"{V2}/cgroup.controllers": "cpu\n", f"{V2}/a/cpu.max": "50000 0\n"}, None),
     ({"proc/self/cgroup": "0::/a\n"}, None),
     ({}, None),
     # cgroup v1: the cpu controller's quota and period; -1 is no quota
@@ -270,8 +271,8 @@ V1 = "sys/fs/cgroup/cpu,cpuacct"
     # a hybrid host (v1 controllers, an empty unified line): the cpu controller's hierarchy
     ({"proc/self/cgroup": "1:cpu:/job\n0::/\n", "sys/fs/cgroup/cpu/job/cpu.cfs_quota_us": "400000\n",
       "sys/fs/cgroup/cpu/job/cpu.cfs_period_us": "100000\n"}, 4.0),
-], ids=["pod-above-leaf", "smaller-level", "namespace-root", "max", "garbage", "no-files", "nothing", "v1", "v1-none",
-        "hybrid"])
+], ids=["pod-above-leaf", "smaller-level", "namespace-root", "max", "garbage", "zero-period", "no-files", "nothing",
+        "v1", "v1-none", "hybrid"])
 def test_the_cpu_quota_is_the_smallest_on_the_way_up(tmp_path: Path, files: dict[str, str], expected: float | None):
     assert _quota(_tree(tmp_path, files)) == expected
 
@@ -295,3 +296,9 @@ def test_the_host_job_counts_a_cgroup_quota_below_the_cpus_it_may_run_on(tmp_pat
     assert ahead.host_wanted(["snap"], cpus=ahead._cpus(limited)) is False
     assert ahead.host_wanted(["snap"], cpus=ahead._cpus(free)) is True
     assert ahead._cpus() > 0  # this machine's own files read without an error
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("a bug in the reader")
+
+    monkeypatch.setattr(cgroups_module, "cpu_quota", broken)
+    assert ahead._cpus(limited) == len(os.sched_getaffinity(0))  # the command still starts: the affinity decides
