@@ -216,7 +216,6 @@ def test_show_and_check_load_no_diff_or_policy_module(tmp_path: Path, snapshots:
                                                  "hoststate.render.diff", "hoststate.render.findings"))}
 
 
-
 def test_a_snap_without_cpythons_sha256_takes_hashlibs_and_writes_the_same_digest(tmp_path: Path) -> None:
     """The control for the OPENSSL checks: the runner does see hashlib where the digest needs it."""
     out = tmp_path / "modules.json"
