@@ -109,6 +109,10 @@ class SnapOptions:
         for key in ("only", "skip"):
             if given.get(key) is not None:
                 given[key] = tuple(given[key])
+        if isinstance(given.get("prepare"), str):  # one module's name, not its letters
+            given["prepare"] = (given["prepare"],)
+        elif given.get("prepare") is not None:
+            given["prepare"] = tuple(given["prepare"])
         return cls(**given)
 
 

@@ -55,7 +55,7 @@ def cpu_quota(read: Callable[[str], str | None], cgroups: str) -> float | None:
             else:
                 q, p = int(read(f"{d}/cpu.cfs_quota_us") or -1), int(read(f"{d}/cpu.cfs_period_us") or 0)
                 quota = q / p if q >= 0 and p > 0 else None
-        except ValueError:  # not a quota: this level sets none that can be read
+        except (ValueError, ArithmeticError):  # not a quota (a word, a number no float holds): none that can be read
             quota = None
         if quota is not None and quota > 0:
             quotas.append(quota)

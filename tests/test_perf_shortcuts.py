@@ -413,6 +413,8 @@ def test_a_guards_report_is_imported_while_the_collectors_run(tmp_path: pathlib.
         sys.modules.pop("hs_prepared_here", None)
     assert hs_prepared_here.THREAD == "warm"
     assert taken["collectors"]["system"]["status"] == "ok"
+    assert SnapOptions.of(prepare="one.module").prepare == ("one.module",)  # a name, not its letters
+    assert SnapOptions.of(prepare=["a", "b"]).prepare == ("a", "b") and hash(SnapOptions.of(prepare=["a"]))
 
 
 @pytest.mark.parametrize("job", [None, "gpu", "host"], ids=["no child", "a GPU child collecting ahead",

@@ -261,6 +261,7 @@ V1 = "sys/fs/cgroup/cpu,cpuacct"
     ({"proc/self/cgroup": "0::/a\n", f"{V2}/cgroup.controllers": "cpu\n", f"{V2}/a/cpu.max": "max 100000\n"}, None),
     ({"proc/self/cgroup": "0::/a\n", f"{V2}/cgroup.controllers": "cpu\n", f"{V2}/a/cpu.max": "lots 100000\n"}, None),
     ({"proc/self/cgroup": "0::/a\n", f"{V2}/cgroup.controllers": "cpu\n", f"{V2}/a/cpu.max": "50000 0\n"}, None),
+    ({"proc/self/cgroup": "0::/a\n", f"{V2}/cgroup.controllers": "cpu\n", f"{V2}/a/cpu.max": "9" * 400 + " 1\n"}, None),
     ({"proc/self/cgroup": "0::/a\n"}, None),
     ({}, None),
     # cgroup v1: the cpu controller's quota and period; -1 is no quota
@@ -271,8 +272,8 @@ V1 = "sys/fs/cgroup/cpu,cpuacct"
     # a hybrid host (v1 controllers, an empty unified line): the cpu controller's hierarchy
     ({"proc/self/cgroup": "1:cpu:/job\n0::/\n", "sys/fs/cgroup/cpu/job/cpu.cfs_quota_us": "400000\n",
       "sys/fs/cgroup/cpu/job/cpu.cfs_period_us": "100000\n"}, 4.0),
-], ids=["pod-above-leaf", "smaller-level", "namespace-root", "max", "garbage", "zero-period", "no-files", "nothing",
-        "v1", "v1-none", "hybrid"])
+], ids=["pod-above-leaf", "smaller-level", "namespace-root", "max", "garbage", "zero-period", "huge", "no-files",
+        "nothing", "v1", "v1-none", "hybrid"])
 def test_the_cpu_quota_is_the_smallest_on_the_way_up(tmp_path: Path, files: dict[str, str], expected: float | None):
     assert _quota(_tree(tmp_path, files)) == expected
 

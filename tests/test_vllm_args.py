@@ -841,3 +841,42 @@ def test_the_vllm_collector_waits_for_the_gpu_section_only_where_a_servers_argum
     else:
         assert sections["vllm"].status in ("absent", "skipped") and "cudagraph" not in sections["vllm"].data
         assert nvml.opened is True and finished["vllm"] < finished["gpu"]  # described while NVML still waited
+
+
+def test_a_wedged_gpu_collector_costs_the_vllm_section_one_wait_not_its_budget(tmp_path) -> None:
+    """NVML that never answers: the vLLM collector reads the GPU count twice for these arguments (the declared
+    mode and the same-graphs check at -O 2) and waits for it once, then assumes the fit, within its own budget."""
+    import threading
+
+    from hoststate.collectors import Context, run_all
+
+    gate = threading.Event()
+    ctx = Context(root=str(tmp_path), timeout=1, nvml=_GatedNvml(gate), vllm_cmd="vllm serve M -tp 2 -O 2",
+                  vllm_version="0.33.0")
+    (tmp_path / "proc").mkdir()
+    try:
+        sections = run_all(ctx, ("gpu", "vllm"))
+    finally:
+        gate.set()  # the abandoned GPU thread ends
+    assert sections["gpu"].status == "timeout"
+    assert sections["vllm"].status == "ok", (sections["vllm"].status, sections["vllm"].reason)
+    assumes = sections["vllm"].data["cudagraph"]["declared_assumes"]
+    assert any("GPU count unknown" in a for a in assumes), assumes
+    assert ctx.ready == {} and "Event" not in repr(ctx)  # the collection's events are gone with it
+
+
+def test_context_section_waits_for_a_wedged_section_once() -> None:
+    from hoststate.collectors import Context, Section
+
+    class Never:
+        calls = 0
+
+        def wait(self, _timeout: float) -> bool:
+            Never.calls += 1
+            return False
+
+    ctx = Context(timeout=0.01, ready={"gpu": Never()})
+    assert ctx.section("gpu") is None and ctx.section("gpu") is None
+    assert Never.calls == 1
+    done = Context(sections={"gpu": Section(data={"count": 4})})  # outside a collection: what is there
+    assert done.section("gpu") is not None and done.section("gpu").data["count"] == 4

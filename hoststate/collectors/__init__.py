@@ -91,11 +91,11 @@ class Context(_Record):
         self.ready: dict[str, Any] = {} if ready is None else ready
 
     def section(self, name: str) -> Section | None:
-        """The section ``name`` of this collection, waited for (at most ``timeout`` seconds) while it is still
-        being collected; None when it is not collected or did not finish in time."""
+        """The section ``name`` of this collection, waited for (at most ``timeout`` seconds, once) while it is
+        still being collected; None when it is not collected or did not finish in time."""
         event = self.ready.get(name)
         if event is not None and not event.wait(self.timeout):
-            return None
+            self.ready.pop(name, None)  # wedged: a second reader does not wait for it again
         return self.sections.get(name)
 
     @property
@@ -281,7 +281,7 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
     for info in COLLECTORS:
         if info.name in wanted:
             done[info.name] = threading.Event()
-    ctx.ready = done  # Context.section: a collector that reads another's section only where it needs it
+    ctx.ready = dict(done)  # Context.section: a collector that reads another's section only where it needs it
     # NVML's start (pynvml's import, nvmlInit) is the longest wait of a GPU host: its thread starts first, so the
     # other collectors run while it waits without the interpreter lock. Each thread runs alone until it finishes
     # or STAGGER has passed: most collectors are Python that holds the lock, and threads that only take turns with
@@ -302,6 +302,7 @@ def run_all(ctx: Context, names: tuple[str, ...] | list[str] = NAMES,
             done[info.name].wait(max(0.0, starts[info.name] + budget - time.perf_counter()))
     with lock:
         final = True
+        ctx.ready = {}  # the collection's events end with it: the Context copies and compares as before
         out: dict[str, Section] = {}
         for info in COLLECTORS:
             if info.name not in wanted:
