@@ -31,6 +31,12 @@ def parse_cpu_max(text: str) -> float | None:
     return round(int(fields[0]) / period, 3) if period > 0 else None
 
 
+def cfs_max(quota: int, period: int) -> str:
+    """cgroup v1's ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us`` as v2's ``cpu.max`` text (-1: ``max``), so
+    that one parser reads both."""
+    return f"{'max' if quota < 0 else quota} {period}"
+
+
 def cpu_quota(read: Callable[[str], str | None], cgroups: str) -> float | None:
     """The smallest CPU quota, in CPUs, of the cgroup ``cgroups`` (``/proc/PID/cgroup``'s text) names and of every
     cgroup above it, as a parent's quota limits its children too (a Kubernetes pod's above its containers');
@@ -54,7 +60,7 @@ def cpu_quota(read: Callable[[str], str | None], cgroups: str) -> float | None:
                 quota = parse_cpu_max(read(f"{d}/cpu.max") or "max")
             else:
                 q, p = int(read(f"{d}/cpu.cfs_quota_us") or -1), int(read(f"{d}/cpu.cfs_period_us") or 0)
-                quota = q / p if q >= 0 and p > 0 else None
+                quota = parse_cpu_max(cfs_max(q, p))
         except (ValueError, ArithmeticError):  # not a quota (a word, a number no float holds): none that can be read
             quota = None
         if quota is not None and quota > 0:

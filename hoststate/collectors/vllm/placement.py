@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hoststate import procfiles
-from hoststate.cgroups import cgroup_dirs, parse_cpu_max
+from hoststate.cgroups import cfs_max, cgroup_dirs, parse_cpu_max
 from hoststate.collectors.system import parse_cpulist
 from hoststate.coverage import source
 from hoststate.io import Reader, decode
@@ -284,8 +284,8 @@ def _cgroup(r: Reader, text: str, out: dict[str, Any]) -> float | None:
         d = f"{base}/{v1}"
         q, p = r.read_int(f"{d}/cpu.cfs_quota_us"), r.read_int(f"{d}/cpu.cfs_period_us")
         if q is not None and p:
-            out["cpu_max"] = f"{'max' if q < 0 else q} {p}"
-            quota = None if q < 0 else round(q / p, 3)
+            out["cpu_max"] = cfs_max(q, p)
+            quota = parse_cpu_max(out["cpu_max"])
         stat = r.read(f"{d}/cpu.stat")
         if stat is not None:
             kv = parse_kv(stat)
