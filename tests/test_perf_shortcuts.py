@@ -372,25 +372,33 @@ def test_a_guard_builds_the_shipped_policy_once_in_the_snaps_warm_thread(tmp_pat
 
 PREPARED = """
 import sys, threading
-seen = []
+WATCHED = ("hoststate.render.guard", "hoststate.diff", "hoststate.run.record", "hoststate.run.launch")
+seen = {}
 class Spy:
     def find_spec(self, name, path=None, target=None):
-        if name == "hoststate.render.guard":
-            seen.append(threading.current_thread().name)
+        if name in WATCHED:
+            seen.setdefault(name, threading.current_thread().name)
         return None
 sys.meta_path.insert(0, Spy())
+import hoststate.run.guard as guard
+read = guard.read_baseline
+def spied(path):
+    seen["read_baseline"] = threading.current_thread().name
+    return read(path)
+guard.read_baseline = spied
 from hoststate.cli import main
 try:
     main(sys.argv[1:])
 finally:
-    print("imported in", seen)
+    print("imported in", sorted(seen.items()))
 """
 
 
 def test_a_guards_report_is_imported_while_the_collectors_run(tmp_path: pathlib.Path) -> None:
-    """guard's report module comes in the snap's warm thread (SnapOptions.prepare: on a GPU host the parent
-    waits for NVML meanwhile), not on the main thread before the host is snapped; a module that cannot be imported
-    there costs the snapshot nothing."""
+    """guard's report module and what its flow uses after the snapshot (the diff, the record, the launch) come in
+    the snap's warm thread (SnapOptions.prepare: on a GPU host the parent waits for NVML meanwhile), and the baseline
+    is read on a thread of its own, not on the main thread before the host is snapped; a module that cannot be
+    imported there costs the snapshot nothing."""
     from hoststate.capture import SnapOptions, snap
 
     tree = str(HOSTS / "seed-baseline")
@@ -402,7 +410,9 @@ def test_a_guards_report_is_imported_while_the_collectors_run(tmp_path: pathlib.
                           sys.executable, "-c", "0"], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": PYTHONPATH})
     assert "comparable" in run.stderr, run.stderr
-    assert run.stdout.splitlines()[-1] == "imported in ['warm']"
+    assert run.stdout.splitlines()[-1] == ("imported in [('hoststate.diff', 'warm'), ('hoststate.render.guard', "
+                                           "'warm'), ('hoststate.run.launch', 'warm'), ('hoststate.run.record', "
+                                           "'warm'), ('read_baseline', 'baseline')]")
     (tmp_path / "hs_prepared_here.py").write_text("import threading\nTHREAD = threading.current_thread().name\n")
     sys.path.insert(0, str(tmp_path))
     try:

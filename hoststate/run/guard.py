@@ -8,15 +8,19 @@ invalidating finding not accepted: the command must not start). The baseline is 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hoststate.capture import SnapOptions
-from hoststate.diff import DiffResult, Finding, compare
 from hoststate.errors import GuardRefused, InputError
 from hoststate.paths import split_path
-from hoststate.policy import Pattern, Policy, compile_pattern, load_policy
+
+if TYPE_CHECKING:  # imported where used: what a guard needs after its snapshot is imported while it is taken
+    from hoststate.diff import DiffResult, Finding
+    from hoststate.policy import Pattern, Policy
+
+_T = TypeVar("_T")
 
 VERDICTS = ("comparable", "non-comparable", "refused")
 
@@ -36,6 +40,8 @@ class Acceptance:
     def __init__(self, patterns: Iterable[str] = ()):
         self.patterns: tuple[str, ...] = tuple(patterns)
         self._compiled: list[tuple[str, Pattern]] = []
+        if self.patterns:
+            from hoststate.policy import compile_pattern
         for pattern in self.patterns:
             try:
                 self._compiled.append((pattern, compile_pattern(split_path(pattern))))
@@ -122,6 +128,33 @@ def read_baseline(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
     return loads(data, name), "sha256:" + sha256(data).hexdigest()
 
 
+def _beside(read: Callable[[str], _T], name: str) -> Callable[[], _T]:
+    """``read(name)`` on a thread of its own, started now; the call returned waits for it and returns its value or
+    raises its error. The guard reads its baseline so while the host is snapped: on a GPU host the snap's parent
+    waits for NVML meanwhile, and a thread's file reads overlap the collectors' anywhere."""
+    import threading
+
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append((True, read(name)))
+        except BaseException as err:  # handed to the caller's thread, raised there
+            out.append((False, err))
+
+    thread = threading.Thread(target=run, name="baseline", daemon=True)
+    thread.start()
+
+    def result() -> _T:
+        thread.join()
+        ok, value = out[0]
+        if not ok:
+            raise value
+        return value
+
+    return result
+
+
 def host_state(snap: Mapping[str, Any]) -> dict[str, Any]:
     """A snapshot without the [guard] table: a baseline may itself be a guarded run's saved snapshot."""
     return {k: v for k, v in snap.items() if k != GUARD_TABLE}
@@ -160,16 +193,22 @@ def evaluate(baseline: str | os.PathLike[str] | Mapping[str, Any], opts: SnapOpt
     if isinstance(baseline, Mapping):
         from hoststate.snapshot import validate
 
-        base_snap, base_name, base_sha = validate(dict(baseline), "<baseline>"), "<baseline>", ""
-    else:
-        base_name = os.fspath(baseline)
-        base_snap, base_sha = read_baseline(base_name)
+        base_name, loaded = "<baseline>", (validate(dict(baseline), "<baseline>"), "")
+    else:  # read on a thread of its own while the host is snapped; a bad baseline still refuses before any run
+        base_name, loaded = os.fspath(baseline), None
+        pending = _beside(read_baseline, base_name)
     if policy is None and policy_files:  # a bad user policy is an error before the host is snapped
+        from hoststate.policy import load_policy
+
         policy = load_policy(tuple(policy_files))
     if current is None:
         current = snap_host(opts)
         if opts.vllm_cmd is not None:
             _refuse_refused_command(current)
+    base_snap, base_sha = loaded if loaded is not None else pending()
+    from hoststate.diff import compare
+    from hoststate.policy import load_policy
+
     if policy is None:  # the shipped rules: built by the snap's warm thread while the collectors ran
         policy = load_policy(())
     current = dict(current)
