@@ -372,7 +372,7 @@ def test_a_guard_builds_the_shipped_policy_once_in_the_snaps_warm_thread(tmp_pat
 
 PREPARED = """
 import sys, threading
-WATCHED = ("hoststate.render.guard", "hoststate.diff", "hoststate.run.record", "hoststate.run.launch")
+WATCHED = ("hoststate.render.guard", "hoststate.run.record", "hoststate.run.launch")
 seen = {}
 class Spy:
     def find_spec(self, name, path=None, target=None):
@@ -381,11 +381,11 @@ class Spy:
         return None
 sys.meta_path.insert(0, Spy())
 import hoststate.run.guard as guard
-read = guard.read_baseline
-def spied(path):
-    seen["read_baseline"] = threading.current_thread().name
-    return read(path)
-guard.read_baseline = spied
+parse = guard.parse_baseline
+def spied(data, name):
+    seen["parse_baseline"] = threading.current_thread().name
+    return parse(data, name)
+guard.parse_baseline = spied
 from hoststate.cli import main
 try:
     main(sys.argv[1:])
@@ -395,10 +395,10 @@ finally:
 
 
 def test_a_guards_report_is_imported_while_the_collectors_run(tmp_path: pathlib.Path) -> None:
-    """guard's report module and what its flow uses after the snapshot (the diff, the record, the launch) come in
-    the snap's warm thread (SnapOptions.prepare: on a GPU host the parent waits for NVML meanwhile), and the baseline
-    is read on a thread of its own, not on the main thread before the host is snapped; a module that cannot be
-    imported there costs the snapshot nothing."""
+    """guard's report module and what its flow uses after the snapshot (the record, the launch) come in the snap's
+    warm thread (SnapOptions.prepare: on a GPU host the parent waits for NVML meanwhile), and the baseline is parsed
+    on a thread of its own, not on the main thread before the host is snapped; a module that cannot be imported
+    there costs the snapshot nothing."""
     from hoststate.capture import SnapOptions, snap
 
     tree = str(HOSTS / "seed-baseline")
@@ -410,9 +410,9 @@ def test_a_guards_report_is_imported_while_the_collectors_run(tmp_path: pathlib.
                           sys.executable, "-c", "0"], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": PYTHONPATH})
     assert "comparable" in run.stderr, run.stderr
-    assert run.stdout.splitlines()[-1] == ("imported in [('hoststate.diff', 'warm'), ('hoststate.render.guard', "
-                                           "'warm'), ('hoststate.run.launch', 'warm'), ('hoststate.run.record', "
-                                           "'warm'), ('read_baseline', 'baseline')]")
+    assert run.stdout.splitlines()[-1] == ("imported in [('hoststate.render.guard', 'warm'), ('hoststate.run.launch',"
+                                           " 'warm'), ('hoststate.run.record', 'warm'), ('parse_baseline', "
+                                           "'baseline')]")
     (tmp_path / "hs_prepared_here.py").write_text("import threading\nTHREAD = threading.current_thread().name\n")
     sys.path.insert(0, str(tmp_path))
     try:
@@ -425,6 +425,36 @@ def test_a_guards_report_is_imported_while_the_collectors_run(tmp_path: pathlib.
     assert taken["collectors"]["system"]["status"] == "ok"
     assert SnapOptions.of(prepare="one.module").prepare == ("one.module",)  # a name, not its letters
     assert SnapOptions.of(prepare=["a", "b"]).prepare == ("a", "b") and hash(SnapOptions.of(prepare=["a"]))
+
+
+def test_what_guard_does_beside_its_snap_changes_no_answer(tmp_path: pathlib.Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The baseline parsed beside the snap: a missing one is still refused before the host is snapped, one that is
+    not a snapshot is refused (no run), its error raised on the caller's thread as it was; and the guard's
+    public records' type hints still resolve."""
+    import typing
+
+    from hoststate import capture
+    from hoststate.errors import InputError
+    from hoststate.run.flow import RunOutcome, WatchedRun, WatchOptions, guarded_run
+    from hoststate.run.guard import GuardResult, evaluate
+
+    snapped: list[str] = []
+    real = capture.snap
+    monkeypatch.setattr(capture, "snap", lambda opts: snapped.append(threading.current_thread().name) or real(opts))
+    tree = str(HOSTS / "seed-baseline")
+    with pytest.raises(InputError, match="baseline not found"):
+        evaluate(str(tmp_path / "nope.toml"), root=tree, only=("system",))
+    assert snapped == []
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[hoststate\n")
+    ran = tmp_path / "ran"
+    with pytest.raises(InputError, match="bad.toml") as raised:
+        guarded_run(str(bad), ("touch", str(ran)), capture.SnapOptions(root=tree, only=("system",)))
+    assert snapped == ["MainThread"] and not ran.exists()
+    assert raised.traceback[-1].path.name == "snapshot.py"  # the parser's own frame, re-raised whole
+    for record in (GuardResult, RunOutcome, WatchedRun, WatchOptions):
+        assert typing.get_type_hints(record)
 
 
 @pytest.mark.parametrize("job", [None, "gpu", "host"], ids=["no child", "a GPU child collecting ahead",

@@ -9,21 +9,19 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hoststate import ahead
 from hoststate.capture import SnapOptions
 from hoststate.errors import GuardRefused, HoststateError
+from hoststate.policy import Policy, load_policy
 from hoststate.run import DEFAULT_CHECKPOINT, DEFAULT_INTERVAL, REPLAY_ENV
 from hoststate.run.guard import GuardResult, evaluate, host_state, refusal_message, snap_host
-
-if TYPE_CHECKING:
-    from hoststate.policy import Policy
-    from hoststate.run.judge import Rule
+from hoststate.run.judge import VERDICTS, Rule, shipped_rules
 
 #: What a guarded run uses once its host is snapped, imported while the snapshot is taken (SnapOptions.prepare):
-#: the diff, the record and the launch; the watch's modules are imported where it starts.
-AFTER_SNAP = ("hoststate.diff", "hoststate.run.record", "hoststate.run.launch")
+#: the record and the launch; the watch's modules are imported where it starts.
+AFTER_SNAP = ("hoststate.run.record", "hoststate.run.launch")
 
 
 #: Exit status of ``guard --watch --fail-on LEVEL`` when the command exited 0 and the run was judged LEVEL or worse.
@@ -44,16 +42,12 @@ class WatchedRun:
 
     def exit_status(self, fail_on: str | None = None) -> int:
         """The command's status; :data:`FAIL_ON_EXIT` instead of 0 when the verdict reaches ``fail_on``."""
-        from hoststate.run.judge import VERDICTS
-
         if self.returncode == 0 and fail_on and VERDICTS.index(self.verdict) >= VERDICTS.index(fail_on):
             return FAIL_ON_EXIT
         return self.returncode
 
 
-def _rules(rules: Sequence[Rule] | None = None) -> tuple[Rule, ...]:
-    from hoststate.run.judge import shipped_rules
-
+def _rules(rules: Sequence[Rule] | None) -> tuple[Rule, ...]:
     return shipped_rules() if rules is None else tuple(rules)
 
 
@@ -63,7 +57,7 @@ class WatchOptions:
 
     interval: float = DEFAULT_INTERVAL
     checkpoint: float = DEFAULT_CHECKPOINT
-    rules: tuple[Rule, ...] = field(default_factory=_rules)
+    rules: tuple[Rule, ...] = field(default_factory=shipped_rules)
     attach: str | None = None
     trace: str | None = None
     #: Attach to the result file the command itself names (``--result-dir``/``--result-filename``, as
@@ -132,10 +126,10 @@ def guarded_run(baseline: Any, command: Sequence[str] = (), opts: SnapOptions | 
     watch = _resolved(watch, command)
     # A user policy is read (and a bad one refused) before the host is snapped; the shipped rules' Policy is built
     # by the snap's warm thread while the collectors run, and AFTER_SNAP imported.
-    policy = _policy(policy_files) if policy_files else None
+    policy = load_policy(tuple(policy_files)) if policy_files else None
     result = evaluate(baseline, replace(opts, prepare=(*opts.prepare, *AFTER_SNAP)), policy=policy,
                       policy_files=policy_files, accept=accept, allow_unreadable=allow_unreadable)
-    policy = policy if policy is not None else _policy(())
+    policy = policy if policy is not None else load_policy(())
     from hoststate.run.launch import run_command
     from hoststate.run.record import command_env, watch_table, with_guard_table
 
@@ -168,12 +162,6 @@ def guarded_run(baseline: Any, command: Sequence[str] = (), opts: SnapOptions | 
         _save(save_current, snap, force=force, protect=protect)
         outcome.written.append(f"wrote {save_current} (verdict {result.verdict}, run {run.verdict})")
     return outcome
-
-
-def _policy(files: Sequence[str]) -> Policy:
-    from hoststate.policy import load_policy
-
-    return load_policy(tuple(files))
 
 
 def sweep_refusal(conflicts: Sequence[str]) -> str:
@@ -210,7 +198,6 @@ def watch_command(guard_result: GuardResult, command: Sequence[str], opts: SnapO
     ``RESULT.hoststate.json`` (the sidecar alone when the command left no JSON object there: the record says why).
     """
     # here: a guard that watches nothing skips them
-    from hoststate.policy import load_policy
     from hoststate.run.judge import baseline_metrics, judge
     from hoststate.run.launch import run_command
     from hoststate.run.record import build_record, command_env, identity, metadata_env, sidecar_path

@@ -10,15 +10,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from hoststate.capture import SnapOptions
+from hoststate.diff import DiffResult, Finding, compare
 from hoststate.errors import GuardRefused, InputError
 from hoststate.paths import split_path
-
-if TYPE_CHECKING:  # imported where used: what a guard needs after its snapshot is imported while it is taken
-    from hoststate.diff import DiffResult, Finding
-    from hoststate.policy import Pattern, Policy
+from hoststate.policy import Pattern, Policy, compile_pattern, load_policy
 
 _T = TypeVar("_T")
 
@@ -40,8 +38,6 @@ class Acceptance:
     def __init__(self, patterns: Iterable[str] = ()):
         self.patterns: tuple[str, ...] = tuple(patterns)
         self._compiled: list[tuple[str, Pattern]] = []
-        if self.patterns:
-            from hoststate.policy import compile_pattern
         for pattern in self.patterns:
             try:
                 self._compiled.append((pattern, compile_pattern(split_path(pattern))))
@@ -119,26 +115,36 @@ class GuardResult:
 
 def read_baseline(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
     """The baseline snapshot and the sha256 of its bytes; opened read-only, once. InputError when bad."""
-    from hoststate.digest import sha256
+    name = os.fspath(path)
+    return parse_baseline(baseline_bytes(name), name)
+
+
+def baseline_bytes(name: str) -> bytes:
+    """The baseline's bytes: InputError when it is missing, unreadable, not a regular file or too large."""
     from hoststate.io import SNAPSHOT_MAX_BYTES, read_input
+
+    return read_input(name, max_bytes=SNAPSHOT_MAX_BYTES, what="baseline")
+
+
+def parse_baseline(data: bytes, name: str) -> tuple[dict[str, Any], str]:
+    """The snapshot in ``data`` and the sha256 of its bytes; InputError when it is not a snapshot."""
+    from hoststate.digest import sha256
     from hoststate.snapshot import loads
 
-    name = os.fspath(path)
-    data = read_input(name, max_bytes=SNAPSHOT_MAX_BYTES, what="baseline")
     return loads(data, name), "sha256:" + sha256(data).hexdigest()
 
 
-def _beside(read: Callable[[str], _T], name: str) -> Callable[[], _T]:
-    """``read(name)`` on a thread of its own, started now; the call returned waits for it and returns its value or
-    raises its error. The guard reads its baseline so while the host is snapped: on a GPU host the snap's parent
-    waits for NVML meanwhile, and a thread's file reads overlap the collectors' anywhere."""
+def _beside(work: Callable[..., _T], *args: Any) -> Callable[[], _T]:
+    """``work(*args)`` on a thread of its own, started now; the call returned waits for it and returns its value or
+    raises its error. The guard parses its baseline so while the host is snapped (on a GPU host the snap's parent
+    waits for NVML meanwhile)."""
     import threading
 
     out: list[Any] = []
 
     def run() -> None:
         try:
-            out.append((True, read(name)))
+            out.append((True, work(*args)))
         except BaseException as err:  # handed to the caller's thread, raised there
             out.append((False, err))
 
@@ -194,21 +200,16 @@ def evaluate(baseline: str | os.PathLike[str] | Mapping[str, Any], opts: SnapOpt
         from hoststate.snapshot import validate
 
         base_name, loaded = "<baseline>", (validate(dict(baseline), "<baseline>"), "")
-    else:  # read on a thread of its own while the host is snapped; a bad baseline still refuses before any run
+    else:  # read now (a missing one refuses before the host is snapped), parsed while the host is snapped
         base_name, loaded = os.fspath(baseline), None
-        pending = _beside(read_baseline, base_name)
+        pending = _beside(parse_baseline, baseline_bytes(base_name), base_name)
     if policy is None and policy_files:  # a bad user policy is an error before the host is snapped
-        from hoststate.policy import load_policy
-
         policy = load_policy(tuple(policy_files))
     if current is None:
         current = snap_host(opts)
         if opts.vllm_cmd is not None:
             _refuse_refused_command(current)
     base_snap, base_sha = loaded if loaded is not None else pending()
-    from hoststate.diff import compare
-    from hoststate.policy import load_policy
-
     if policy is None:  # the shipped rules: built by the snap's warm thread while the collectors ran
         policy = load_policy(())
     current = dict(current)
