@@ -485,15 +485,15 @@ WATCH_OPTIONS = ("watch", "watch_interval", "watch_checkpoint", "watch_rules", "
 def _watch_options(opts: dict[str, Any], command: tuple[str, ...]) -> tuple[Any, str | None]:
     """Pop guard's --watch options out of ``opts``: a WatchOptions (None without --watch) and --fail-on; the
     others need --watch, and --watch needs a command."""
+    from hoststate.run.flow import WatchOptions
+    from hoststate.run.judge import load_rules
+
     watch = {k: opts.pop(k) for k in WATCH_OPTIONS}
     if not watch["watch"]:
         given = [k for k in WATCH_OPTIONS[3:] if watch[k]]
         if given:
             raise click.UsageError(f"--{given[0].replace('_', '-')} needs --watch")
         return None, None
-    from hoststate.run.flow import WatchOptions
-    from hoststate.run.judge import load_rules
-
     if not command:
         raise click.UsageError("--watch needs a command to watch (-- CMD ARGS...)")
     for key in ("watch_interval", "watch_checkpoint"):

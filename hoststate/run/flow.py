@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from hoststate import ahead
@@ -17,12 +17,19 @@ from hoststate.errors import GuardRefused, HoststateError
 from hoststate.policy import Policy, load_policy
 from hoststate.run import DEFAULT_CHECKPOINT, DEFAULT_INTERVAL, REPLAY_ENV
 from hoststate.run.guard import GuardResult, evaluate, host_state, refusal_message, snap_host
-from hoststate.run.judge import VERDICTS, Rule, shipped_rules
-
-#: What a guarded run uses once its host is snapped, imported while the snapshot is taken (SnapOptions.prepare):
-#: the record and the launch; the watch's modules are imported where it starts.
-AFTER_SNAP = ("hoststate.run.record", "hoststate.run.launch")
-
+from hoststate.run.judge import VERDICTS, Rule, baseline_metrics, judge, shipped_rules
+from hoststate.run.launch import run_command
+from hoststate.run.record import (
+    attach,
+    build_record,
+    command_env,
+    identity,
+    metadata_env,
+    sidecar_path,
+    watch_table,
+    with_guard_table,
+    write_sidecar,
+)
 
 #: Exit status of ``guard --watch --fail-on LEVEL`` when the command exited 0 and the run was judged LEVEL or worse.
 FAIL_ON_EXIT = 4
@@ -125,14 +132,11 @@ def guarded_run(baseline: Any, command: Sequence[str] = (), opts: SnapOptions | 
     opts = opts or SnapOptions()
     watch = _resolved(watch, command)
     # A user policy is read (and a bad one refused) before the host is snapped; the shipped rules' Policy is built
-    # by the snap's warm thread while the collectors run, and AFTER_SNAP imported.
+    # by the snap's warm thread while the collectors run.
     policy = load_policy(tuple(policy_files)) if policy_files else None
-    result = evaluate(baseline, replace(opts, prepare=(*opts.prepare, *AFTER_SNAP)), policy=policy,
-                      policy_files=policy_files, accept=accept, allow_unreadable=allow_unreadable)
+    result = evaluate(baseline, opts, policy=policy, policy_files=policy_files, accept=accept,
+                      allow_unreadable=allow_unreadable)
     policy = policy if policy is not None else load_policy(())
-    from hoststate.run.launch import run_command
-    from hoststate.run.record import command_env, watch_table, with_guard_table
-
     outcome = RunOutcome(result)
     if watch is not None and watch.attach_from_argv and watch.attach and not result.refused:
         from hoststate.run.sweep import earlier_conflicts
@@ -197,11 +201,7 @@ def watch_command(guard_result: GuardResult, command: Sequence[str], opts: SnapO
     With ``watch.attach`` the record is merged into that JSON result and written beside it as
     ``RESULT.hoststate.json`` (the sidecar alone when the command left no JSON object there: the record says why).
     """
-    # here: a guard that watches nothing skips them
-    from hoststate.run.judge import baseline_metrics, judge
-    from hoststate.run.launch import run_command
-    from hoststate.run.record import build_record, command_env, identity, metadata_env, sidecar_path
-    from hoststate.run.sampler import Sampler, descendants, open_source
+    from hoststate.run.sampler import Sampler, descendants, open_source  # here: a guard that watches nothing skips it
 
     opts, watch = opts or SnapOptions(), watch or WatchOptions()
     gpu_before = guard_result.current.get("collectors", {}).get("gpu", {}).get("status")
@@ -272,7 +272,7 @@ def _attach_both(run: WatchedRun, result: str, sidecar: str, snapshot: Mapping[s
     """The result and its sidecar, each stamp bound to what it stamps (``result_sha256``, ``snapshot_sha256``).
     One that cannot be written (a link, a FIFO, not JSON, not the command's own file) costs that file only, never
     the other, and is said in ``run.written`` (the command has already run: nothing is raised)."""
-    from hoststate.run.record import attach, text_digest, write_sidecar
+    from hoststate.run.record import text_digest
     from hoststate.snapshot import to_toml
 
     text = to_toml(snapshot)

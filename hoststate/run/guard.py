@@ -8,17 +8,15 @@ invalidating finding not accepted: the command must not start). The baseline is 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from hoststate.capture import SnapOptions
 from hoststate.diff import DiffResult, Finding, compare
 from hoststate.errors import GuardRefused, InputError
 from hoststate.paths import split_path
 from hoststate.policy import Pattern, Policy, compile_pattern, load_policy
-
-_T = TypeVar("_T")
 
 VERDICTS = ("comparable", "non-comparable", "refused")
 
@@ -115,50 +113,13 @@ class GuardResult:
 
 def read_baseline(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
     """The baseline snapshot and the sha256 of its bytes; opened read-only, once. InputError when bad."""
-    name = os.fspath(path)
-    return parse_baseline(baseline_bytes(name), name)
-
-
-def baseline_bytes(name: str) -> bytes:
-    """The baseline's bytes: InputError when it is missing, unreadable, not a regular file or too large."""
-    from hoststate.io import SNAPSHOT_MAX_BYTES, read_input
-
-    return read_input(name, max_bytes=SNAPSHOT_MAX_BYTES, what="baseline")
-
-
-def parse_baseline(data: bytes, name: str) -> tuple[dict[str, Any], str]:
-    """The snapshot in ``data`` and the sha256 of its bytes; InputError when it is not a snapshot."""
     from hoststate.digest import sha256
+    from hoststate.io import SNAPSHOT_MAX_BYTES, read_input
     from hoststate.snapshot import loads
 
+    name = os.fspath(path)
+    data = read_input(name, max_bytes=SNAPSHOT_MAX_BYTES, what="baseline")
     return loads(data, name), "sha256:" + sha256(data).hexdigest()
-
-
-def _beside(work: Callable[..., _T], *args: Any) -> Callable[[], _T]:
-    """``work(*args)`` on a thread of its own, started now; the call returned waits for it and returns its value or
-    raises its error. The guard parses its baseline so while the host is snapped (on a GPU host the snap's parent
-    waits for NVML meanwhile)."""
-    import threading
-
-    out: list[Any] = []
-
-    def run() -> None:
-        try:
-            out.append((True, work(*args)))
-        except BaseException as err:  # handed to the caller's thread, raised there
-            out.append((False, err))
-
-    thread = threading.Thread(target=run, name="baseline", daemon=True)
-    thread.start()
-
-    def result() -> _T:
-        thread.join()
-        ok, value = out[0]
-        if not ok:
-            raise value
-        return value
-
-    return result
 
 
 def host_state(snap: Mapping[str, Any]) -> dict[str, Any]:
@@ -199,17 +160,16 @@ def evaluate(baseline: str | os.PathLike[str] | Mapping[str, Any], opts: SnapOpt
     if isinstance(baseline, Mapping):
         from hoststate.snapshot import validate
 
-        base_name, loaded = "<baseline>", (validate(dict(baseline), "<baseline>"), "")
-    else:  # read now (a missing one refuses before the host is snapped), parsed while the host is snapped
-        base_name, loaded = os.fspath(baseline), None
-        pending = _beside(parse_baseline, baseline_bytes(base_name), base_name)
+        base_snap, base_name, base_sha = validate(dict(baseline), "<baseline>"), "<baseline>", ""
+    else:
+        base_name = os.fspath(baseline)
+        base_snap, base_sha = read_baseline(base_name)
     if policy is None and policy_files:  # a bad user policy is an error before the host is snapped
         policy = load_policy(tuple(policy_files))
     if current is None:
         current = snap_host(opts)
         if opts.vllm_cmd is not None:
             _refuse_refused_command(current)
-    base_snap, base_sha = loaded if loaded is not None else pending()
     if policy is None:  # the shipped rules: built by the snap's warm thread while the collectors ran
         policy = load_policy(())
     current = dict(current)
