@@ -88,3 +88,46 @@ def test_a_command_prefix_reaches_the_servers_env(monkeypatch):
                             ("vllm",))
     assert snap["vllm"]["env"]["TORCHDYNAMO_DISABLE"] == "1"
     assert snap["vllm"]["env"]["LD_PRELOAD"] == "libtcmalloc.so"
+
+
+def _site_with_vllm(tmp_path, version: str):
+    site = tmp_path / "site"
+    info = site / f"vllm-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    return site
+
+
+def test_vllm_variables_the_vllm_here_reads_as_unset_are_set_apart_as_the_servers_are(monkeypatch, tmp_path):
+    """A VLLM_* variable this process passes on is rated as the server that inherits it reads it: a name the vLLM
+    installed here (or given with --vllm-version) no longer reads, or a value equal to its default, moves to
+    ``same_as_unset`` with why, as ``vllm.env_same_as_unset`` does for the server, so one diff never calls it both
+    inert and invalidating. Without a version nothing is said."""
+    from hoststate.diff import compare
+    from tests.conftest import HOSTS
+
+    monkeypatch.syspath_prepend(str(_site_with_vllm(tmp_path, "0.12.0")))
+    for name in [n for n in __import__("os").environ if n.startswith("VLLM_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("VLLM_USE_V1", "0")  # the V0 engine's switch: vllm/envs.py of 0.12.0 no longer lists it
+    monkeypatch.setenv("VLLM_USE_DEEP_GEMM", "1")  # 0.12.0's default
+    monkeypatch.setenv("VLLM_ATTENTION_BACKEND", "FLASH_ATTN")  # read by 0.12.0: it selects kernels
+    monkeypatch.setenv("VLLM_TOTALLY_MADE_UP", "1")  # no recorded version reads it: a plugin or a fork may
+    live = capture.collect(Context(), ("env", "packages"))
+    assert live["packages"]["vllm"] == "0.12.0"
+    env = live["env"]
+    assert set(env["same_as_unset"]) == {"VLLM_USE_V1", "VLLM_USE_DEEP_GEMM"}
+    assert env["same_as_unset"]["VLLM_USE_V1"]["value"] == "0"
+    assert "does not read it" in env["same_as_unset"]["VLLM_USE_V1"]["because"]
+    assert "packages.vllm" in env["same_as_unset"]["VLLM_USE_DEEP_GEMM"]["because"]
+    assert env["VLLM_ATTENTION_BACKEND"] == "FLASH_ATTN" and env["VLLM_TOTALLY_MADE_UP"] == "1"
+    alone = capture.collect(Context(), ("env",))["env"]  # no packages section, no --vllm-version: nothing said
+    assert alone["VLLM_USE_V1"] == "0" and "same_as_unset" not in alone
+
+    tree, cmd = str(HOSTS / "seed-baseline"), "vllm serve m -tp 2"
+    with_it = capture.collect(Context(root=tree, vllm_cmd=cmd, vllm_version="0.12.0"), ("env", "vllm"))
+    monkeypatch.delenv("VLLM_USE_V1")
+    without = capture.collect(Context(root=tree, vllm_cmd=cmd, vllm_version="0.12.0"), ("env", "vllm"))
+    findings = compare(without, with_it).findings
+    assert {f.path.split(".")[0] for f in findings if "VLLM_USE_V1" in f.path} == {"env", "vllm"}
+    assert [f.path for f in findings if f.severity in ("invalidating", "warning")] == []

@@ -358,7 +358,7 @@ def test_a_variable_the_servers_version_no_longer_reads_changes_nothing():
 def test_a_name_counts_as_dropped_only_inside_the_recorded_versions(version, dropped):
     """Between two recorded versions both must lack the name; outside the recorded range, or for a version not
     understood, nothing is said to be unread. A VLLM_* name no recorded version reads (a plugin's) never is."""
-    from hoststate.collectors.vllm.envs import same_as_unset
+    from hoststate.collectors.vllm_release import same_as_unset
 
     found = same_as_unset({"VLLM_USE_V1": "1", "VLLM_MY_PLUGIN_KNOB": "1", "NCCL_ALGO": "Ring"}, version)
     assert set(found) == ({"VLLM_USE_V1"} if dropped else set())

@@ -123,7 +123,8 @@ COLLECTORS: tuple[CollectorInfo, ...] = (
     CollectorInfo("gpu", "hoststate.collectors.gpu", "NVIDIA GPUs, NVLink and topology through NVML"),
     CollectorInfo("vllm", "hoststate.collectors.vllm", "vLLM server arguments, environment, CUDA graph mode",
                   reads=("gpu",)),  # a server's world size above the host's GPU count is refused; no server, no wait
-    CollectorInfo("env", "hoststate.collectors.env", "performance-relevant environment of this process"),
+    CollectorInfo("env", "hoststate.collectors.env", "performance-relevant environment of this process",
+                  reads=("packages",)),  # which vLLM reads the VLLM_* variables; none set, no wait
     CollectorInfo("packages", "hoststate.collectors.packages", "installed versions of the inference stack"),
 )
 assert tuple(c.name for c in COLLECTORS) == NAMES, "snapshot.NAMES is the file contract; keep it in step"

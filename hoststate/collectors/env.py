@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from hoststate.collectors import Context, Section
-from hoststate.collectors.env_reads import settle
-from hoststate.redact import redact_env
+from hoststate.collectors.env_reads import SAME_AS_UNSET, settle
+from hoststate.redact import Own, redact_env
 
 #: It reads this process's own environment (os.environ) and no file: nothing it reads can fail.
 SOURCES: tuple = ()
@@ -52,4 +52,33 @@ def collect(ctx: Context) -> Section:
     data = select(os.environ)
     if not data:
         return Section(status="ok", data={}, reason=None)
+    settle_vllm(data, *_vllm_here(ctx, data))
     return Section(data=data)
+
+
+def _vllm_here(ctx: Context, data: Mapping[str, Any]) -> tuple[str | None, str]:
+    """The vLLM a command started from here runs, and where that comes from: ``--vllm-version``, else the one
+    installed for this interpreter (the packages section, waited for only where a VLLM_* variable is set)."""
+    if ctx.vllm_version:
+        return ctx.vllm_version, "given with --vllm-version"
+    if not any(name.startswith("VLLM_") for name in data):
+        return None, ""
+    packages = ctx.section("packages")
+    found = packages.data.get("vllm") if packages is not None else None
+    return (str(found), "the one installed for this interpreter (packages.vllm)") if found else (None, "")
+
+
+def settle_vllm(data: dict[str, Any], version: str | None, origin: str) -> None:
+    """The VLLM_* variables ``version`` reads as if they were not set (collectors/vllm_release.py) move to
+    ``same_as_unset`` with why, as a server's own move to ``vllm.env_same_as_unset``: a diff then rates alike what
+    this process passes on and what the server it starts reads."""
+    if not version:
+        return
+    from hoststate.collectors.vllm_release import same_as_unset
+
+    given = {name: value for name, value in data.items() if name.startswith("VLLM_") and isinstance(value, str)}
+    alike = same_as_unset(given, version) if given else {}
+    if alike:
+        apart = data.setdefault(SAME_AS_UNSET, {})
+        for name, why in sorted(alike.items()):
+            apart[name] = {"value": data.pop(name), "because": Own(f"{why}; vLLM {version} is {origin}")}

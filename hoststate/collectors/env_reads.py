@@ -8,7 +8,7 @@ settle() keeps, where the snapshot is written (``[env]`` and a server's ``[vllm.
 - the value as its reader spells it (``NCCL_ALGO = "Ring"``), and, where that is not what was given, the value as
   given and why under ``spelled.NAME`` (``value``, ``because``);
 - nothing, for a value that runs as without the variable: it moves to ``same_as_unset.NAME`` (``value``,
-  ``because``), as vLLM's own variables do (hoststate/collectors/vllm/envs.py). Mostly the reader's default; where
+  ``because``), as vLLM's own variables do (hoststate/collectors/vllm_release.py). Mostly the reader's default; where
   what a value does depends on another variable, a function says (NCCL logs a line per collective only at INFO or
   above with a subsystem such as COLL selected: NCCL_DEBUG and NCCL_DEBUG_SUBSYS each run as unset without the other).
 

@@ -478,7 +478,7 @@ def build(
     if url is not None:
         data["url"] = url
     if parsed.env is not None:
-        from hoststate.collectors.vllm.envs import same_as_unset  # with a server only: it reads the version table
+        from hoststate.collectors.vllm_release import same_as_unset  # with a server only: it reads the version table
 
         data["env"] = env_collector.select(parsed.env)
         alike = same_as_unset(data["env"], version)

@@ -7,10 +7,11 @@ docs/vllm.md "Adding a vLLM version"). A version not in the table is read by the
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from hoststate.collectors.vllm_release import version_key as version_key  # part of this module's API
 
 
 @dataclass(frozen=True)
@@ -491,17 +492,6 @@ VERSIONS: tuple[Rules, ...] = build(ROWS)
 #: Optimization level -> default CUDA graph mode (0.12+).
 OPT_LEVEL_CUDAGRAPH: dict[int, str] = {0: "NONE", 1: "PIECEWISE", 2: "FULL_AND_PIECEWISE", 3: "FULL_AND_PIECEWISE"}
 DEFAULT_OPT_LEVEL = 2
-
-_VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?")
-
-
-def version_key(text: str) -> tuple[int, int, int] | None:
-    """(major, minor, patch) of a version string such as ``0.11.1rc2.dev5+g1234`` or ``v0.12.0``."""
-    m = _VERSION_RE.match(text or "")
-    if not m:
-        return None
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-
 
 def rules_for(version: str | None) -> tuple[Rules, str | None]:
     """The table row for ``version`` and a note when it is not an exact row (nearest older is used)."""

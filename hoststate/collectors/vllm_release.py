@@ -1,29 +1,45 @@
-"""The VLLM_* variables of a server that its vLLM version reads as if they were not set.
+"""vLLM releases as data, light enough for any collector: a version's sort key, and the VLLM_* variables of an
+environment that a version reads as if they were not set.
 
 hoststate/data/vllm_env_names.json (scripts/vllm_envs.py, from the released wheels' vllm/envs.py) lists, for each
 recorded version, the names in ``environment_variables`` and, where the code makes it certain, the string each
-reads as when unset. Two cases run the server as without the variable:
+reads as when unset. Two cases run vLLM as without the variable:
 
-- a name an older recorded version reads and the server's version no longer does (nor the recorded versions on
+- a name an older recorded version reads and the given version no longer does (nor the recorded versions on
   either side of it): ``VLLM_USE_V1`` after the V0 engine was removed;
-- a value equal to that default string in the server's version (and in the recorded versions on either side):
+- a value equal to that default string in the given version (and in the recorded versions on either side):
   ``VLLM_USE_DEEP_GEMM=1`` on 0.12.0.
 
-The collector records such variables apart (``vllm.env_same_as_unset``, with why) rather than among the variables
-rated by what they do. A VLLM_* name that no recorded version reads stays where it was: a plugin or a fork may read
-it (hoststate/variables.toml). Nothing is said for a version outside the recorded range.
+The vLLM collector records a server's such variables apart (``vllm.env_same_as_unset``, with why), and the env
+collector those this process passes on (``env.same_as_unset``), rather than among the variables rated by what they
+do. A VLLM_* name that no recorded version reads stays where it was: a plugin or a fork may read it
+(hoststate/variables.toml). Nothing is said for a version outside the recorded range. This module imports neither
+the vLLM collector nor importlib.resources: the env collector runs in the child that reads the host ahead
+(hoststate/ahead.py).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
+import re
 from collections.abc import Mapping
-from importlib import resources
-
-from hoststate.collectors.vllm.versions import version_key
 
 DATA = "vllm_env_names.json"
+#: Shipped beside the package, read as the policy's tables are (hoststate/policy.py).
+_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", DATA)
+
+_VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def version_key(text: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a version string such as ``0.11.1rc2.dev5+g1234`` or ``v0.12.0``."""
+    m = _VERSION_RE.match(text or "")
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
 
 Row = tuple[tuple[int, int, int], str, Mapping[str, str | None]]
 
@@ -31,7 +47,8 @@ Row = tuple[tuple[int, int, int], str, Mapping[str, str | None]]
 @functools.lru_cache(maxsize=1)
 def _table() -> list[Row]:
     """(version key, version, {name: default or None}) of each recorded version, oldest first."""
-    names = json.loads(resources.files("hoststate").joinpath("data", DATA).read_text(encoding="utf-8"))
+    with open(_PATH, encoding="utf-8") as f:
+        names = json.load(f)
     rows = [(version_key(v), v, n) for v, n in names.items()]
     return sorted((k, v, n) for k, v, n in rows if k is not None)
 
