@@ -723,3 +723,67 @@ def test_only_vllms_human_readable_options_take_a_suffix(option, value, read):
     (and it has no T); argparse refuses ``--max-num-seqs 1k``, and so does hoststate's reading of the line."""
     snap = _served(f"{PLAIN} --{option.replace('_', '-')} {value}")
     assert (option in snap["vllm"]["args"]) is read, snap["vllm"].get("args_error")
+
+
+def _on_gpus(command: str, version: str, name: str | None = None, mig: bool = False) -> dict:
+    """The vllm section (and the GPUs it reads) of ``command`` on the real H200's NVML replay, its GPU renamed."""
+    import json
+
+    from hoststate import nvml_replay
+    from hoststate.capture import collect
+    from hoststate.collectors import Context
+
+    data = json.loads((FIXTURES / "nvml" / "h200.json").read_text())
+    for device in data["devices"]:
+        if name is not None:
+            device["calls"]["nvmlDeviceGetName"] = name
+        if mig:
+            device["calls"]["nvmlDeviceGetMigMode"] = [1, 1]
+    ctx = Context(vllm_cmd=command, vllm_version=version, nvml=nvml_replay.load_data(data))
+    return collect(ctx, ("gpu", "vllm"))
+
+
+@pytest.mark.parametrize(("version", "gpu", "base", "extra", "alike"), [
+    ("0.12.0", None, "", "--max-num-seqs 1024", True), ("0.12.0", None, "", "--max-num-batched-tokens 8192", True),
+    ("0.12.0", None, "", "--max-num-seqs 1024 --max-num-batched-tokens 8K", True),  # K is 1024 (human_readable_int)
+    ("0.12.0", None, "", "--max-num-batched-tokens 8k", False),  # k is 1000
+    ("0.11.1", None, "", "--max-num-seqs 1024", True), ("0.11.0", None, "", "--max-num-batched-tokens 8192", True),
+    ("0.12.0", None, "", "--max-num-seqs 256", False), ("0.12.0", None, "", "--max-num-batched-tokens 2048", False),
+    ("0.12.0", "NVIDIA A100-SXM4-80GB", "", "--max-num-seqs 256", True),  # an A100 is never "large"
+    ("0.12.0", "NVIDIA A100-SXM4-80GB", "", "--max-num-seqs 1024", False),
+    ("0.12.0", None, "--max-num-batched-tokens 512", "--max-num-seqs 1024", False),  # unset: min(1024, 512)
+    ("0.11.0", None, "--max-num-batched-tokens 512", "--max-num-seqs 1024", False),
+    ("0.12.0", None, "--max-model-len 4", "--max-num-batched-tokens 8192", False),  # unset: min(1024 x 4, 8192)
+    ("0.12.0", None, "--max-model-len 4", "--max-num-seqs 1024", True),  # 1024 either way, 4096 tokens either way
+    ("0.12.0", None, "--no-enable-chunked-prefill", "--max-num-batched-tokens 8192", False),  # max(131072, 8192)
+    ("0.10.2", None, "", "--max-num-seqs 1024", False),  # may fall back to V0: not read from its code here
+    ("0.33.0", None, "", "--max-num-seqs 1024", False),
+])
+def test_batch_sizes_at_what_the_server_takes_on_these_gpus_are_its_default(tmp_path, version, gpu, base, extra,
+                                                                             alike):
+    """vLLM's OpenAI server takes 1024 sequences and 8192 batched tokens on a GPU of 70 GiB or more that is not an
+    A100, 256 and 2048 on any other, clamped by each other and the model length (vllm/engine/arg_utils.py:
+    get_batch_defaults and _set_default_max_num_seqs_and_batched_tokens_args of 0.11.1-0.12.0, _set_default_args
+    of 0.11.0): spelling that out is the same server; another value, another GPU or a clamp that bites is not."""
+    plain = f"{_llama(tmp_path)} {base}".strip()
+    one, other = _on_gpus(plain, version, gpu), _on_gpus(f"{plain} {extra}", version, gpu)
+    assert one["collectors"]["gpu"]["status"] == "ok" and one["gpu"]["count"] == 1
+    assert [d["name"] for d in one["gpu"]["devices"].values()] == [gpu or "NVIDIA H200"]
+    severities = {f.severity for f in compare(one, other).findings if f.path.startswith("vllm")}
+    assert (severities <= {"info"}) is alike, (severities, other["vllm"].get("args_resolved"))
+    if alike:
+        why = other["vllm"]["args_resolved"]["same_as_unset"]
+        assert all("get_batch_defaults" in why[d] or "_set_default_args" in why[d]
+                   for d in ("max_num_seqs", "max_num_batched_tokens") if d in why)
+
+
+def test_batch_sizes_are_not_resolved_where_the_gpu_vllm_sees_is_not_known(tmp_path):
+    """MIG (vLLM sees an instance), no GPU section, or a model not known to be a generative decoder: the size is
+    compared as given."""
+    plain = _llama(tmp_path)
+    mig = _on_gpus(f"{plain} --max-num-seqs 1024", "0.12.0", mig=True)
+    assert mig["vllm"]["args"]["max_num_seqs"] == 1024
+    alone = _resolved(f"{plain} --max-num-seqs 1024", "0.12.0")  # the vllm section only: no GPUs read
+    assert alone["vllm"]["args"]["max_num_seqs"] == 1024
+    unknown = _on_gpus("vllm serve some-org/not-cached-model --max-num-seqs 1024", "0.12.0")
+    assert unknown["vllm"]["args"]["max_num_seqs"] == 1024

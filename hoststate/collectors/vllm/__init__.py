@@ -259,6 +259,19 @@ def _host_gpus(ctx: Context) -> int | None:
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
+def _gpu_models(ctx: Context) -> list[tuple[Any, Any]] | None:
+    """The host's GPUs as (name, memory total bytes) from the gpu section, for the batch sizes vLLM takes by its
+    device 0 (defaults.large_gpu); None when not collected, and where a GPU runs MIG (vLLM then sees an instance)."""
+    gpu = ctx.section("gpu")
+    devices = gpu.data.get("devices") if gpu is not None and gpu.status in ("ok", "partial") else None
+    if not isinstance(devices, dict) or not devices:
+        return None
+    rows = [d for d in devices.values() if isinstance(d, dict)]
+    if len(rows) != len(devices) or any(d.get("mig_mode_current") for d in rows):
+        return None
+    return [(d.get("name"), d.get("memory_total_bytes")) for d in rows]
+
+
 def _declared(ctx: Context, parsed: _Args, version: str | None, proc: Proc | None) -> dict[str, Any]:
     """The declared mode from arguments + environment + version + model facts, or vLLM's refusal. The mode comes
     from the arguments as given; the words (why, what was assumed, the refusal) from the redacted ones."""
@@ -345,7 +358,8 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
     facts = parsed.facts or UNKNOWN
     facts = replace(facts, source=redact_text(facts.source))  # the reasons quote where the facts came from
     args, held = compilation_held(parsed.args, rules)
-    resolved = resolve(args, facts, parsed.env or {}, rules, defaults_for(version).defaults)
+    resolved = resolve(args, facts, parsed.env or {}, rules, defaults_for(version).defaults,
+                       gpus=_gpu_models(ctx) if {"max_num_seqs", "max_num_batched_tokens"} & set(args) else None)
     graphs = _same_graphs(ctx, parsed, version)
     for dest in graphs:
         resolved.args.pop(dest, None)

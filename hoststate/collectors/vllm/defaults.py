@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -304,13 +304,97 @@ def _quantization(args: Mapping[str, Any], model: ModelFacts) -> str | None:
     return None
 
 
+#: The OpenAI server's (max_num_seqs, max_num_batched_tokens) where neither is given, by whether vLLM's device 0
+#: holds 70 GiB or more (NVML's memory total) and its lower-cased name has no "a100" (vllm/engine/arg_utils.py:
+#: get_batch_defaults, 0.11.1-0.12.0; the same table in _set_default_args, 0.11.0).
+BATCH_SIZES = {True: (1024, 8192), False: (256, 2048)}
+LARGE_GPU_BYTES = 70 * 2**30
+BATCH_DESTS = ("max_num_seqs", "max_num_batched_tokens")
+
+
+def large_gpu(gpus: Sequence[tuple[Any, Any]] | None) -> bool | None:
+    """Whether vLLM's device 0 counts as a large GPU, from the host's GPUs as (name, memory total bytes); None
+    unless every GPU answers alike (which is device 0 is CUDA_VISIBLE_DEVICES's choice) and each is readable."""
+    answers = set()
+    for name, total in gpus or ():
+        if not isinstance(name, str) or not isinstance(total, int) or isinstance(total, bool) or total <= 0:
+            return None
+        answers.add(total >= LARGE_GPU_BYTES and "a100" not in name.lower())
+    return answers.pop() if len(answers) == 1 else None
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _model_len(args: Mapping[str, Any], model: ModelFacts, rules: Rules) -> int | None:
+    """The model length the batch sizes are clamped by: as given, or derived from config.json where no RoPE scaling
+    can make vLLM take another length when none is given; None otherwise."""
+    given = args.get("max_model_len")
+    if given is not None:
+        return given if _count(given) else None
+    derived = derived_max_len(model, args, rules) if model.limits.rope_type is None else None
+    return int(derived) if derived and derived > 0 else None
+
+
+def batch_sizes(args: Mapping[str, Any], model: ModelFacts, rules: Rules, large: bool | None) -> tuple[int, int] | None:
+    """(max_num_seqs, max_num_batched_tokens) the OpenAI server takes for ``args`` on a GPU that is ``large`` or not
+    (vllm/engine/arg_utils.py of the version, rules.batch_defaults); None where that is not known here: another
+    version, a model not known to be a generative decoder, the V0 engine, prefill context parallel, a length or
+    size that is not a count."""
+    if rules.batch_defaults is None or large is None or not _generative(args, model):
+        return None
+    seqs, tokens = args.get("max_num_seqs"), args.get("max_num_batched_tokens")
+    pcp = args.get("prefill_context_parallel_size", 1)
+    if any(v is not None and not _count(v) for v in (seqs, tokens)) or pcp not in (1, None):
+        return None
+    seqs_default, tokens_default = BATCH_SIZES[large]
+    if rules.batch_defaults == "forced-chunked":  # chunked prefill on whatever is given: no length enters
+        tokens_out = tokens if tokens is not None else tokens_default
+        return (seqs if seqs is not None else min(seqs_default, tokens_out)), tokens_out
+    max_len = _model_len(args, model, rules)
+    chunked = args.get("enable_chunked_prefill")
+    if max_len is None or not isinstance(chunked, bool | None):
+        return None
+    seqs_out = seqs if seqs is not None else seqs_default
+    tokens_out = tokens if tokens is not None else tokens_default
+    if tokens is None:
+        if chunked is False:
+            tokens_out = max(max_len, tokens_out)
+        tokens_out = min(seqs_out * max_len, tokens_out)
+    if seqs is None:
+        seqs_out = min(seqs_out, tokens_out)
+    return seqs_out, tokens_out
+
+
+def _batch(args: Mapping[str, Any], model: ModelFacts, rules: Rules,
+           gpus: Sequence[tuple[Any, Any]] | None) -> dict[str, str]:
+    """``--max-num-seqs`` / ``--max-num-batched-tokens`` at what the server takes without them (both sizes the same
+    either way, and with all such left out together), each with why."""
+    given = [dest for dest in BATCH_DESTS if dest in args]
+    large = large_gpu(gpus) if given else None
+    sizes = batch_sizes(args, model, rules, large)
+    if sizes is None:
+        return {}
+    same = [d for d in given if batch_sizes({k: v for k, v in args.items() if k != d}, model, rules, large) == sizes]
+    if not same or batch_sizes({k: v for k, v in args.items() if k not in same}, model, rules, large) != sizes:
+        return {}
+    names = sorted({str(name) for name, _total in gpus or ()})
+    kind = "70 GiB or more and not an A100" if large else "under 70 GiB or an A100"
+    where = "get_batch_defaults" if rules.batch_defaults == "clamped" else "_set_default_args"
+    return {dest: (f"{args[dest]}: what the OpenAI server of vLLM {rules.version} takes when it is not given, with "
+                   f"the rest of this command line, on this host's GPUs ({', '.join(names)}: {kind}; "
+                   f"vllm/engine/arg_utils.py {where})") for dest in same}
+
+
 def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], rules: Rules,
-            defaults: Mapping[str, Any] | None = None) -> Resolved:
+            defaults: Mapping[str, Any] | None = None, gpus: Sequence[tuple[Any, Any]] | None = None) -> Resolved:
     """``args`` written as vLLM rewrites them (``canonical``), less what resolves to the same engine setting as
     leaving it out: a rewrite that lands on the version's parser default (``defaults``, None where not recorded),
     what the engine never acts on (the version's unused options; with no V0 engine to fall back to, the V1 worker),
     and the model's and engine's own choices (the checkpoint's dtype and derived length, the seed the version's
-    engine takes when none is given). A version that takes any tokenizer mode lower-cases it."""
+    engine takes when none is given, the batch sizes the server takes on ``gpus``: the host's GPUs as (name, memory
+    total bytes)). A version that takes any tokenizer mode lower-cases it."""
     normal, spelled = canonical(args, None if rules.tokenizer_modes else LOWERED_WHERE_FREE)
     same = {}
     for where, why in spelled.items():
@@ -323,7 +407,7 @@ def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], 
                "max_model_len": _max_len(normal, facts, rules),
                "enable_chunked_prefill": _chunked_prefill(normal, facts, rules),
                "optimization_level": _opt_level(normal, rules), "quantization": _quantization(normal, facts),
-               **_engine_unused(normal, rules)}
+               **_engine_unused(normal, rules), **_batch(normal, facts, rules, gpus)}
     same.update({dest: why for dest, why in reasons.items() if why is not None and dest in normal and dest not in same})
     kept = {k: v for k, v in normal.items() if k not in same}
     return Resolved(kept, same, {w: why for w, why in spelled.items() if w.partition(".")[0] in kept})

@@ -180,6 +180,12 @@ class Rules:
     #: The seed the engine takes when ``--seed`` is not given, where the parser default (None) does not say it:
     #: the V1 engine's ModelConfig.__post_init__ sets 0 (0.10-0.11; from 0.12 the parser default is 0 itself).
     seed_unset: int | None = None
+    #: How the OpenAI server sizes its batches where ``--max-num-seqs`` / ``--max-num-batched-tokens`` are not given
+    #: (defaults.batch_sizes): "forced-chunked" (chunked prefill forced on for a generative model, 0.11.0:
+    #: EngineArgs._set_default_args), "clamped" (chunked prefill as given, the token budget clamped by the model
+    #: length, 0.11.1-0.12.0: get_batch_defaults and what follows it), None: not read from this version's code,
+    #: or (0.10.2) an engine that falls back to V0 for some options, whose sizes differ.
+    batch_defaults: str | None = None
     #: ``--tokenizer-mode`` values the parser takes (ModelConfig's TokenizerMode Literal, so argparse has choices, up
     #: to 0.11.1); empty: any string, which ModelConfig lower-cases (``TokenizerMode | str``, 0.12+).
     tokenizer_modes: frozenset[str] = frozenset()
@@ -414,7 +420,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                             "mla": frozenset({"FLASHMLA", "CUTLASS_MLA"})},
      "missing_options": _MISSING_0102 | _NEW_AFTER_0102, "no_negation": _NO_NEGATION_0102},
     {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "all2all_ht_mode": "NONE",
-     "chunked_prefill_default_on": True, "chunked_prefill_forced": True,
+     "chunked_prefill_default_on": True, "chunked_prefill_forced": True, "batch_defaults": "forced-chunked",
      "unused_options": {"swap_space": "only the V1 engine remains, and it allocates no CPU swap blocks "
                                       "(v1/engine/core.py: num_cpu_blocks = 0; CacheConfig only checks the size "
                                       "against host memory)"},
@@ -432,7 +438,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "model_rules_default_only": False, "capture_size_checks": True, "async_spec_methods": _EAGLE_MTP,
      "dcp_head_check": True, "capture_options_exclusive": True, "scheduler_sizes_checked": True,
      "world_size_checked": True, "lora_spec_budget": True, "chunked_prefill_off_checked": "all",
-     "chunked_prefill_forced": False,
+     "chunked_prefill_forced": False, "batch_defaults": "clamped",
      "kv_cache_dtypes": _KV_012, "quantization_methods": _QUANT_0111, "partial_prefills_refused": True,
      "spec_self_drafting": frozenset({"ngram", "suffix"}) | (_EAGLE_MTP - {"eagle", "eagle3"}),
      "aliases": {**_ALIASES_0102, "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
@@ -451,6 +457,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "max_seq_len_to_capture", "num_scheduler_steps", "rope_scaling",
                                    "guided_decoding_backend", "override_pooler_config"}) | _GONE_0120 | _NEW_033},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
+     "batch_defaults": None,  # not read from this version's code
      "chunked_prefill_default_on": False, "o3_same_as_o2": False,  # not read in this version's code
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
      "pcp_refused": False, "partition_keeps_splitting_ops": False, "kv_refuses_expandable_segments": True,
