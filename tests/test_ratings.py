@@ -747,12 +747,12 @@ def _on_gpus(command: str, version: str, name: str | None = None, mig: bool = Fa
     ("0.12.0", None, "", "--max-num-seqs 1024", True), ("0.12.0", None, "", "--max-num-batched-tokens 8192", True),
     ("0.12.0", None, "", "--max-num-seqs 1024 --max-num-batched-tokens 8K", True),  # K is 1024 (human_readable_int)
     ("0.12.0", None, "", "--max-num-batched-tokens 8k", False),  # k is 1000
-    ("0.11.1", None, "", "--max-num-seqs 1024", True), ("0.11.0", None, "", "--max-num-batched-tokens 8192", True),
+    ("0.11.1", None, "", "--max-num-seqs 1024", True),
+    ("0.11.0", None, "", "--max-num-batched-tokens 8192", False),  # its V0 engine sizes otherwise: not resolved
     ("0.12.0", None, "", "--max-num-seqs 256", False), ("0.12.0", None, "", "--max-num-batched-tokens 2048", False),
     ("0.12.0", "NVIDIA A100-SXM4-80GB", "", "--max-num-seqs 256", True),  # an A100 is never "large"
     ("0.12.0", "NVIDIA A100-SXM4-80GB", "", "--max-num-seqs 1024", False),
     ("0.12.0", None, "--max-num-batched-tokens 512", "--max-num-seqs 1024", False),  # unset: min(1024, 512)
-    ("0.11.0", None, "--max-num-batched-tokens 512", "--max-num-seqs 1024", False),
     ("0.12.0", None, "--max-model-len 4", "--max-num-batched-tokens 8192", False),  # unset: min(1024 x 4, 8192)
     ("0.12.0", None, "--max-model-len 4", "--max-num-seqs 1024", True),  # 1024 either way, 4096 tokens either way
     ("0.12.0", None, "--no-enable-chunked-prefill", "--max-num-batched-tokens 8192", False),  # max(131072, 8192)
@@ -763,8 +763,9 @@ def test_batch_sizes_at_what_the_server_takes_on_these_gpus_are_its_default(tmp_
                                                                              alike):
     """vLLM's OpenAI server takes 1024 sequences and 8192 batched tokens on a GPU of 70 GiB or more that is not an
     A100, 256 and 2048 on any other, clamped by each other and the model length (vllm/engine/arg_utils.py:
-    get_batch_defaults and _set_default_max_num_seqs_and_batched_tokens_args of 0.11.1-0.12.0, _set_default_args
-    of 0.11.0): spelling that out is the same server; another value, another GPU or a clamp that bites is not."""
+    get_batch_defaults and _set_default_max_num_seqs_and_batched_tokens_args of 0.11.1-0.12.0): spelling that out
+    is the same server; another value, another GPU or a clamp that bites is not, and a version whose code was not
+    read (or whose V0 engine sizes otherwise) is compared as given."""
     plain = f"{_llama(tmp_path)} {base}".strip()
     one, other = _on_gpus(plain, version, gpu), _on_gpus(f"{plain} {extra}", version, gpu)
     assert one["collectors"]["gpu"]["status"] == "ok" and one["gpu"]["count"] == 1
@@ -773,8 +774,7 @@ def test_batch_sizes_at_what_the_server_takes_on_these_gpus_are_its_default(tmp_
     assert (severities <= {"info"}) is alike, (severities, other["vllm"].get("args_resolved"))
     if alike:
         why = other["vllm"]["args_resolved"]["same_as_unset"]
-        assert all("get_batch_defaults" in why[d] or "_set_default_args" in why[d]
-                   for d in ("max_num_seqs", "max_num_batched_tokens") if d in why)
+        assert all("get_batch_defaults" in why[d] for d in ("max_num_seqs", "max_num_batched_tokens") if d in why)
 
 
 def test_batch_sizes_are_not_resolved_where_the_gpu_vllm_sees_is_not_known(tmp_path):

@@ -306,7 +306,7 @@ def _quantization(args: Mapping[str, Any], model: ModelFacts) -> str | None:
 
 #: The OpenAI server's (max_num_seqs, max_num_batched_tokens) where neither is given, by whether vLLM's device 0
 #: holds 70 GiB or more (NVML's memory total) and its lower-cased name has no "a100" (vllm/engine/arg_utils.py:
-#: get_batch_defaults, 0.11.1-0.12.0; the same table in _set_default_args, 0.11.0).
+#: get_batch_defaults, 0.11.1-0.12.0).
 BATCH_SIZES = {True: (1024, 8192), False: (256, 2048)}
 LARGE_GPU_BYTES = 70 * 2**30
 BATCH_DESTS = ("max_num_seqs", "max_num_batched_tokens")
@@ -340,8 +340,8 @@ def _model_len(args: Mapping[str, Any], model: ModelFacts, rules: Rules) -> int 
 def batch_sizes(args: Mapping[str, Any], model: ModelFacts, rules: Rules, large: bool | None) -> tuple[int, int] | None:
     """(max_num_seqs, max_num_batched_tokens) the OpenAI server takes for ``args`` on a GPU that is ``large`` or not
     (vllm/engine/arg_utils.py of the version, rules.batch_defaults); None where that is not known here: another
-    version, a model not known to be a generative decoder, the V0 engine, prefill context parallel, a length or
-    size that is not a count."""
+    version, a model not known to be a generative decoder, prefill context parallel, a length or size that is not
+    a count."""
     if rules.batch_defaults is None or large is None or not _generative(args, model):
         return None
     seqs, tokens = args.get("max_num_seqs"), args.get("max_num_batched_tokens")
@@ -349,9 +349,6 @@ def batch_sizes(args: Mapping[str, Any], model: ModelFacts, rules: Rules, large:
     if any(v is not None and not _count(v) for v in (seqs, tokens)) or pcp not in (1, None):
         return None
     seqs_default, tokens_default = BATCH_SIZES[large]
-    if rules.batch_defaults == "forced-chunked":  # chunked prefill on whatever is given: no length enters
-        tokens_out = tokens if tokens is not None else tokens_default
-        return (seqs if seqs is not None else min(seqs_default, tokens_out)), tokens_out
     max_len = _model_len(args, model, rules)
     chunked = args.get("enable_chunked_prefill")
     if max_len is None or not isinstance(chunked, bool | None):
@@ -381,10 +378,9 @@ def _batch(args: Mapping[str, Any], model: ModelFacts, rules: Rules,
         return {}
     names = sorted({str(name) for name, _total in gpus or ()})
     kind = "70 GiB or more and not an A100" if large else "under 70 GiB or an A100"
-    where = "get_batch_defaults" if rules.batch_defaults == "clamped" else "_set_default_args"
     return {dest: (f"{args[dest]}: what the OpenAI server of vLLM {rules.version} takes when it is not given, with "
                    f"the rest of this command line, on this host's GPUs ({', '.join(names)}: {kind}; "
-                   f"vllm/engine/arg_utils.py {where})") for dest in same}
+                   "vllm/engine/arg_utils.py get_batch_defaults)") for dest in same}
 
 
 def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], rules: Rules,

@@ -181,10 +181,9 @@ class Rules:
     #: the V1 engine's ModelConfig.__post_init__ sets 0 (0.10-0.11; from 0.12 the parser default is 0 itself).
     seed_unset: int | None = None
     #: How the OpenAI server sizes its batches where ``--max-num-seqs`` / ``--max-num-batched-tokens`` are not given
-    #: (defaults.batch_sizes): "forced-chunked" (chunked prefill forced on for a generative model, 0.11.0:
-    #: EngineArgs._set_default_args), "clamped" (chunked prefill as given, the token budget clamped by the model
-    #: length, 0.11.1-0.12.0: get_batch_defaults and what follows it), None: not read from this version's code,
-    #: or (0.10.2) an engine that falls back to V0 for some options, whose sizes differ.
+    #: (defaults.batch_sizes): "clamped" (chunked prefill as given, the token budget clamped by the model length,
+    #: 0.11.1-0.12.0: get_batch_defaults and what follows it); None: not read from this version's code, or one
+    #: whose V0 engine (VLLM_USE_V1=0, or a feature V1 lacks) sizes them otherwise (up to 0.11.0).
     batch_defaults: str | None = None
     #: ``--tokenizer-mode`` values the parser takes (ModelConfig's TokenizerMode Literal, so argparse has choices, up
     #: to 0.11.1); empty: any string, which ModelConfig lower-cases (``TokenizerMode | str``, 0.12+).
@@ -420,7 +419,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                             "mla": frozenset({"FLASHMLA", "CUTLASS_MLA"})},
      "missing_options": _MISSING_0102 | _NEW_AFTER_0102, "no_negation": _NO_NEGATION_0102},
     {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "all2all_ht_mode": "NONE",
-     "chunked_prefill_default_on": True, "chunked_prefill_forced": True, "batch_defaults": "forced-chunked",
+     "chunked_prefill_default_on": True, "chunked_prefill_forced": True,
      "unused_options": {"swap_space": "only the V1 engine remains, and it allocates no CPU swap blocks "
                                       "(v1/engine/core.py: num_cpu_blocks = 0; CacheConfig only checks the size "
                                       "against host memory)"},
