@@ -131,3 +131,18 @@ def test_vllm_variables_the_vllm_here_reads_as_unset_are_set_apart_as_the_server
     findings = compare(without, with_it).findings
     assert {f.path.split(".")[0] for f in findings if "VLLM_USE_V1" in f.path} == {"env", "vllm"}
     assert [f.path for f in findings if f.severity in ("invalidating", "warning")] == []
+
+
+def test_an_unreadable_version_table_leaves_the_variables_as_they_are(monkeypatch, tmp_path):
+    """Collectors never raise: a version table that cannot be read (a broken install) says nothing."""
+    from hoststate.collectors import vllm_release
+
+    monkeypatch.setattr(vllm_release, "_PATH", str(tmp_path / "missing.json"))
+    vllm_release._table.cache_clear()
+    monkeypatch.setenv("VLLM_USE_V1", "0")
+    try:
+        sec = env_collector.collect(Context(vllm_version="0.12.0"))
+    finally:
+        vllm_release._table.cache_clear()
+    assert sec.status == "ok" and sec.data["VLLM_USE_V1"] == "0"
+    assert "VLLM_USE_V1" not in sec.data.get("same_as_unset", {})

@@ -77,7 +77,10 @@ def settle_vllm(data: dict[str, Any], version: str | None, origin: str) -> None:
     from hoststate.collectors.vllm_release import same_as_unset
 
     given = {name: value for name, value in data.items() if name.startswith("VLLM_") and isinstance(value, str)}
-    alike = same_as_unset(given, version) if given else {}
+    try:
+        alike = same_as_unset(given, version) if given else {}
+    except (OSError, ValueError):  # the shipped table unreadable: nothing is said, the variables stay as they are
+        return
     if alike:
         apart = data.setdefault(SAME_AS_UNSET, {})
         for name, why in sorted(alike.items()):
