@@ -27,8 +27,15 @@ import re
 from collections.abc import Mapping
 
 DATA = "vllm_env_names.json"
-#: Shipped beside the package, read as the policy's tables are (hoststate/policy.py).
-_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", DATA)
+
+
+def data_path(name: str) -> str:
+    """A recorded table of vLLM's releases (hoststate/data), shipped beside the package and read by path as the
+    policy's tables are (hoststate/policy.py): no importlib.resources, whose import costs about 8 ms."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", name)
+
+
+_PATH = data_path(DATA)
 
 _VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?")
 

@@ -250,20 +250,24 @@ def _model_reader(ctx: Context, proc: Proc | None) -> Iterator[Read]:
         yield read_input_file
 
 
-def _host_gpus(ctx: Context) -> int | None:
-    """The host's GPU count from the gpu section, waited for here, where a server's arguments need it (a host
-    without a server is described while NVML still answers); None when it was not collected (the resolution then
-    records what it assumed about the GPUs)."""
+def _gpu_data(ctx: Context) -> dict[str, Any]:
+    """The gpu section's table, waited for here, where a server's arguments need it (a host without a server is
+    described while NVML still answers); empty when it was not collected."""
     gpu = ctx.section("gpu")
-    count = gpu.data.get("count") if gpu is not None and gpu.status in ("ok", "partial") else None
+    return gpu.data if gpu is not None and gpu.status in ("ok", "partial") else {}
+
+
+def _host_gpus(ctx: Context) -> int | None:
+    """The host's GPU count; None when it was not collected (the resolution then records what it assumed about
+    the GPUs)."""
+    count = _gpu_data(ctx).get("count")
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
 def _gpu_models(ctx: Context) -> list[tuple[Any, Any]] | None:
-    """The host's GPUs as (name, memory total bytes) from the gpu section, for the batch sizes vLLM takes by its
-    device 0 (defaults.large_gpu); None when not collected, and where a GPU runs MIG (vLLM then sees an instance)."""
-    gpu = ctx.section("gpu")
-    devices = gpu.data.get("devices") if gpu is not None and gpu.status in ("ok", "partial") else None
+    """The host's GPUs as (name, memory total bytes), for the batch sizes vLLM takes by its device 0
+    (defaults.large_gpu); None when not collected, and where a GPU runs MIG (vLLM then sees an instance)."""
+    devices = _gpu_data(ctx).get("devices")
     if not isinstance(devices, dict) or not devices:
         return None
     rows = [d for d in devices.values() if isinstance(d, dict)]

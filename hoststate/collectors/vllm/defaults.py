@@ -22,19 +22,19 @@ import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from hoststate.collectors.vllm.model import ModelFacts
 from hoststate.collectors.vllm.versions import Rules, version_key
+from hoststate.collectors.vllm_release import data_path
 
 DATA = "vllm_defaults.json"
 
 
 @functools.lru_cache(maxsize=1)
 def _table() -> dict[str, dict[str, Any]]:
-    text = resources.files("hoststate").joinpath("data", DATA).read_text(encoding="utf-8")
-    return json.loads(text)["versions"]
+    with open(data_path(DATA), encoding="utf-8") as f:
+        return json.load(f)["versions"]
 
 
 @dataclass(frozen=True)
