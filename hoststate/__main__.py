@@ -18,6 +18,16 @@ def _host_sections() -> object:
     return host_sections()
 
 
+def _baseline() -> object:
+    import sys
+
+    from hoststate import ahead
+    from hoststate.snapshot import read_parsed  # in the child only: the TOML reader
+
+    path = ahead.baseline_path(sys.argv[1:])
+    return read_parsed(path) if path is not None else None
+
+
 #: Allocations between two collections of the youngest generation in the command's process (CPython's default is
 #: 700): a snap allocates its modules, its 2,000 rules and their matchers, and ran 60 young collections for them
 #: (about 10 ms on the project's VM, docs/performance.md); mypy sets 200,000 before a build for the same reason.
@@ -36,7 +46,7 @@ def main() -> None:
         gc.set_threshold(YOUNG, *gc.get_threshold()[1:])
     from hoststate import ahead
 
-    ahead.start({ahead.NAME: _gpu_section, ahead.HOST: _host_sections})
+    ahead.start({ahead.NAME: _gpu_section, ahead.HOST: _host_sections, ahead.BASELINE: _baseline})
     from hoststate.cli import main as cli_main
 
     code = 0

@@ -130,8 +130,43 @@ def host_wanted(argv: Sequence[str], environ: Mapping[str, str] | None = None, c
     return (_cpus() if cpus is None else cpus) >= HOST_CPUS
 
 
+#: The job that reads and parses guard's baseline: the parse and the TOML reader's import are about 5 ms of the
+#: parent's start on an H100 host, beside nothing, while a child has the time before the parent needs it.
+BASELINE = "baseline"
+
+
+def baseline_path(argv: Sequence[str]) -> str | None:
+    """The file guard's ``--baseline`` names (the last, as click keeps it); None for another command or ``-``."""
+    words = [a for a in argv if a != "--debug"]
+    args = _options(argv) if words and words[0] == "guard" else None
+    if args is None or any(a in ("--help", "-h") for a in args):
+        return None
+    value = _values(args).get("--baseline")
+    return value if value and value != "-" else None
+
+
+def baseline_wanted(argv: Sequence[str], environ: Mapping[str, str], cpus: float | None = None) -> bool:
+    """Whether the command line is a guard's with a baseline file and ``cpus`` (this process's, by default) are
+    HOST_CPUS or more, as for the host job: the child's fork, imports and parse cost about 10 ms of CPU, which
+    pays only where a core is free for it (``environ`` unused)."""
+    return baseline_path(argv) is not None and (_cpus() if cpus is None else cpus) >= HOST_CPUS
+
+
+def baseline(path: str, deadline: float) -> list | None:
+    """``[path, bytes, tree, times]`` of the baseline ``path`` as the child forked for it read and parsed it
+    (hoststate.snapshot.read_parsed), or None: no child, it failed or did not answer by ``deadline``, or it read
+    another path (its argv parse is not click's). The parent then reads the file itself, and its error is the one
+    a user sees."""
+    if not pending(BASELINE):
+        return None
+    state, value = take(BASELINE, deadline)
+    if state != "ok" or not isinstance(value, list) or len(value) != 4 or value[0] != path:
+        return None
+    return value
+
+
 #: Each job's test of the command line.
-JOBS: dict[str, Callable[..., bool]] = {NAME: wanted, HOST: host_wanted}
+JOBS: dict[str, Callable[..., bool]] = {NAME: wanted, HOST: host_wanted, BASELINE: baseline_wanted}
 
 
 def start(jobs: Mapping[str, Callable[[], object]], argv: Sequence[str] | None = None) -> tuple[str, ...]:

@@ -191,6 +191,12 @@ def share_keys(node: Any, like: Any) -> Any:
 def loads(data: bytes | str, source: str = "<snapshot>", like: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Parse and validate snapshot text; every defect is an InputError with one line. ``like``: a snapshot
     loaded before it, whose keys this one shares (share_keys)."""
+    snap = validate(parse(data, source), source)
+    return snap if like is None else share_keys(snap, like)
+
+
+def parse(data: bytes | str, source: str = "<snapshot>") -> Any:
+    """The TOML tree of snapshot text, not yet validated; InputError (one line) for text that is not TOML."""
     if isinstance(data, bytes):
         if not data.strip():
             raise InputError("empty file", source)
@@ -205,12 +211,58 @@ def loads(data: bytes | str, source: str = "<snapshot>", like: Mapping[str, Any]
     if not text.strip():
         raise InputError("empty file", source)
     try:
-        snap = toml_loads(text)
+        return toml_loads(text)
     except ValueError as err:
         raise InputError(f"not valid TOML: {err}", source) from err
-    del text, data  # the parsed tree is all that is kept
-    snap = validate(snap, source)
-    return snap if like is None else share_keys(snap, like)
+
+
+@paused()
+def read_parsed(path: str) -> list[Any] | None:
+    """``[path, bytes, tree, times]`` of a snapshot file read and parsed (not validated; its dates and times
+    lifted out, see lift_times), or None when either fails: the work of the child a guard forks to read its
+    baseline beside the parent's start (hoststate.ahead), whose parent reads the file itself, with its own error,
+    when this gives None."""
+    try:
+        data = read_input(path, max_bytes=SNAPSHOT_MAX_BYTES, what="baseline")
+        tree = parse(data, path)
+        return [path, data, tree, lift_times(tree)]
+    except Exception:  # the parent's own read says what went wrong
+        return None
+
+
+#: The TOML date and time types (tomli's values), by the name lift_times records.
+_TIMES = {"datetime": dt.datetime, "date": dt.date, "time": dt.time}
+
+
+def lift_times(tree: Any) -> list[list[Any]]:
+    """Each date or time in a parsed TOML ``tree`` as ``[keys, type name, isoformat]``, replaced in ``tree`` by
+    None: ``marshal``, which carries the tree from the child to its parent, writes no datetime."""
+    found: list[list[Any]] = []
+    stack: list[tuple[list[Any], Any]] = [([], tree)]
+    while stack:
+        path, node = stack.pop()
+        for key, value in (node.items() if isinstance(node, dict) else enumerate(node)):
+            if isinstance(value, (dict, list)):
+                stack.append(([*path, key], value))
+            elif isinstance(value, (dt.date, dt.time)):  # a datetime is a date
+                found.append([[*path, key], type(value).__name__, value.isoformat()])
+    for keys, _kind, _text in found:
+        _at(tree, keys[:-1])[keys[-1]] = None
+    return found
+
+
+def restore_times(tree: Any, times: list[list[Any]]) -> Any:
+    """``tree`` with the dates and times lift_times took out put back (``fromisoformat`` reads what ``isoformat``
+    wrote, offset and microseconds included)."""
+    for keys, kind, text in times:
+        _at(tree, keys[:-1])[keys[-1]] = _TIMES[kind].fromisoformat(text)
+    return tree
+
+
+def _at(tree: Any, keys: list[Any]) -> Any:
+    for key in keys:
+        tree = tree[key]
+    return tree
 
 
 def load(path: str, like: Mapping[str, Any] | None = None) -> dict[str, Any]:

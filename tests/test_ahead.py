@@ -654,3 +654,116 @@ def test_a_guard_settles_the_gpu_child_before_it_starts_the_benchmark(tmp_path: 
     outcome = guarded_run(str(base), probe, opts)
     assert outcome.guard.verdict == "comparable" and outcome.returncode == 0
     assert marker.read_text() == str(opts.timeout)
+
+
+BASELINE_CASES = [
+    (["guard", "--baseline", "b.toml", "--", "true"], "b.toml"),
+    (["guard", "--baseline=b.toml"], "b.toml"),
+    (["--debug", "guard", "--baseline", "a.toml", "--baseline", "c.toml"], "c.toml"),  # the last, as click keeps it
+    (["guard", "--root", "/srv/tree", "--only", "system", "--baseline", "b.toml"], "b.toml"),  # read alike anywhere
+    (["guard", "--", "vllm", "--baseline", "x"], None),  # CMD's own
+    (["guard", "--baseline", "-"], None),
+    (["guard", "--baseline="], None),
+    (["guard", "--help", "--baseline", "b.toml"], None),
+    (["snap", "--baseline", "b.toml"], None),
+    (["diff", "a.toml", "b.toml"], None),
+    ([], None),
+]
+
+
+@pytest.mark.parametrize(("argv", "path"), BASELINE_CASES)
+def test_the_baseline_job_is_forked_only_for_a_guard_naming_a_baseline_file(argv: list[str], path: str | None) -> None:
+    """And only with a core free for it beside the parent, as the host job."""
+    assert ahead.baseline_path(argv) == path
+    assert ahead.baseline_wanted(argv, {}, cpus=ahead.HOST_CPUS) is (path is not None)
+    assert ahead.baseline_wanted(argv, {}, cpus=ahead.HOST_CPUS - 1) is False
+
+
+#: Every TOML date and time type, with an offset and microseconds: what crosses the pipe must come back equal.
+TIMES_TOML = """
+[hoststate]
+schema = 1
+taken_at = 2026-12-07T20:41:07.123456+05:30
+[x]
+utc = 1979-05-27T07:32:00Z
+local = 1979-05-27T07:32:00.5
+day = 1979-05-27
+clock = 07:32:00.999999
+list = [1979-05-27, [00:00:01]]
+"""
+
+
+def test_dates_and_times_lifted_out_for_the_pipe_come_back_equal() -> None:
+    import marshal
+
+    from hoststate.snapshot import lift_times, restore_times
+
+    tree = toml_loads(TIMES_TOML)
+    lifted = toml_loads(TIMES_TOML)
+    times = lift_times(lifted)
+    assert len(times) == 7
+    carried = marshal.loads(marshal.dumps([lifted, times]))  # what the child writes and the parent reads
+    restored = restore_times(*carried)
+    assert restored == tree
+    assert repr(restored) == repr(tree)  # the same types and offsets, not only equal instants
+
+
+def _snapshot_file(path: Path, label: str = "") -> Path:
+    tree = str(REPO / "fixtures" / "hosts" / "seed-baseline")
+    subprocess.run([sys.executable, "-m", "hoststate", "snap", "-q", "--root", tree, "--only", "system,dsa",
+                    "--label", label, "-o", str(path)], env={**os.environ, "PYTHONPATH": PYTHONPATH}, timeout=120,
+                   check=True)
+    return path
+
+
+def _guard(tmp_path: Path, how: str, baseline: Path) -> tuple[subprocess.CompletedProcess, set[str]]:
+    modules = tmp_path / f"{how}.json"
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
+    tree = str(REPO / "fixtures" / "hosts" / "seed-baseline")
+    done = subprocess.run([sys.executable, "-c", ENTRY, str(modules), how, "guard", "--baseline", str(baseline),
+                           "--root", tree, "--only", "system,dsa", "--", "true"],
+                          capture_output=True, text=True, env=env, timeout=120, check=False, cwd=tmp_path)
+    return done, set(json.loads(modules.read_text()))
+
+
+def test_a_baseline_read_ahead_gives_what_the_parents_own_read_gives(tmp_path: Path) -> None:
+    """A guard's baseline read and parsed by the child forked as the command starts: the same verdict, report and
+    sha256 as the parent's own read, and the parent imported no TOML reader. Its taken_at, a TOML datetime that
+    marshal cannot write, crossed the pipe."""
+    baseline = _snapshot_file(tmp_path / "b.toml")
+    assert "taken_at = " in baseline.read_text()
+    early, early_modules = _guard(tmp_path, "ahead", baseline)
+    here, here_modules = _guard(tmp_path, "here", baseline)
+    assert early.returncode == here.returncode == 0, early.stderr + here.stderr
+    assert early.stderr == here.stderr and "comparable" in here.stderr and "sha256:" in here.stderr
+    assert "tomli" in here_modules and "tomli" not in early_modules
+
+
+@pytest.mark.parametrize("text", ["[hoststate\n", "", "\ufeff[hoststate]\n", "[x]\na = 1\n"],
+                         ids=["not TOML", "empty", "BOM", "not a snapshot"])
+def test_a_bad_baseline_read_ahead_gives_the_parents_own_error(tmp_path: Path, text: str) -> None:
+    baseline = tmp_path / "b.toml"
+    baseline.write_text(text)
+    early, _ = _guard(tmp_path, "ahead", baseline)
+    here, _ = _guard(tmp_path, "here", baseline)
+    assert early.returncode == here.returncode == 2
+    assert early.stderr == here.stderr and "b.toml" in here.stderr
+    missing = tmp_path / "gone.toml"
+    early, _ = _guard(tmp_path, "ahead", missing)
+    assert early.returncode == 2 and "baseline not found" in early.stderr
+
+
+def test_a_baseline_child_that_read_another_path_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child's argv parse is not click's: an answer for another file is dropped (the parent reads its own)."""
+    from hoststate.run.guard import read_baseline
+    from hoststate.snapshot import read_parsed
+
+    other, mine = _snapshot_file(tmp_path / "other.toml", "other"), _snapshot_file(tmp_path / "mine.toml", "mine")
+    monkeypatch.setattr(ahead, "HOST_CPUS", 1)  # forked on a machine of any size (the project's VM has 2 CPUs)
+    ahead.start({ahead.BASELINE: lambda: read_parsed(str(other))}, ["guard", "--baseline", str(mine)])
+    try:
+        assert ahead.pending(ahead.BASELINE)
+        snap, sha = read_baseline(str(mine))
+    finally:
+        ahead.discard()
+    assert snap["hoststate"]["label"] == "mine" and not ahead.pending()
