@@ -672,6 +672,12 @@ class Policy:
                 if not any(contains(o.pattern.parts, inside)  # type: ignore[union-attr]
                            or contains(o.pattern.parts, r.pattern.parts)  # type: ignore[union-attr]
                            for o in higher[r.layer])]
+        if region and all(k and "*" not in k for k in region):  # an empty key (hostile) meets every rule
+            # The region's own path is rated by its winner alone; a rule that can match no path below it (a
+            # rule for one key, such as gpu.devices.*.*, meeting the region gpu.devices.X.serial) rates nothing
+            # inside unless it is that winner. Rules that can match below stay: it is not known what is there.
+            winner, below = self._winner(region), (*region, "*", "**")
+            live = [r for r in live if r is winner or _meets(r.pattern.parts, below)]  # type: ignore[union-attr]
         if not live:
             return None
         return min(live, key=lambda r: (RANK[r.severity], -r.layer, len(r.pattern.parts),  # type: ignore[union-attr]

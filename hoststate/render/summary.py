@@ -144,16 +144,27 @@ def _vllm(findings: list[Finding]) -> str:
 
 
 def _gpu(findings: list[Finding]) -> str:
-    """GPUs lost or removed (every value of the device gone or unreadable) and added first, then the settings that
-    changed on GPUs on both sides; a lost GPU's consequences on the others (NVLink peers, topology) are counted."""
+    """GPUs lost, removed and added first, then the settings that changed on GPUs on both sides; a lost GPU's
+    consequences on the others (NVLink peers, topology) are counted. A GPU is lost where the device as a whole
+    could not be read (a finding at the device's own path) or its name could not, with nothing but removed or
+    unreadable values; removed or added where its name is, with every value alike. One value that could not be
+    read (a call the driver lacks) leaves the GPU where it is: every device has a name (invalidating, never
+    left out of a report), and a device gone takes it along."""
     per_gpu: dict[str, set[str]] = {}
+    named: dict[str, str] = {}
+    whole_device: set[str] = set()
     for f in findings:
         p = parts_of(f)
         if p[1:2] == ("devices",) and len(p) > 2:
             per_gpu.setdefault(p[2], set()).add(f.change)
-    lost = sorted(u for u, changes in per_gpu.items() if "unreadable" in changes <= {"removed", "unreadable"})
-    gone = sorted(u for u, changes in per_gpu.items() if changes == {"removed"})
-    came = sorted(u for u, changes in per_gpu.items() if changes == {"added"})
+            if len(p) == 3:
+                whole_device.add(p[2])
+            elif p[3:] == ("name",):
+                named[p[2]] = f.change
+    lost = sorted(u for u, changes in per_gpu.items() if changes <= {"removed", "unreadable"}
+                  and (u in whole_device or named.get(u) == "unreadable"))
+    gone = sorted(u for u, changes in per_gpu.items() if changes == {"removed"} and named.get(u) == "removed")
+    came = sorted(u for u, changes in per_gpu.items() if changes == {"added"} and named.get(u) == "added")
     whole = set(lost) | set(gone) | set(came)
     whole_items: list[list[Part]] = [[f"{len(ids)} GPU{'s' if len(ids) != 1 else ''} {word} "
                                       f"({', '.join(safe(_short_gpu(u)) for u in ids)})"]
