@@ -145,8 +145,9 @@ def test_every_dsa_driver_rule_talks_about_drivers():
 def test_unclassified_boot_parameter_is_a_warning_classified_ones_invalidate(base):
     path = ("system", "kernel", "params", "some_new_param")
     assert rate(base, with_value(base, path, "1"))["system.kernel.params.some_new_param"][0] == "warning"
+    # transparent_hugepage= and numa_balancing= are rated by the runtime value they set (tests/test_effect_ratings.py)
     for name in ("isolcpus", "nohz_full", "intel_iommu", "iommu.passthrough", "intel_pstate",
-                 "transparent_hugepage", "processor.max_cstate", "mitigations", "nosmt"):
+                 "processor.max_cstate", "mitigations", "nosmt"):
         found = rate(base, with_value(base, ("system", "kernel", "params", name), "x"))
         (severity, _), = found.values()
         assert severity == "invalidating", name
@@ -630,8 +631,10 @@ def test_a_huge_page_pool_is_rated_alike_on_the_boot_line_and_at_run_time(base):
     boot = rate(base, with_value(base, (*params, "hugepages"), "1024"))
     pool = rate(base, with_value(base, ("system", "hugepages", "2048kB"), 1024))
     assert boot["system.kernel.params.hugepages"][0] == pool["system.hugepages.2048kB"][0] == "warning"
-    thp = rate(base, with_value(base, (*params, "transparent_hugepage"), "always"))
-    assert thp["system.kernel.params.transparent_hugepage"][0] == "invalidating"
+    always = with_value(with_value(base, (*params, "transparent_hugepage"), "always"), ("system", "thp", "enabled"),
+                        "always")
+    thp = rate(base, always)
+    assert thp["system.kernel.params.transparent_hugepage"][0] == thp["system.thp.enabled"][0] == "invalidating"
 
 
 def _system(root) -> dict:
