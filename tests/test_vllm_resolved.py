@@ -170,3 +170,37 @@ def test_normalised_args_leave_out_what_vllms_non_default_args_leave_out():
     command = locate(["vllm", "serve", "m", "--seed", "0", "--dtype", "auto", "--max-num-seqs", "8"])
     parsed = normalise(command.args, "0.12.0", program=command.program or "")
     assert parsed.args == {"model": "m", "max_num_seqs": 8} and sorted(parsed.at_default) == ["dtype", "seed"]
+
+
+MULTIMODAL = {"architectures": ["LlavaNextForConditionalGeneration"], "model_type": "llava_next",
+              "torch_dtype": "bfloat16",
+              "text_config": {"architectures": ["MistralForCausalLM"], "model_type": "mistral",
+                              "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 32768,
+                              "torch_dtype": "float16"}}
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.11.0", "0.11.1", "0.12.0", "0.33.0"])
+def test_a_multimodal_checkpoints_dtype_is_its_root_configs(tmp_path, version):
+    """vLLM's ``_find_dtype`` reads the root config's torch_dtype/dtype and the text_config's only when the root names
+    none (vllm/config/model.py of 0.11.0-0.12.0, vllm/config/__init__.py of 0.10.2, 0.33's
+    transformers_utils/model_arch_config_convertor.py): here bfloat16, so --dtype bfloat16 is --dtype auto and
+    --dtype float16 (the text_config's) is another dtype."""
+    (tmp_path / "models" / "mm").mkdir(parents=True)
+    (tmp_path / "models" / "mm" / "config.json").write_text(json.dumps(MULTIMODAL))
+    cmd = "vllm serve /models/mm"
+    verdict, findings = _verdict(tmp_path, cmd, f"{cmd} --dtype bfloat16", version)
+    assert verdict == "clean", findings
+    assert "bfloat16" in _snap(tmp_path, f"{cmd} --dtype bfloat16", version)["vllm"]["args_resolved"][
+        "same_as_unset"]["dtype"]
+    verdict, findings = _verdict(tmp_path, cmd, f"{cmd} --dtype float16", version)
+    assert verdict == "invalidating" and findings["vllm.args.dtype"] == "invalidating"
+
+
+def test_the_text_configs_dtype_is_read_where_the_root_names_none(tmp_path):
+    """The fallback of ``_find_dtype``: a root config without torch_dtype takes its text_config's."""
+    config = {k: v for k, v in MULTIMODAL.items() if k != "torch_dtype"}
+    (tmp_path / "models" / "mm").mkdir(parents=True)
+    (tmp_path / "models" / "mm" / "config.json").write_text(json.dumps(config))
+    cmd = "vllm serve /models/mm"
+    assert _verdict(tmp_path, cmd, f"{cmd} --dtype float16", "0.12.0")[0] == "clean"
+    assert _verdict(tmp_path, cmd, f"{cmd} --dtype bfloat16", "0.12.0")[0] == "invalidating"

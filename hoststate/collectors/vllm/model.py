@@ -115,7 +115,11 @@ def _runner_is_pooling(architectures: tuple[str, ...], sentence_transformers: bo
 
 
 def _dtype(config: Mapping[str, Any]) -> str | None:
-    for cfg in (_text_config(config), config):
+    """The root config's ``torch_dtype`` (or ``dtype``), else its text_config's: vLLM's order in ``_find_dtype``
+    (vllm/config/model.py of 0.11.0-0.12.0, vllm/config/__init__.py of 0.10.2; 0.33's
+    transformers_utils/model_arch_config_convertor.py), where the text config is only a fallback for multimodal
+    configs whose root names none."""
+    for cfg in (config, _text_config(config)):
         for key in ("torch_dtype", "dtype"):
             value = cfg.get(key)
             if isinstance(value, str) and value:
