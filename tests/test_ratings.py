@@ -698,11 +698,13 @@ def _resolved(command: str, version: str) -> dict:
     ("0.11.0", "--no-enable-chunked-prefill", True),  # 0.11.0 turns it back on for a generative model
     ("0.12.0", "--no-enable-chunked-prefill", False), ("0.11.1", "--no-enable-chunked-prefill", False),
     ("0.12.0", "-O3", True), ("0.11.0", "-O3", True), ("0.12.0", "-O1", False),
+    ("0.33.0", "-O3", True), ("0.33.0", "-O1", False), ("0.33.0", "-O0", False),
 ])
 def test_what_the_engine_turns_on_by_itself_is_its_default(tmp_path, version, extra, alike):
     """A generative decoder model gets chunked prefill when the flag is not given (EngineArgs of 0.11.0 and
-    0.12.0; 0.11.0 whatever is given), and 0.12.0 builds -O3 as -O2 (vllm/config/vllm.py), both checked against
-    vLLM's own engine configuration built from the two command lines."""
+    0.12.0; 0.11.0 whatever is given), and 0.12.0 and 0.33.0 build -O3 as -O2 (vllm/config/vllm.py:
+    OPTIMIZATION_LEVEL_03 is OPTIMIZATION_LEVEL_02's table, and VllmConfig.__post_init__ reads the level otherwise
+    only as ``> O0``), both checked against vLLM's own engine configuration built from the two command lines."""
     plain = _llama(tmp_path)
     one, other = _resolved(plain, version), _resolved(f"{plain} {extra}", version)
     severities = {f.severity for f in compare(one, other).findings if f.path.startswith("vllm")}

@@ -205,7 +205,9 @@ class Rules:
     chunked_prefill_default_on: bool = False
     chunked_prefill_forced: bool = False
     #: ``-O3`` builds the same configuration as ``-O2``, the default (0.12.0 vllm/config/vllm.py: "O3: Currently the
-    #: same as -O2"; OPTIMIZATION_LEVEL_03 is OPTIMIZATION_LEVEL_02 and nothing else reads the level).
+    #: same as -O2"; OPTIMIZATION_LEVEL_03 is OPTIMIZATION_LEVEL_02 and nothing else reads the level; 0.33.0's
+    #: OPTIMIZATION_LEVEL_03 dict is OPTIMIZATION_LEVEL_02's, key for key, and VllmConfig.__post_init__ reads the
+    #: level otherwise only as ``> OptimizationLevel.O0``).
     o3_same_as_o2: bool = False
     #: ``--kv-cache-dtype`` choices (CacheDType); empty: not checked (not recorded for the version).
     kv_cache_dtypes: frozenset[str] = frozenset()
@@ -457,7 +459,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "guided_decoding_backend", "override_pooler_config"}) | _GONE_0120 | _NEW_033},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
      "batch_defaults": None,  # not read from this version's code
-     "chunked_prefill_default_on": False, "o3_same_as_o2": False,  # not read in this version's code
+     "chunked_prefill_default_on": False,  # not read in this version's code
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
      "pcp_refused": False, "partition_keeps_splitting_ops": False, "kv_refuses_expandable_segments": True,
      "rope_unscaled_types": frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}),
