@@ -697,6 +697,9 @@ def _resolved(command: str, version: str) -> dict:
     ("0.11.0", "--enable-chunked-prefill", True), ("0.12.0", "--enable-chunked-prefill", True),
     ("0.11.0", "--no-enable-chunked-prefill", True),  # 0.11.0 turns it back on for a generative model
     ("0.12.0", "--no-enable-chunked-prefill", False), ("0.11.1", "--no-enable-chunked-prefill", False),
+    ("0.10.2", "--enable-chunked-prefill", True),  # _set_default_args_v1 turns it on whatever is given on V1
+    ("0.10.2", "--no-enable-chunked-prefill", True),
+    ("0.33.0", "--enable-chunked-prefill", True), ("0.33.0", "--no-enable-chunked-prefill", False),
     ("0.12.0", "-O3", True), ("0.11.0", "-O3", True), ("0.12.0", "-O1", False),
     ("0.33.0", "-O3", True), ("0.33.0", "-O1", False), ("0.33.0", "-O0", False),
 ])
@@ -709,6 +712,50 @@ def test_what_the_engine_turns_on_by_itself_is_its_default(tmp_path, version, ex
     one, other = _resolved(plain, version), _resolved(f"{plain} {extra}", version)
     severities = {f.severity for f in compare(one, other).findings if f.path.startswith("vllm")}
     assert (severities <= {"info"}) is alike, (severities, other["vllm"].get("args_resolved"))
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.11.0", "0.11.1", "0.12.0", "0.33.0"])
+def test_prefix_caching_is_what_vllm_takes_unset_for_a_generative_model(tmp_path, version):
+    """The parser default of --enable-prefix-caching is None and vLLM turns it on for a generative model that is
+    neither hybrid nor attention-free (vllm/engine/arg_utils.py: 0.10.2 _set_default_args_v1 on the V1 engine,
+    0.11.0 _set_default_args, 0.11.1 get_chunked_prefill_prefix_caching_defaults, 0.12.0 and 0.33.0
+    _set_default_chunked_prefill_and_prefix_caching_args with ModelConfig.is_prefix_caching_supported): spelling it
+    out is the same server, and --no-enable-prefix-caching, which turns it off, still refuses."""
+    plain = _llama(tmp_path)
+    one, on = _resolved(plain, version), _resolved(f"{plain} --enable-prefix-caching", version)
+    assert "EngineArgs." in on["vllm"]["args_resolved"]["same_as_unset"]["enable_prefix_caching"]
+    assert {f.severity for f in compare(one, on).findings if f.path.startswith("vllm")} <= {"info"}
+    off = _resolved(f"{plain} --no-enable-prefix-caching", version)
+    assert rate(one, off)["vllm.args.enable_prefix_caching"][0] == "invalidating"
+
+
+@pytest.mark.parametrize(("version", "prefix", "config", "extra"), [
+    ("0.12.0", "", {"architectures": ["JambaForCausalLM"], "model_type": "jamba"}, ""),  # hybrid: off by default
+    ("0.11.1", "", {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next"}, ""),
+    ("0.12.0", "", {"architectures": ["MambaForCausalLM"], "model_type": "mamba"}, ""),  # attention-free
+    ("0.12.0", "", {"architectures": []}, ""),  # no architecture named: not known to be a decoder model
+    ("0.12.0", "", {}, "--runner pooling"),
+    ("0.10.1", "", {}, ""),  # a version whose code was not read
+    ("0.10.2", "VLLM_USE_V1=0 ", {}, ""),  # the V0 engine keeps what is given (_set_default_args_v0)
+    ("0.10.2", "", {}, "--enable-prompt-embeds"),  # V0 fallback (_is_v1_supported_oracle)
+    ("0.10.2", "", {"architectures": ["MotifForCausalLM"], "model_type": "motif"}, ""),  # SupportsV0Only
+    ("0.10.2", "", {}, "-pp 2 --distributed-executor-backend uni"),  # V0 fallback for pipeline parallelism
+])
+def test_prefix_and_chunked_prefill_are_compared_as_given_where_vllms_default_is_not_known(tmp_path, version, prefix,
+                                                                                          config, extra):
+    """A hybrid or attention-free model (is_prefix_caching_supported: attn_type "hybrid"/"attention_free"; 0.11.1:
+    ``not is_hybrid``), a model not known to be a generative decoder, a version whose code was not read, or 0.10.2
+    where the V0 engine may run (it sets neither default): --enable-prefix-caching is compared as given, and on
+    0.10.2 chunked prefill too."""
+    plain = f"{prefix}{_llama(tmp_path, **config)} {extra}".strip()
+    one = _resolved(plain, version)
+    for flag, dest in (("--enable-prefix-caching", "enable_prefix_caching"),
+                       ("--enable-chunked-prefill", "enable_chunked_prefill")):
+        if version != "0.10.2" and dest == "enable_chunked_prefill":
+            continue  # chunked prefill's default does not depend on the model being hybrid
+        other = _resolved(f"{plain} {flag}", version)
+        assert other["vllm"]["args"][dest] is True, other["vllm"].get("args_resolved")
+        assert rate(one, other)[f"vllm.args.{dest}"][0] == "invalidating"
 
 
 def test_the_checkpoints_own_fp8_is_what_vllm_takes_unset(tmp_path):

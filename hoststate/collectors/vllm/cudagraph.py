@@ -682,6 +682,22 @@ def _v0_engine(r: Resolution) -> str | None:
     return None if use_v1 else "VLLM_USE_V1=0"
 
 
+#: Executors 0.10.2 runs pipeline parallelism on with the V1 engine (None: the parser default).
+_V1_PP_EXECUTORS = (None, "ray", "mp", "external_launcher")
+
+
+def v1_engine_sure(args: Mapping[str, Any], env: Mapping[str, str], rules: Rules, model: ModelFacts) -> bool:
+    """Whether the V1 engine surely runs this command line: no feature EngineArgs._is_v1_supported_oracle falls back
+    to V0 for (as ``_v0_engine`` reads them, with no fact assumed), no SupportsV0Only architecture
+    (``rules.v0_only_architectures``) and no pipeline parallelism on another executor (vllm/engine/arg_utils.py of
+    0.10.2). Used where vLLM sets defaults only on V1 (``rules.defaults_v1_only``)."""
+    cc = args.get("compilation_config")
+    r = Resolution(rules, args, env, model, cc if isinstance(cc, Mapping) else {})
+    if _v0_engine(r) or r.assumes or set(model.architectures) & rules.v0_only_architectures:
+        return False
+    return _int(args.get("pipeline_parallel_size")) == 1 or args.get("distributed_executor_backend") in _V1_PP_EXECUTORS
+
+
 def _default_mode(r: Resolution) -> None:
     """The version's default graph mode."""
     if v0 := _v0_engine(r):

@@ -272,16 +272,40 @@ def _generative(args: Mapping[str, Any], model: ModelFacts) -> bool:
             and args.get("runner", "generate") == "generate" and args.get("convert", "none") == "none")
 
 
-def _chunked_prefill(args: Mapping[str, Any], model: ModelFacts, rules: Rules) -> str | None:
+def _engine_defaults(args: Mapping[str, Any], model: ModelFacts, env: Mapping[str, str], rules: Rules) -> bool:
+    """Whether vLLM sets its generative defaults (chunked prefill, prefix caching) for this command line: a
+    generative decoder model, and on 0.10.2 only where the V1 engine surely runs (``rules.defaults_v1_only``)."""
+    if not _generative(args, model):
+        return False
+    if not rules.defaults_v1_only:
+        return True
+    from hoststate.collectors.vllm.cudagraph import v1_engine_sure  # cudagraph imports this module
+
+    return v1_engine_sure(args, env, rules, model)
+
+
+def _chunked_prefill(args: Mapping[str, Any], model: ModelFacts, env: Mapping[str, str], rules: Rules) -> str | None:
     given = args.get("enable_chunked_prefill")
-    if not isinstance(given, bool) or not _generative(args, model):
+    if not isinstance(given, bool) or not _engine_defaults(args, model, env, rules):
         return None
     if rules.chunked_prefill_forced:
-        return ("vLLM 0.11.0 turns chunked prefill on for a generative model whatever is given "
-                f"(EngineArgs._set_default_args; {model.source})")
+        v1 = " on the V1 engine" if rules.defaults_v1_only else ""
+        return (f"vLLM {rules.version} turns chunked prefill on for a generative model{v1} whatever is given "
+                f"(EngineArgs.{rules.engine_defaults_at}; {model.source})")
     if given and rules.chunked_prefill_default_on:
-        return f"on: what vLLM takes for a generative decoder model when the flag is not given ({model.source})"
+        return (f"on: what vLLM takes for a generative decoder model when the flag is not given "
+                f"(EngineArgs.{rules.engine_defaults_at}; {model.source})")
     return None
+
+
+def _prefix_caching(args: Mapping[str, Any], model: ModelFacts, env: Mapping[str, str], rules: Rules) -> str | None:
+    """``--enable-prefix-caching`` where vLLM turns it on unset: a generative model that is neither hybrid nor
+    attention-free (``--no-enable-prefix-caching`` turns it off there, so it stays a setting)."""
+    if args.get("enable_prefix_caching") is not True or not rules.prefix_caching_default_on \
+            or model.hybrid is not False or not _engine_defaults(args, model, env, rules):
+        return None
+    return ("on: what vLLM takes for a generative model that is neither hybrid nor attention-free when the flag is "
+            f"not given (EngineArgs.{rules.engine_defaults_at}; {model.source})")
 
 
 def _opt_level(args: Mapping[str, Any], rules: Rules) -> str | None:
@@ -401,7 +425,8 @@ def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], 
                "trust_remote_code": _remote_code(normal, facts), "seed": _seed(normal, env, rules.seed_unset),
                "tokenizer": _tokenizer(normal), "revision": _revision(normal),
                "max_model_len": _max_len(normal, facts, rules),
-               "enable_chunked_prefill": _chunked_prefill(normal, facts, rules),
+               "enable_chunked_prefill": _chunked_prefill(normal, facts, env, rules),
+               "enable_prefix_caching": _prefix_caching(normal, facts, env, rules),
                "optimization_level": _opt_level(normal, rules), "quantization": _quantization(normal, facts),
                **_engine_unused(normal, rules), **_batch(normal, facts, rules, gpus)}
     same.update({dest: why for dest, why in reasons.items() if why is not None and dest in normal and dest not in same})

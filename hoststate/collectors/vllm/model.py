@@ -45,6 +45,28 @@ ARCH_SUFFIX_RUNNER: tuple[tuple[str, str], ...] = (
 )
 
 
+#: Architectures whose vLLM model class is hybrid (IsHybrid: attention beside Mamba/linear-attention layers) or
+#: attention-free (IsAttentionFree), in any of vLLM 0.10.2-0.33.0's registries (vllm/model_executor/models/
+#: registry.py, each class's bases in its module; 0.33 also vllm/models/). vLLM decides prefix caching for these
+#: otherwise (ModelConfig.is_prefix_caching_supported, attn_type "hybrid" / "attention_free"). An architecture
+#: outside the registry runs on the Transformers backend, which is neither.
+HYBRID_ARCHITECTURES = frozenset({
+    "AliceAIForCausalLM", "BailingMoeV2_5ForCausalLM", "BailingMoeV3ForCausalLM",
+    "BailingMoeV3VLForConditionalGeneration", "BambaForCausalLM", "ClefFlashForJointSchema", "ColBERTLfm2Model",
+    "ColQwen3_5", "FalconH1ForCausalLM", "FalconMambaForCausalLM", "Glm5NextForCausalLM",
+    "Glm5NextForConditionalGeneration", "GraniteMoeHybridForCausalLM", "InternS2MobiusForConditionalGeneration",
+    "InternS2PreviewForConditionalGeneration", "JambaForCausalLM", "JambaForSequenceClassification",
+    "KimiK3ForConditionalGeneration", "KimiLinearForCausalLM", "Lfm2ForCausalLM", "Lfm2MoeForCausalLM",
+    "Lfm2VlForConditionalGeneration", "Mamba2ForCausalLM", "MambaForCausalLM", "MiniCPMOcrForConditionalGeneration",
+    "MiniCPMV4_6ForConditionalGeneration", "MiniCPMV4_7ForConditionalGeneration", "MiniMaxForCausalLM",
+    "MiniMaxM1ForCausalLM", "MiniMaxText01ForCausalLM", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
+    "NemotronH_Nano_Omni_Reasoning_V3", "NemotronH_Nano_VL", "NemotronH_Nano_VL_V2", "NemotronH_Omni_Reasoning_V3",
+    "NemotronH_Super_Omni_Reasoning_V3", "OlmoHybridForCausalLM", "Phi4FlashForCausalLM", "Plamo2ForCausalLM",
+    "PrithviGeoSpatialMAE", "Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration", "Qwen4ExpForCausalLM",
+    "Qwen4ExpForConditionalGeneration", "Terratorch", "Zamba2ForCausalLM"})
+
+
 @dataclass(frozen=True)
 class ModelFacts:
     """Facts about the served model; None means unknown (``source`` says why)."""
@@ -56,6 +78,8 @@ class ModelFacts:
     #: Total key/value heads, and whether attention is MLA (DeepSeek's latent attention).
     kv_heads: int | None = None
     mla: bool | None = None
+    #: Whether an architecture is in HYBRID_ARCHITECTURES; None when config.json names none.
+    hybrid: bool | None = None
     architectures: tuple[str, ...] = ()
     #: Attention heads, maximum length, checkpoint quantization: what vLLM checks the arguments against.
     limits: ConfigLimits = ConfigLimits()
@@ -143,7 +167,8 @@ def facts_from_config(config: Mapping[str, Any], modules: Any = None, source: st
     encdec = bool(config.get("is_encoder_decoder")) or bool(_text_config(config).get("is_encoder_decoder"))
     return ModelFacts(moe=_num_experts(config) > 1, pooling=_runner_is_pooling(archs, st_pooling),
                       encoder_decoder=encdec, kv_heads=_kv_heads(config),
-                      mla=_text_config(config).get("kv_lora_rank") is not None, architectures=archs,
+                      mla=_text_config(config).get("kv_lora_rank") is not None,
+                      hybrid=bool(set(archs) & HYBRID_ARCHITECTURES) if archs else None, architectures=archs,
                       limits=config_limits(config), dtype=_dtype(config),
                       remote_code=isinstance(config.get("auto_map"), Mapping) and bool(config["auto_map"]),
                       mtp_layers=has_mtp_layers(config), quant_files=files,

@@ -204,6 +204,19 @@ class Rules:
     #: is its default; and 0.11.0 turns it on for such a model whatever is given (``chunked_prefill_forced``).
     chunked_prefill_default_on: bool = False
     chunked_prefill_forced: bool = False
+    #: A generative model that is neither hybrid nor attention-free runs with prefix caching when the flag is not
+    #: given (the parser default is None), so ``--enable-prefix-caching`` is its default (EngineArgs: 0.10.2
+    #: _set_default_args_v1, 0.11.0 _set_default_args, 0.11.1 get_chunked_prefill_prefix_caching_defaults,
+    #: 0.12.0 and 0.33.0 _set_default_chunked_prefill_and_prefix_caching_args with is_prefix_caching_supported).
+    prefix_caching_default_on: bool = False
+    #: The EngineArgs method that sets those defaults, cited in the reasons.
+    engine_defaults_at: str = ""
+    #: Those defaults are set only on the V1 engine (0.10.2: ``_set_default_args_v1``; the V0 engine's
+    #: ``_set_default_args_v0`` keeps what is given), so they apply only where the V1 engine surely runs: none of
+    #: the features ``_is_v1_supported_oracle`` falls back to V0 for, and no architecture listed here (model classes
+    #: marked SupportsV0Only, which fail ``ModelConfig.is_v1_compatible``).
+    defaults_v1_only: bool = False
+    v0_only_architectures: frozenset[str] = frozenset()
     #: ``-O3`` builds the same configuration as ``-O2``, the default (0.12.0 vllm/config/vllm.py: "O3: Currently the
     #: same as -O2"; OPTIMIZATION_LEVEL_03 is OPTIMIZATION_LEVEL_02 and nothing else reads the level; 0.33.0's
     #: OPTIMIZATION_LEVEL_03 dict is OPTIMIZATION_LEVEL_02's, key for key, and VllmConfig.__post_init__ reads the
@@ -281,6 +294,12 @@ _MISSING_0102 = frozenset({"optimization_level", "cudagraph_capture_sizes", "max
                            "performance_mode", "all2all_backend", "attention_config", "attention_backend",
                            "data_parallel_external_lb", "enable_dbo", "num_scheduler_steps", "pooler_config",
                            "prefill_context_parallel_size", "structured_outputs_config"})
+
+#: 0.10.2's architectures whose model class is SupportsV0Only (vllm/model_executor/models: Bart, Donut, Florence-2,
+#: mBART, Mllama, Motif, Phi-4-flash), which ModelConfig.is_v1_compatible sends to the V0 engine.
+_V0_ONLY_0102 = frozenset({"BartForConditionalGeneration", "BartModel", "DonutForConditionalGeneration",
+                           "Florence2ForConditionalGeneration", "MBartForConditionalGeneration",
+                           "MllamaForConditionalGeneration", "MotifForCausalLM", "Phi4FlashForCausalLM"})
 
 #: 0.10.2 options later parsers dropped (each list from that version's own parser).
 _V0_OPTIONS = frozenset({"disable_async_output_proc", "preemption_mode", "scheduler_delay_factor"})
@@ -413,6 +432,8 @@ ROWS: tuple[dict[str, Any], ...] = (
     {"version": "0.10.1", "family": "v10"},
     {"version": "0.10.2", "o_number": "dotted-level", "o_values": _O_0_3, "o_any_int": True,
      "kv_cache_dtypes": _KV_0102, "quantization_methods": _QUANT_0102, "chunked_prefill_off_checked": "pooling",
+     "chunked_prefill_forced": True, "prefix_caching_default_on": True, "engine_defaults_at": "_set_default_args_v1",
+     "defaults_v1_only": True, "v0_only_architectures": _V0_ONLY_0102,
      "spec_pp_refused_methods": frozenset({"eagle", "eagle3"}), "eagle3_targets": ("llama", "qwen"),
      "aliases": _ALIASES_0102, "serve_model_option": "refused",
      "legacy_flags_in_config": True, "all2all_ht_mode": "PIECEWISE", "spec_methods": _SPEC_METHODS_0102,
@@ -421,7 +442,8 @@ ROWS: tuple[dict[str, Any], ...] = (
                             "mla": frozenset({"FLASHMLA", "CUTLASS_MLA"})},
      "missing_options": _MISSING_0102 | _NEW_AFTER_0102, "no_negation": _NO_NEGATION_0102},
     {"version": "0.11.0", "family": "v11", "convert_makes_pooling": False, "all2all_ht_mode": "NONE",
-     "chunked_prefill_default_on": True, "chunked_prefill_forced": True,
+     "chunked_prefill_default_on": True, "chunked_prefill_forced": True, "engine_defaults_at": "_set_default_args",
+     "defaults_v1_only": False, "v0_only_architectures": frozenset(),
      "unused_options": {"swap_space": "only the V1 engine remains, and it allocates no CPU swap blocks "
                                       "(v1/engine/core.py: num_cpu_blocks = 0; CacheConfig only checks the size "
                                       "against host memory)"},
@@ -440,6 +462,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "dcp_head_check": True, "capture_options_exclusive": True, "scheduler_sizes_checked": True,
      "world_size_checked": True, "lora_spec_budget": True, "chunked_prefill_off_checked": "all",
      "chunked_prefill_forced": False, "batch_defaults": "clamped",
+     "engine_defaults_at": "get_chunked_prefill_prefix_caching_defaults",
      "kv_cache_dtypes": _KV_012, "quantization_methods": _QUANT_0111, "partial_prefills_refused": True,
      "spec_self_drafting": frozenset({"ngram", "suffix"}) | (_EAGLE_MTP - {"eagle", "eagle3"}),
      "aliases": {**_ALIASES_0102, "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
@@ -449,7 +472,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "rope_scaling"}) | _GONE_0111 | _NEW_AFTER_0111,
      "no_negation": _NO_NEGATION_0110 | {"aggregate_engine_logging"}},
     {"version": "0.12.0", "family": "opt", "o_number": "optimization_level", "o_dotted": "deprecated",
-     "o3_same_as_o2": True,
+     "o3_same_as_o2": True, "engine_defaults_at": "_set_default_chunked_prefill_and_prefix_caching_args",
      "tokenizer_modes": frozenset(),
      "seed_unset": None, "quantization_methods": _QUANT_012,
      "aliases": _ALIASES_012, "graphs_without_compile": "none", "pcp_refused": True,
@@ -459,7 +482,6 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "guided_decoding_backend", "override_pooler_config"}) | _GONE_0120 | _NEW_033},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
      "batch_defaults": None,  # not read from this version's code
-     "chunked_prefill_default_on": False,  # not read in this version's code
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
      "pcp_refused": False, "partition_keeps_splitting_ops": False, "kv_refuses_expandable_segments": True,
      "rope_unscaled_types": frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}),
