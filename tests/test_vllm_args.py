@@ -17,6 +17,7 @@ from hoststate.collectors.vllm.model import ModelFacts, facts_from_config
 from hoststate.collectors.vllm.modes import parse_cg_mode
 from hoststate.collectors.vllm.options import human_int
 from hoststate.collectors.vllm.versions import VERSIONS, rules_for
+from tests.conftest import PYTHONPATH
 
 try:
     import tomllib
@@ -319,7 +320,7 @@ REFUSED = [
 
 def _hoststate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([*HOSTSTATE, *args], capture_output=True, text=True, timeout=120, cwd=cwd,
-                          env={**os.environ, "HF_HOME": str(cwd / "no-hf-cache")})
+                          env={**os.environ, "HF_HOME": str(cwd / "no-hf-cache"), "PYTHONPATH": PYTHONPATH})
 
 
 @pytest.mark.parametrize(("cmd", "reason"), REFUSED)
@@ -425,6 +426,58 @@ def test_snap_records_a_refused_command_and_guard_refuses_to_start_it(tmp_path):
                     "0.12.0", "--vllm-cmd", "vllm serve M", "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')",
                     cwd=tmp_path)
     assert ok.returncode == 0 and marker.exists(), ok.stderr
+
+
+#: (version, compilation config spelling, vLLM's words or None where vLLM takes it)
+COMPILATION_MODE_SPELLINGS = [
+    ("0.12.0", "-cc.mode=PIECEWISE", "Invalid compilation mode: PIECEWISE"),  # an old CompilationLevel name
+    ("0.12.0", "-cc.mode=NO_COMPILATION", "Invalid compilation mode: NO_COMPILATION"),
+    ("0.12.0", "-cc.mode=DYNAMO_AS_IS", "Invalid compilation mode: DYNAMO_AS_IS"),
+    ("0.33.0", "-cc.mode=DYNAMO_ONCE", "Invalid compilation mode: DYNAMO_ONCE"),
+    ("0.12.0", """--compilation-config '{"mode": "3"}'""", "Invalid compilation mode: 3"),  # a string, not 3
+    ("0.33.0", """-cc '{"mode": "3"}'""", "Invalid compilation mode: 3"),
+    ("0.11.1", "-O.mode=PIECEWISE", "Invalid compilation mode: PIECEWISE"),  # 0.11.1 has no -cc
+    ("0.11.1", "-O.level=PIECEWISE", "unable to parse string as an integer"),  # level: int | None
+    ("0.11.0", """-O '{"level": "PIECEWISE"}'""", "unable to parse string as an integer"),  # level: Optional[int]
+    ("0.10.2", "-O.level=VLLM_COMPILE", "unable to parse string as an integer"),
+    ("0.12.0", "-cc.mode=3", None),  # JSON 3: the member's value
+    ("0.12.0", "-cc.mode=vllm_compile", None),  # upper-cased to a member name
+    ("0.33.0", "-cc.mode=NONE", None),
+    ("0.11.1", "-O.mode=STOCK_TORCH_COMPILE", None),
+    ("0.11.0", """-O '{"level": "3"}'""", None),  # pydantic parses a numeric string as the int
+    ("0.11.0", "-O.mode=PIECEWISE", None),  # not a field before 0.11.1: ignored
+    ("0.10.1", "-O.level=PIECEWISE", None),  # a version whose code was not read: not refused here
+]
+
+
+@pytest.mark.parametrize(("version", "spelling", "words"), COMPILATION_MODE_SPELLINGS)
+def test_a_compilation_mode_is_refused_where_vllm_refuses_its_spelling(version, spelling, words):
+    """CompilationConfig.validate_mode_before (vllm/config/compilation.py of 0.11.1, 0.12.0, 0.33.0) upper-cases a
+    ``mode`` string and raises unless it names a CompilationMode member (NONE, STOCK_TORCH_COMPILE, DYNAMO_TRACE_ONCE,
+    VLLM_COMPILE); a number passes to the enum. ``level`` is an int field of the pydantic dataclass (0.10.2-0.12.0),
+    which refuses a name. A refused command line has no declared mode, so guard will not start it."""
+    command = locate(split_command(f"vllm serve M {spelling}"))
+    parsed = normalise(command.args, version, program=command.program)
+    declared = declare(parsed.args, command.env, version)
+    if words is None:
+        assert parsed.refusals == [] and declared.refused is None and declared.mode is not None
+    else:
+        assert any(words in r for r in parsed.refusals), parsed.refusals
+        assert words in (declared.refused or "") or parsed.refusals
+
+
+def test_a_refused_compilation_mode_name_is_recorded_and_guard_refuses_it(tmp_path):
+    """Through snap: vllm.cudagraph.refused holds vLLM's words and no mode is declared, and guard does not start it."""
+    cmd = "vllm serve M -cc.mode=PIECEWISE"
+    snap = _hoststate("snap", "--only", "vllm", "--vllm-version", "0.12.0", "--vllm-cmd", cmd,
+                      "-o", str(tmp_path / "s.toml"), cwd=tmp_path)
+    assert snap.returncode == 0, snap.stderr
+    cudagraph = tomllib.loads((tmp_path / "s.toml").read_text())["vllm"]["cudagraph"]
+    assert "Invalid compilation mode: PIECEWISE" in cudagraph["refused"] and "declared" not in cudagraph
+    marker = tmp_path / "ran"
+    guard = _hoststate("guard", "--baseline", str(tmp_path / "s.toml"), "--only", "vllm", "--vllm-version", "0.12.0",
+                       "--vllm-cmd", cmd, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')", cwd=tmp_path)
+    assert guard.returncode == 2 and not marker.exists() and "Invalid compilation mode" in guard.stderr
 
 
 # -- vLLM 0.11.1 against 0.11.0: each expectation below is what vLLM 0.11.1 / 0.11.0 itself gave for the same

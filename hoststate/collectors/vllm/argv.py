@@ -18,7 +18,7 @@ from typing import Any
 
 from hoststate.collectors.vllm.configfile import ConfigError, check_path, config_tokens, parse_config_text
 from hoststate.collectors.vllm.defaults import defaults_for, drop_defaults
-from hoststate.collectors.vllm.modes import parse_cg_mode, parse_comp_mode
+from hoststate.collectors.vllm.modes import COMP_NAMES, parse_cg_mode, parse_comp_mode
 from hoststate.collectors.vllm.options import (
     BOOL,
     CHOICES,
@@ -644,6 +644,31 @@ def compilation_held(args: Mapping[str, Any], rules: Rules) -> tuple[dict[str, A
                    "non-default args in fixtures/vllm/oracle)")
 
 
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _compilation_mode_refusals(cc: Mapping[str, Any], rules: Rules) -> list[str]:
+    """vLLM's refusals of a compilation mode or level given as a string it does not take (compilation_mode_checked):
+    CompilationConfig.validate_mode_before upper-cases a ``mode`` string and requires a CompilationMode member name
+    (vllm/config/compilation.py of 0.11.1, 0.12.0, 0.33.0), so ``"3"`` or PIECEWISE is refused while the number 3 is
+    the member's value; ``level`` is ``int | None`` (0.10.2-0.12.0), so pydantic refuses a string that is no number
+    (only a numeric string is lax-parsed to an int)."""
+    refusals = []
+    mode, level = cc.get("mode"), cc.get("level")
+    if rules.mode_key == "mode" and isinstance(mode, str) and mode.upper() not in COMP_NAMES.values():
+        refusals.append(f"compilation_config.mode: Invalid compilation mode: {mode}. Valid modes are: "
+                        f"{', '.join(COMP_NAMES.values())}")
+    if rules.level_accepted and isinstance(level, str) and not _number(level):
+        refusals.append(f"compilation_config.level: Input should be a valid integer, unable to parse string as an "
+                        f"integer (vLLM {rules.version})")
+    return refusals
+
+
 def _compilation_keys(out: Normalised, rules: Rules) -> None:
     cc = out.args.get("compilation_config")
     if not isinstance(cc, dict):
@@ -661,6 +686,8 @@ def _compilation_keys(out: Normalised, rules: Rules) -> None:
         out.refusals.append(f"compilation_config.level is not accepted by vLLM {rules.version} (use mode)")
     if "cudagraph_mode" in cc and parse_cg_mode(cc["cudagraph_mode"]) is None:
         out.refusals.append(f"compilation_config.cudagraph_mode: unknown mode {cc['cudagraph_mode']!r}")
+    if rules.compilation_mode_checked:
+        out.refusals.extend(_compilation_mode_refusals(cc, rules))
     if "cudagraph_mode" in cc and rules.family == "v10.0":
         out.notes.append(f"compilation_config.cudagraph_mode does not exist in vLLM {rules.version}; ignored")
 

@@ -234,6 +234,11 @@ class Rules:
     kv_dtype_matches_model: bool = False
     #: ``--quantization`` methods refused as deprecated unless --allow-deprecated-quantization (0.33).
     deprecated_quantization: frozenset[str] = frozenset()
+    #: compilation_config's mode and level are checked as vLLM's CompilationConfig checks them (read from 0.10.2 on):
+    #: a ``mode`` string must name a CompilationMode member in any case (validate_mode_before, 0.11.1+: ``"3"`` and
+    #: the old CompilationLevel names such as PIECEWISE are refused); ``level`` is an int field, so pydantic refuses a
+    #: string that is not a number.
+    compilation_mode_checked: bool = False
     #: Concurrent partial prefills (max_num_partial_prefills / max_long_partial_prefills other than 1) refused (0.12).
     partial_prefills_refused: bool = False
 
@@ -433,7 +438,7 @@ ROWS: tuple[dict[str, Any], ...] = (
     {"version": "0.10.2", "o_number": "dotted-level", "o_values": _O_0_3, "o_any_int": True,
      "kv_cache_dtypes": _KV_0102, "quantization_methods": _QUANT_0102, "chunked_prefill_off_checked": "pooling",
      "chunked_prefill_forced": True, "prefix_caching_default_on": True, "engine_defaults_at": "_set_default_args_v1",
-     "defaults_v1_only": True, "v0_only_architectures": _V0_ONLY_0102,
+     "defaults_v1_only": True, "v0_only_architectures": _V0_ONLY_0102, "compilation_mode_checked": True,
      "spec_pp_refused_methods": frozenset({"eagle", "eagle3"}), "eagle3_targets": ("llama", "qwen"),
      "aliases": _ALIASES_0102, "serve_model_option": "refused",
      "legacy_flags_in_config": True, "all2all_ht_mode": "PIECEWISE", "spec_methods": _SPEC_METHODS_0102,
