@@ -758,6 +758,56 @@ def test_prefix_and_chunked_prefill_are_compared_as_given_where_vllms_default_is
         assert rate(one, other)[f"vllm.args.{dest}"][0] == "invalidating"
 
 
+@pytest.mark.parametrize(("version", "config", "extra", "alike"), [
+    ("0.10.2", {}, "--block-size 16", True), ("0.11.0", {}, "--block-size 16", True),
+    ("0.11.1", {}, "--block-size 16", True), ("0.12.0", {}, "--block-size 16", True),
+    ("0.12.0", {}, "--block-size 32", False),
+    ("0.33.0", {}, "--block-size 16", False),  # not read: 0.33 records whether it was given
+    ("0.12.0", {"kv_lora_rank": 512, "model_type": "deepseek_v3"}, "--block-size 16", False),  # MLA sizes its own
+    ("0.12.0", {"architectures": ["JambaForCausalLM"], "model_type": "jamba"}, "--block-size 16", False),  # hybrid
+])
+def test_the_block_size_cuda_takes_unset_is_its_default(tmp_path, version, config, extra, alike):
+    """CudaPlatform.check_and_update_config turns an unset block size into 16 (vllm/platforms/cuda.py of 0.10.2-0.12.0)
+    before MLA backends force theirs; HybridAttentionMambaModelConfig sizes a hybrid model's. So --block-size 16 is
+    the unset server for a model known to have neither; another size, an MLA or hybrid model, or 0.33 (whose
+    CacheConfig records user_specified_block_size) are compared as given."""
+    plain = _llama(tmp_path, **config)
+    one, other = _resolved(plain, version), _resolved(f"{plain} {extra}", version)
+    severities = {f.severity for f in compare(one, other).findings if f.path.startswith("vllm")}
+    assert (severities <= {"info"}) is alike, (severities, other["vllm"].get("args_resolved"))
+    assert ("block_size" in other["vllm"]["args"]) is not alike
+
+
+def test_the_block_size_of_a_model_not_read_is_compared_as_given():
+    one, other = _served(PLAIN), _served(f"{PLAIN} --block-size 16")
+    assert rate(one, other)["vllm.args.block_size"][0] == "invalidating"
+
+
+@pytest.mark.parametrize(("version", "base", "extra", "alike"), [
+    ("0.12.0", "-tp 2", "--distributed-executor-backend mp", True),
+    ("0.11.1", "-tp 2", "--distributed-executor-backend mp", True),
+    ("0.12.0", "-pp 2", "--distributed-executor-backend mp", True),
+    ("0.12.0", "-tp 2", "--distributed-executor-backend ray", False),
+    ("0.12.0", "", "--distributed-executor-backend mp", False),  # world size 1: uni
+    ("0.12.0", "-tp 2 -dp 2 --data-parallel-backend ray", "--distributed-executor-backend mp", False),  # ray
+    ("0.33.0", "-tp 2", "--distributed-executor-backend mp", False),  # not read
+    ("0.11.0", "-tp 2", "--distributed-executor-backend mp", False),
+])
+def test_the_mp_executor_is_what_vllm_picks_for_several_gpus(tmp_path, version, base, extra, alike):
+    """ParallelConfig.__post_init__ (vllm/config/parallel.py of 0.11.1 and 0.12.0) takes mp for a world size above 1
+    when no backend is given, unless data parallel uses Ray. The unset side alone may depend on the GPUs vLLM sees
+    (declared_assumes, a warning): the arguments themselves are the same server."""
+    plain = f"{_llama(tmp_path)} {base}".strip()
+    one, other = _resolved(plain, version), _resolved(f"{plain} {extra}", version)
+    found = rate(one, other)
+    assert ("vllm.args.distributed_executor_backend" not in found) is alike, found
+    if alike:
+        assert "parallel.py" in other["vllm"]["args_resolved"]["same_as_unset"]["distributed_executor_backend"]
+        assert all(severity != "invalidating" for severity, _why in found.values()), found
+    else:
+        assert found["vllm.args.distributed_executor_backend"][0] == "invalidating"
+
+
 def test_the_checkpoints_own_fp8_is_what_vllm_takes_unset(tmp_path):
     """ModelConfig._verify_quantization takes the checkpoint's quant_method when none is given; fp8 has no
     override to another method (AWQ and GPTQ checkpoints get Marlin kernels unless one is named)."""

@@ -308,6 +308,32 @@ def _prefix_caching(args: Mapping[str, Any], model: ModelFacts, env: Mapping[str
             f"not given (EngineArgs.{rules.engine_defaults_at}; {model.source})")
 
 
+def _block_size(args: Mapping[str, Any], model: ModelFacts, rules: Rules) -> str | None:
+    """``--block-size`` at what CudaPlatform.check_and_update_config takes unset, for a model known to use neither
+    MLA (whose backends force their own size) nor hybrid layers (HybridAttentionMambaModelConfig sizes those)."""
+    given = args.get("block_size")
+    if rules.block_size_unset is None or given != rules.block_size_unset or isinstance(given, bool) \
+            or not model.known or model.mla is not False or model.hybrid is not False:
+        return None
+    return (f"{given}: the KV cache block size vLLM {rules.version} takes when none is given, for a model without MLA "
+            f"or hybrid layers (CudaPlatform.check_and_update_config, vllm/platforms/cuda.py; {model.source})")
+
+
+def _executor(args: Mapping[str, Any], rules: Rules) -> str | None:
+    """``--distributed-executor-backend mp`` where ParallelConfig picks mp itself: a world size above 1 and no Ray
+    data parallel backend (a ``vllm serve`` process is in no Ray placement group)."""
+    sizes = [_size(args, d) for d in ("tensor_parallel_size", "pipeline_parallel_size",
+                                      "prefill_context_parallel_size")]
+    if not rules.executor_mp_unset or args.get("distributed_executor_backend") != "mp" or None in sizes \
+            or args.get("data_parallel_backend", "mp") == "ray":
+        return None
+    world = sizes[0] * sizes[1] * sizes[2]  # type: ignore[operator]
+    if world <= 1:
+        return None
+    return (f"mp: what ParallelConfig takes for a world size of {world} on a CUDA host when no backend is given and "
+            "data parallel does not use Ray (vllm/config/parallel.py __post_init__)")
+
+
 def _opt_level(args: Mapping[str, Any], rules: Rules) -> str | None:
     if rules.o3_same_as_o2 and str(args.get("optimization_level")) == "3":  # -O3 is read as the text "3"
         return ("-O3 builds the configuration of -O2, the default (vllm/config/vllm.py: OPTIMIZATION_LEVEL_03 is "
@@ -428,6 +454,8 @@ def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], 
                "enable_chunked_prefill": _chunked_prefill(normal, facts, env, rules),
                "enable_prefix_caching": _prefix_caching(normal, facts, env, rules),
                "optimization_level": _opt_level(normal, rules), "quantization": _quantization(normal, facts),
+               "block_size": _block_size(normal, facts, rules),
+               "distributed_executor_backend": _executor(normal, rules),
                **_engine_unused(normal, rules), **_batch(normal, facts, rules, gpus)}
     same.update({dest: why for dest, why in reasons.items() if why is not None and dest in normal and dest not in same})
     kept = {k: v for k, v in normal.items() if k not in same}

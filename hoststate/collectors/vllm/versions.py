@@ -239,6 +239,15 @@ class Rules:
     #: the old CompilationLevel names such as PIECEWISE are refused); ``level`` is an int field, so pydantic refuses a
     #: string that is not a number.
     compilation_mode_checked: bool = False
+    #: The KV cache block size CudaPlatform.check_and_update_config takes when ``--block-size`` is not given
+    #: (vllm/platforms/cuda.py of 0.10.2-0.12.0: None becomes 16 before any backend adjusts it); hybrid models size it
+    #: in HybridAttentionMambaModelConfig and MLA backends force their own. None: not read (0.33 records whether it
+    #: was given, CacheConfig.user_specified_block_size).
+    block_size_unset: int | None = None
+    #: With no ``--distributed-executor-backend`` and a world size (TP x PP x PCP) above 1, ParallelConfig takes mp
+    #: on a CUDA host unless data parallel uses Ray or the process runs in a Ray placement group
+    #: (vllm/config/parallel.py __post_init__, 0.11.1 and 0.12.0).
+    executor_mp_unset: bool = False
     #: Concurrent partial prefills (max_num_partial_prefills / max_long_partial_prefills other than 1) refused (0.12).
     partial_prefills_refused: bool = False
 
@@ -439,6 +448,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "kv_cache_dtypes": _KV_0102, "quantization_methods": _QUANT_0102, "chunked_prefill_off_checked": "pooling",
      "chunked_prefill_forced": True, "prefix_caching_default_on": True, "engine_defaults_at": "_set_default_args_v1",
      "defaults_v1_only": True, "v0_only_architectures": _V0_ONLY_0102, "compilation_mode_checked": True,
+     "block_size_unset": 16,
      "spec_pp_refused_methods": frozenset({"eagle", "eagle3"}), "eagle3_targets": ("llama", "qwen"),
      "aliases": _ALIASES_0102, "serve_model_option": "refused",
      "legacy_flags_in_config": True, "all2all_ht_mode": "PIECEWISE", "spec_methods": _SPEC_METHODS_0102,
@@ -467,7 +477,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "dcp_head_check": True, "capture_options_exclusive": True, "scheduler_sizes_checked": True,
      "world_size_checked": True, "lora_spec_budget": True, "chunked_prefill_off_checked": "all",
      "chunked_prefill_forced": False, "batch_defaults": "clamped",
-     "engine_defaults_at": "get_chunked_prefill_prefix_caching_defaults",
+     "engine_defaults_at": "get_chunked_prefill_prefix_caching_defaults", "executor_mp_unset": True,
      "kv_cache_dtypes": _KV_012, "quantization_methods": _QUANT_0111, "partial_prefills_refused": True,
      "spec_self_drafting": frozenset({"ngram", "suffix"}) | (_EAGLE_MTP - {"eagle", "eagle3"}),
      "aliases": {**_ALIASES_0102, "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
@@ -486,7 +496,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "max_seq_len_to_capture", "num_scheduler_steps", "rope_scaling",
                                    "guided_decoding_backend", "override_pooler_config"}) | _GONE_0120 | _NEW_033},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
-     "batch_defaults": None,  # not read from this version's code
+     "batch_defaults": None, "block_size_unset": None, "executor_mp_unset": False,  # not read from this version's code
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
      "pcp_refused": False, "partition_keeps_splitting_ops": False, "kv_refuses_expandable_segments": True,
      "rope_unscaled_types": frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}),
