@@ -353,6 +353,7 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
     resolves against the model or engine to the same setting as no argument, is left out, and
     ``args_resolved`` says what and why, so a spelling-only change leaves ``args`` alone."""
     from hoststate.collectors.vllm.argv import compilation_held
+    from hoststate.collectors.vllm.cudagraph import v1_engine_sure
     from hoststate.collectors.vllm.defaults import defaults_for, resolve
     from hoststate.collectors.vllm.model import UNKNOWN
     from hoststate.collectors.vllm.versions import rules_for
@@ -362,8 +363,10 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
     facts = parsed.facts or UNKNOWN
     facts = replace(facts, source=redact_text(facts.source))  # the reasons quote where the facts came from
     args, held = compilation_held(parsed.args, rules)
-    resolved = resolve(args, facts, parsed.env or {}, rules, defaults_for(version).defaults,
-                       gpus=_gpu_models(ctx) if {"max_num_seqs", "max_num_batched_tokens"} & set(args) else None)
+    env = parsed.env or {}
+    resolved = resolve(args, facts, env, rules, defaults_for(version).defaults,
+                       gpus=_gpu_models(ctx) if {"max_num_seqs", "max_num_batched_tokens"} & set(args) else None,
+                       v1_engine=rules.defaults_v1_only and v1_engine_sure(args, env, rules, facts))
     graphs = _same_graphs(ctx, parsed, version)
     for dest in graphs:
         resolved.args.pop(dest, None)

@@ -272,21 +272,16 @@ def _generative(args: Mapping[str, Any], model: ModelFacts) -> bool:
             and args.get("runner", "generate") == "generate" and args.get("convert", "none") == "none")
 
 
-def _engine_defaults(args: Mapping[str, Any], model: ModelFacts, env: Mapping[str, str], rules: Rules) -> bool:
+def _engine_defaults(args: Mapping[str, Any], model: ModelFacts, rules: Rules, v1_engine: bool) -> bool:
     """Whether vLLM sets its generative defaults (chunked prefill, prefix caching) for this command line: a
-    generative decoder model, and on 0.10.2 only where the V1 engine surely runs (``rules.defaults_v1_only``)."""
-    if not _generative(args, model):
-        return False
-    if not rules.defaults_v1_only:
-        return True
-    from hoststate.collectors.vllm.cudagraph import v1_engine_sure  # cudagraph imports this module
-
-    return v1_engine_sure(args, env, rules, model)
+    generative decoder model, and on 0.10.2 only where the V1 engine surely runs (``rules.defaults_v1_only``,
+    ``v1_engine``: cudagraph.v1_engine_sure)."""
+    return _generative(args, model) and (v1_engine or not rules.defaults_v1_only)
 
 
-def _chunked_prefill(args: Mapping[str, Any], model: ModelFacts, env: Mapping[str, str], rules: Rules) -> str | None:
+def _chunked_prefill(args: Mapping[str, Any], model: ModelFacts, rules: Rules, v1_engine: bool) -> str | None:
     given = args.get("enable_chunked_prefill")
-    if not isinstance(given, bool) or not _engine_defaults(args, model, env, rules):
+    if not isinstance(given, bool) or not _engine_defaults(args, model, rules, v1_engine):
         return None
     if rules.chunked_prefill_forced:
         v1 = " on the V1 engine" if rules.defaults_v1_only else ""
@@ -298,11 +293,11 @@ def _chunked_prefill(args: Mapping[str, Any], model: ModelFacts, env: Mapping[st
     return None
 
 
-def _prefix_caching(args: Mapping[str, Any], model: ModelFacts, env: Mapping[str, str], rules: Rules) -> str | None:
+def _prefix_caching(args: Mapping[str, Any], model: ModelFacts, rules: Rules, v1_engine: bool) -> str | None:
     """``--enable-prefix-caching`` where vLLM turns it on unset: a generative model that is neither hybrid nor
     attention-free (``--no-enable-prefix-caching`` turns it off there, so it stays a setting)."""
     if args.get("enable_prefix_caching") is not True or not rules.prefix_caching_default_on \
-            or model.hybrid is not False or not _engine_defaults(args, model, env, rules):
+            or model.hybrid is not False or not _engine_defaults(args, model, rules, v1_engine):
         return None
     return ("on: what vLLM takes for a generative model that is neither hybrid nor attention-free when the flag is "
             f"not given (EngineArgs.{rules.engine_defaults_at}; {model.source})")
@@ -434,13 +429,15 @@ def _batch(args: Mapping[str, Any], model: ModelFacts, rules: Rules,
 
 
 def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], rules: Rules,
-            defaults: Mapping[str, Any] | None = None, gpus: Sequence[tuple[Any, Any]] | None = None) -> Resolved:
+            defaults: Mapping[str, Any] | None = None, gpus: Sequence[tuple[Any, Any]] | None = None,
+            v1_engine: bool = False) -> Resolved:
     """``args`` written as vLLM rewrites them (``canonical``), less what resolves to the same engine setting as
     leaving it out: a rewrite that lands on the version's parser default (``defaults``, None where not recorded),
     what the engine never acts on (the version's unused options; with no V0 engine to fall back to, the V1 worker),
     and the model's and engine's own choices (the checkpoint's dtype and derived length, the seed the version's
     engine takes when none is given, the batch sizes the server takes on ``gpus``: the host's GPUs as (name, memory
-    total bytes)). A version that takes any tokenizer mode lower-cases it."""
+    total bytes)). A version that takes any tokenizer mode lower-cases it. ``v1_engine``: the V1 engine surely runs
+    (cudagraph.v1_engine_sure), read only where the version sets its defaults on V1 alone (0.10.2)."""
     normal, spelled = canonical(args, None if rules.tokenizer_modes else LOWERED_WHERE_FREE)
     same = {}
     for where, why in spelled.items():
@@ -451,8 +448,8 @@ def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], 
                "trust_remote_code": _remote_code(normal, facts), "seed": _seed(normal, env, rules.seed_unset),
                "tokenizer": _tokenizer(normal), "revision": _revision(normal),
                "max_model_len": _max_len(normal, facts, rules),
-               "enable_chunked_prefill": _chunked_prefill(normal, facts, env, rules),
-               "enable_prefix_caching": _prefix_caching(normal, facts, env, rules),
+               "enable_chunked_prefill": _chunked_prefill(normal, facts, rules, v1_engine),
+               "enable_prefix_caching": _prefix_caching(normal, facts, rules, v1_engine),
                "optimization_level": _opt_level(normal, rules), "quantization": _quantization(normal, facts),
                "block_size": _block_size(normal, facts, rules),
                "distributed_executor_backend": _executor(normal, rules),
