@@ -170,18 +170,21 @@ def check_clock_events(snap: Mapping[str, Any]) -> Iterator[Advisory]:
                                ("gpu", "devices", uuid, "observed", key))
 
 
-_VLLM_NAME = re.compile(r"vllm|VLLM|EngineCore", re.IGNORECASE)
-
-
 def _vllm_pids(snap: Mapping[str, Any]) -> set[int]:
     pids = {s.get("pid") for s in _servers(snap).values()}
     return {p for p in pids if isinstance(p, int)}
 
 
 def check_foreign_processes(snap: Mapping[str, Any]) -> Iterator[Advisory]:
+    """HS302: processes on a GPU that are not the benchmark's. Where the snapshot says which are not (``occupancy``,
+    decided when it was taken: the server, its descendants, and processes named as vLLM's that the invoking user
+    runs; hoststate.collectors.gpu_occupancy), a process it does not list as foreign is the benchmark's; otherwise
+    only the described servers' pids are: a name says nothing of who runs it."""
     own = _vllm_pids(snap)
     for uuid, dev in _gpus(snap):
         observed = _table(dev, "observed")
+        occupancy = dev.get("occupancy") if isinstance(dev.get("occupancy"), Mapping) else None
+        named_foreign = occupancy.get("foreign_process_names", []) if occupancy is not None else None
         for key in sorted(k for k in observed if "process" in k):
             procs = observed[key]
             if not isinstance(procs, list):
@@ -190,7 +193,8 @@ def check_foreign_processes(snap: Mapping[str, Any]) -> Iterator[Advisory]:
             for proc in procs:
                 pid = proc.get("pid") if isinstance(proc, Mapping) else proc
                 name = str(proc.get("name", "")) if isinstance(proc, Mapping) else ""
-                if pid in own or (name and _VLLM_NAME.search(name)):
+                if pid in own or (named_foreign is not None and key == "processes"
+                                  and (name or f"pid {pid}") not in named_foreign):
                     continue
                 foreign.append(f"{pid}" + (f" ({name})" if name else ""))
             if foreign:

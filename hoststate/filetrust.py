@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 
 def trusted_uids(*named: str) -> frozenset[int]:
@@ -23,6 +23,20 @@ def trusted_uids(*named: str) -> frozenset[int]:
         except OSError:
             continue
     return frozenset(uids)
+
+
+def invoking_uid(env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """(the uid hoststate runs for, where it came from): run as root for someone else (a Slurm prolog for a job:
+    ``SLURM_JOB_UID``; ``sudo``: ``SUDO_UID``), that user; else the user running hoststate. Discovery prefers this
+    user's servers, and only this user's GPU processes may pass for the benchmark's by their name
+    (hoststate.collectors.gpu_occupancy)."""
+    env = os.environ if env is None else env
+    if os.geteuid() == 0:
+        for name in ("SLURM_JOB_UID", "SUDO_UID"):
+            value = env.get(name, "")
+            if value.isdigit():
+                return int(value), f"${name}"
+    return os.getuid(), "the user running hoststate"
 
 
 def _primary_gid(uid: int) -> int | None:

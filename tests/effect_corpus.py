@@ -133,12 +133,12 @@ class Corpus:
 
     # -- NVML replays -----------------------------------------------------------------------------------------
 
-    def _nvml_snap(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _nvml_snap(self, data: dict[str, Any], server_pid: int | None = None) -> dict[str, Any]:
         from hoststate.capture import collect
         from hoststate.collectors import Context
         from hoststate.nvml_replay import ReplayNvml
 
-        snap = collect(Context(root=str(self.ws.root), nvml=ReplayNvml(data)), ("gpu",))
+        snap = collect(Context(root=str(self.ws.root), nvml=ReplayNvml(data), vllm_pid=server_pid), ("gpu",))
         return {"hoststate": snap["hoststate"], "collectors": {"gpu": snap["collectors"]["gpu"]}, "gpu": snap["gpu"]}
 
     def _nvml(self, case: dict[str, Any]) -> tuple[dict, dict]:
@@ -159,7 +159,8 @@ class Corpus:
         if "memory_used" in case:
             info = changed["devices"][0]["calls"]["nvmlDeviceGetMemoryInfo"]
             info.update(used=case["memory_used"], free=info["total"] - case["memory_used"])
-        return self._nvml_snap(base), self._nvml_snap(changed)
+        server = case.get("vllm_pid")  # the server named by --vllm-pid: its processes are the benchmark's
+        return self._nvml_snap(base, server), self._nvml_snap(changed, server)
 
     # -- the PCI path of the hgx-p2p tree -------------------------------------------------------------------
 

@@ -90,9 +90,19 @@ def test_gpu_codes(change, code):
 
 
 def test_vllm_own_processes_are_not_foreign():
-    snap = _gpu_snap(observed={"processes": [{"pid": 100, "name": "VLLM::Worker_TP0"}, {"pid": 7, "name": "x"}]})
+    """The described server's pid is the benchmark's; a worker named as vLLM's is where the snapshot's occupancy,
+    decided when it was taken (the owner checked), does not list it as foreign; a name alone never is."""
+    procs = {"processes": [{"pid": 100, "name": "VLLM::Worker_TP0"}, {"pid": 7, "name": "x"}]}
+    snap = _gpu_snap(observed=procs, occupancy={"memory_used_bytes": 1})
     snap["vllm"] = {"pid": 7, "model": "m"}
     assert codes(snap) == []
+    named_only = _gpu_snap(observed=procs)
+    named_only["vllm"] = {"pid": 7, "model": "m"}
+    assert codes(named_only) == ["HS302"]  # an older snapshot without occupancy: the name is not believed
+    another_users = _gpu_snap(observed=procs, occupancy={"foreign_compute_processes": 1,
+                                                         "foreign_process_names": ["VLLM::Worker_TP0"]})
+    another_users["vllm"] = {"pid": 7, "model": "m"}
+    assert codes(another_users) == ["HS302"]
 
 
 def _vllm_snap(model: str, spec: bool = True, gmu: float | None = 0.85, **extra) -> dict:

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from hoststate.collectors import Context, gpu_occupancy
 from hoststate.diff import compare
@@ -52,16 +53,47 @@ def test_another_process_on_the_gpu_is_recorded_and_refuses():
 
 
 def test_the_servers_own_processes_are_not_foreign():
-    """A process named as vLLM's, or the server given by --vllm-pid: its memory is taken out."""
+    """The server given by --vllm-pid: its memory is taken out. A process named as vLLM's whose owner is not known
+    (a replay: no /proc to ask) is foreign all the same: anyone can name a process so."""
     named = copy.deepcopy(OCCUPIED)
     (pid,) = [str(p["pid"]) for p in REAL["one_gib"]["processes"]]
     named["system"]["nvmlSystemGetProcessName"] = {"by_arg": {pid: "VLLM::Worker_TP0"}}
-    server = _snap(named)
+    server = _snap(OCCUPIED, server_pid=int(pid))
     assert _occupancy(server) == {"memory_used_bytes": REAL["one_gib"]["used"] - REAL["one_gib"]["processes"][0][
         "usedGpuMemory"]}
-    assert _occupancy(_snap(OCCUPIED, server_pid=int(pid))) == _occupancy(server)
+    assert _occupancy(_snap(named, server_pid=int(pid))) == _occupancy(server)
     # the server's memory aside, what is left is the driver's reservation: within the tolerance of the idle GPU
     assert not [f for f in compare(_snap(IDLE), server).findings if ".occupancy." in f.path]
+    assert _occupancy(_snap(named))["foreign_process_names"] == ["VLLM::Worker_TP0"]
+
+
+def test_a_process_named_as_vllms_is_the_benchmarks_only_when_the_invoking_user_runs_it(tmp_path):
+    """Real processes: one named ``vllm`` (``exec -a``) of the user hoststate runs for is the benchmark's; the same
+    name under another uid, or a process whose owner cannot be read, is not."""
+    from hoststate.filetrust import invoking_uid
+    from hoststate.io import Reader
+
+    me = invoking_uid()[0]
+    owner_of = gpu_occupancy.owner_reader(Reader("/").read)
+    parent_of = gpu_occupancy.parent_reader(Reader("/").read)
+    mine = subprocess.Popen(["bash", "-c", "exec -a vllm sleep 30"])
+    others = []
+    if os.geteuid() == 0:
+        others.append(subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-c",
+                                        "exec -a vllm sleep 30"]))
+    try:
+        time.sleep(0.2)  # both have exec'd: /proc/PID/status is the sleeper's
+        assert owner_of(mine.pid) == (os.getuid(), os.geteuid())
+        assert gpu_occupancy.is_own(mine.pid, "vllm", None, parent_of, owner_of, (me,)) is (me == os.getuid())
+        for other in others:
+            assert owner_of(other.pid) == (65534, 65534)
+            assert not gpu_occupancy.is_own(other.pid, "vllm", None, parent_of, owner_of, (me,))
+        assert not gpu_occupancy.is_own(2 ** 22 + 7, "vllm", None, parent_of, owner_of, (me,))  # no such process
+        assert not gpu_occupancy.is_own(mine.pid, "vllm", None, parent_of)  # no owner reader: the name alone
+    finally:
+        for proc in (mine, *others):
+            proc.kill()
+            proc.wait()
 
 
 def test_memory_jitter_within_256_mib_is_ignored_more_is_invalidating():

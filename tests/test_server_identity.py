@@ -148,6 +148,15 @@ def test_each_family_gets_its_own_socket_owner(tmp_path, two_servers):
     assert snap["vllm"]["args"]["tensor_parallel_size"] == 2
     assert f"another user's process: pid {theirs.pid} (user nobody (uid {NOBODY}), vllm serve)" in stderr
     assert "IPv6 to [::1]" in snap["vllm"]["selected_because"]
+    # described as any server is, but a baseline of the invoking user's (root's) server is not compared with it:
+    # the look-alike's command line may be the same, its owner is not
+    mine, _ = _snap(tmp_path, "--vllm-url", f"http://127.0.0.1:{port}")
+    assert mine["vllm"]["run_by_invoker"] is True and snap["vllm"]["run_by_invoker"] is False
+    found = {f.path: f.severity for f in compare(mine, snap).findings}
+    assert found["vllm.run_by_invoker"] == "invalidating" and found["vllm.uid"] == "info"
+    # run for nobody (sudo -u nobody), nobody's server is the invoker's
+    theirs_for_them, _ = _snap(tmp_path, "--vllm-url", f"http://[::1]:{port}", env={"SUDO_UID": str(NOBODY)})
+    assert theirs_for_them["vllm"]["run_by_invoker"] is True
 
 
 def test_metrics_are_read_from_the_servers_socket_only(two_servers):
@@ -162,6 +171,8 @@ def test_metrics_are_read_from_the_servers_socket_only(two_servers):
     assert mine.ok and mine.owner_pid == ours.pid
     foreign = get_from_owner(f"http://[::1]:{port}", "/metrics", expect_pid=ours.pid)
     assert not foreign.ok and foreign.body is None  # nobody's counters (0 preemptions) are never read
+    unnamed = get_from_owner(f"http://[::1]:{port}", "/metrics")  # no server named: nobody's look-alike is not read
+    assert not unnamed.ok and unnamed.body is None and "not a server of" in unnamed.error
     assert f"held by pid {theirs.pid} (user nobody" in foreign.error and f"not by the server (pid {ours.pid})" \
         in foreign.error
     remote = get_from_owner(f"http://192.0.2.1:{port}", "/metrics", expect_pid=ours.pid, timeout=1)

@@ -3,8 +3,9 @@ benchmark's.
 
 A leftover process that still holds a CUDA context and memory shares the GPU's memory and SMs with the benchmark;
 it is recorded per GPU under ``occupancy`` and rated invalidating (default_policy.toml). The benchmark's own
-processes are the vLLM server named by ``--vllm-pid`` and its descendants, and any process whose name says vLLM
-(its workers set titles such as ``VLLM::Worker_TP0``); their memory is taken out of ``memory_used_bytes``.
+processes are the vLLM server named by ``--vllm-pid`` and its descendants, and a process whose name says vLLM
+(its workers set titles such as ``VLLM::Worker_TP0``) run by the user hoststate runs for (filetrust.invoking_uid:
+another user's process named ``vllm`` is foreign); their memory is taken out of ``memory_used_bytes``.
 
 Measured on one H200 (fixtures/real/h200-occupancy.json): idle, NVML's v1 ``used`` is the driver's reservation
 (644939776 B, nvidia-smi's "reserved 616 MiB"); a process holding only a bare CUDA context adds 552402944 B
@@ -14,7 +15,7 @@ Measured on one H200 (fixtures/real/h200-occupancy.json): idle, NVML's v1 ``used
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 #: A process name that says it is vLLM's (the server, its engine core and workers).
@@ -23,9 +24,13 @@ VLLM_NAME = re.compile(r"vllm|EngineCore", re.IGNORECASE)
 MAX_DEPTH = 8
 
 
-def is_own(pid: int, name: str | None, server_pid: int | None, parent_of: Callable[[int], int | None]) -> bool:
-    """Whether a GPU process is the benchmark's: the server, a descendant of it, or named as vLLM's."""
-    if name and VLLM_NAME.search(name):
+def is_own(pid: int, name: str | None, server_pid: int | None, parent_of: Callable[[int], int | None],
+           owner_of: Callable[[int], tuple[int | None, int | None]] | None = None,
+           users: Collection[int] = ()) -> bool:
+    """Whether a GPU process is the benchmark's: the server, a descendant of it, or named as vLLM's and run by
+    ``users`` (real and effective uid, ``owner_of``): any user can name a process ``vllm`` (``exec -a``), and
+    another user's must not pass for the benchmark's."""
+    if name and VLLM_NAME.search(name) and owner_of is not None and all(u in users for u in owner_of(pid)):
         return True
     if server_pid is None:
         return False
@@ -64,6 +69,20 @@ def occupancy(used_bytes: int | None, processes: Iterable[dict[str, Any]], own: 
         out["foreign_compute_processes"] = len(foreign)
         out["foreign_process_names"] = sorted(foreign)
     return out, unattributed
+
+
+def owner_reader(read: Callable[[str], str | None]) -> Callable[[int], tuple[int | None, int | None]]:
+    """(real uid, effective uid) of a pid from ``/proc/PID/status``; (None, None) when it cannot be read."""
+
+    def owner_of(pid: int) -> tuple[int | None, int | None]:
+        for line in (read(f"proc/{pid}/status") or "").splitlines():
+            if line.startswith("Uid:"):
+                ids = line.split()[1:3]
+                if len(ids) == 2 and all(i.isdigit() for i in ids):
+                    return int(ids[0]), int(ids[1])
+        return None, None
+
+    return owner_of
 
 
 def parent_reader(read: Callable[[str], str | None]) -> Callable[[int], int | None]:

@@ -443,6 +443,10 @@ def _who(proc: Proc) -> dict[str, Any]:
     if proc.euid is not None:
         out["uid"] = proc.euid
         out["user"] = user_name(proc.euid)
+        # another user's look-alike on the benchmark's port is described as any server is; whether it runs as the
+        # user hoststate runs for (or root) is what a diff sees change (default_policy.toml)
+        me = invoking_uid()[0]
+        out["run_by_invoker"] = proc.uid in (me, 0) and proc.euid in (me, 0)
     if proc.selected_because:
         out["selected_because"] = proc.selected_because
     return out
@@ -450,7 +454,8 @@ def _who(proc: Proc) -> dict[str, Any]:
 
 def _others(procs: list[Proc]) -> dict[str, Any]:
     """Other users' servers as ``vllm.other_users.<pid>``: who and what, never their arguments."""
-    return {str(p.pid): {k: v for k, v in _who(p).items() if k != "selected_because"} for p in procs}
+    return {str(p.pid): {k: v for k, v in _who(p).items() if k not in ("selected_because", "run_by_invoker")}
+            for p in procs}
 
 
 def _process_facts(proc: Proc, unreadable: dict[str, str], packages: dict[str, str]) -> dict[str, Any]:

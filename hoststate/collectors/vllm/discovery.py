@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hoststate import procfiles
+from hoststate.filetrust import invoking_uid
 from hoststate.io import Reader, reason_of
 
 if TYPE_CHECKING:  # ipaddress and urllib.parse are imported where a server is looked for, not by every snap
@@ -417,18 +417,6 @@ def inspect_label(pid: int) -> str:
 
 # --------------------------------------------------------------------------------------------
 # Which process is the server
-
-
-def invoking_uid(env: Mapping[str, str] | None = None) -> tuple[int, str]:
-    """(the uid whose servers discovery prefers, where it came from): run as root for someone else (a Slurm prolog
-    for a job: ``SLURM_JOB_UID``; ``sudo``: ``SUDO_UID``), that user; else the user running hoststate."""
-    env = os.environ if env is None else env
-    if os.geteuid() == 0:
-        for name in ("SLURM_JOB_UID", "SUDO_UID"):
-            value = env.get(name, "")
-            if value.isdigit():
-                return int(value), f"${name}"
-    return os.getuid(), "the user running hoststate"
 
 
 def select(found: list[Proc], me: tuple[int, str] | None = None) -> tuple[list[Proc], list[str]]:

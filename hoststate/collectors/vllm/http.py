@@ -393,4 +393,8 @@ def _owner_check(sock: Any, local: bool, expect_pid: int | None,
     proc, err = discovery.owner_of(end, {})
     if proc is None:
         return None, where, f"{err}: not read"
+    me = discovery.invoking_uid()[0]
+    if not {proc.uid, proc.euid} <= {me, 0}:  # no server was named: a look-alike of another user on the port
+        return None, where, (f"{where}, held by {proc.who()}, not a server of {discovery.user_label(me)} or root, "
+                             "and no server was named (--vllm-pid): not read")
     return proc.pid, where, None
