@@ -4,7 +4,8 @@ A record binds a result to its sidecar by digests, which anyone who can write bo
 result, a sidecar and the directories holding them count only when no user but the trusted ones (this user, root,
 the owner of what the user named) could have written them: owned by a trusted user, writable by no other (a
 sticky directory such as ``/tmp`` lets others add names, never rename or remove ours), one link (another name
-could be anyone's). Pure checks on a stat result; the callers open, walk and read.
+could be anyone's). The owner of a path the user named is trusted only where no one else could have put it
+there. Pure checks on a stat result; the callers open, walk and read.
 """
 
 from __future__ import annotations
@@ -15,14 +16,43 @@ from collections.abc import Collection, Mapping
 
 
 def trusted_uids(*named: str) -> frozenset[int]:
-    """This process's user, root, and the owners of the paths the user named (a sweep folder a colleague owns)."""
+    """This process's user, root, and the owner of each path the user named (a sweep folder a colleague owns) that
+    no one else could have put where it is (:func:`placed_by_owner`): a file another user added to a shared folder,
+    which a shell glob then names, or a folder they swapped in for the one named, vouches for no one."""
     uids = {os.geteuid(), 0}
     for path in named:
         try:
-            uids.add(os.stat(path).st_uid)
+            st = os.stat(path)
         except OSError:
             continue
+        if st.st_uid not in uids and placed_by_owner(path, st):
+            uids.add(st.st_uid)
     return frozenset(uids)
+
+
+def placed_by_owner(path: str, st: os.stat_result) -> bool:
+    """Whether only ``path``'s owner (``st``), root or this user could have put it where it is: every folder above
+    its real location is theirs and writable by no other user. A sticky folder (``/tmp``) counts for a folder named
+    (others cannot rename or remove it), not for a file named: anyone may add a file of any name to it."""
+    allowed = {st.st_uid, os.geteuid(), 0}
+    here = os.path.dirname(os.path.realpath(path))
+    first = True
+    while True:
+        try:
+            folder = os.lstat(here)
+        except OSError:
+            return False
+        if untrusted(folder, allowed) or (first and not stat.S_ISDIR(st.st_mode) and _others_write(folder)):
+            return False
+        parent = os.path.dirname(here)
+        if parent == here:
+            return True
+        here, first = parent, False
+
+
+def _others_write(st: os.stat_result) -> bool:
+    """Whether a user other than the owner (and its own group) may write ``st``, sticky or not."""
+    return bool(st.st_mode & 0o002) or (bool(st.st_mode & 0o020) and st.st_gid not in (_primary_gid(st.st_uid), 0))
 
 
 def invoking_uid(env: Mapping[str, str] | None = None) -> tuple[int, str]:
@@ -67,8 +97,7 @@ def untrusted(st: os.stat_result, trusted: Collection[int]) -> str | None:
     if st.st_uid not in trusted:
         return f"is owned by another user, {_who(st.st_uid)}"
     sticky = stat.S_ISDIR(st.st_mode) and bool(st.st_mode & stat.S_ISVTX)
-    group_other = bool(st.st_mode & 0o020) and st.st_gid not in (_primary_gid(st.st_uid), 0)
-    if (st.st_mode & 0o002 or group_other) and not sticky:
+    if _others_write(st) and not sticky:
         return "can be written by other users"
     if stat.S_ISREG(st.st_mode) and st.st_nlink != 1:
         return f"has {st.st_nlink} hard links (another name may be another user's)"

@@ -338,12 +338,13 @@ def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: lis
             st = None
         if st is not None and (st.st_dev, st.st_ino) in seen:
             continue
-        if st is not None:
-            seen.add((st.st_dev, st.st_ino))
         try:
             cells.append(read_cell(path, trusted, named=path in named))
-        except Refusal as why:
+        except Refusal as why:  # not counted as read: another name of it (a link refused first) is read on its own
             refused.append({"cell": path, "problem": str(why)})
+            continue
+        if st is not None:
+            seen.add((st.st_dev, st.st_ino))
     for path in summaries:
         try:
             _check_writers(path, trusted, follow=path in named)

@@ -153,6 +153,26 @@ def test_a_process_already_on_the_gpu_at_the_first_sample_is_foreign_from_the_st
     assert judge(summary["metrics"])[0] == "invalid"
 
 
+def test_a_pid_of_the_run_given_to_another_process_is_judged_again(monkeypatch) -> None:
+    """A pid names one process only until it exits: one judged the run's own is judged again when the same number
+    comes back with another start time (another user's process won the pid), and stays own when it is merely
+    gone (NVML may list an exited worker for a sample)."""
+    from hoststate.collectors.vllm import discovery
+
+    sampler = Sampler(None, root=str(WATCH), own_pids=lambda: own)
+    own, starts = {30000}, {30000: 111}
+    monkeypatch.setattr(discovery, "start_time", lambda pid: starts.get(pid))
+    rows = [[0.0, 0, 0, 0, 0, [30000]]]
+    sampler._note_foreign(rows)
+    assert sampler._own_seen == {30000: 111} and not sampler._foreign
+    own, starts = set(), {}  # the worker exited: no start time to read
+    sampler._note_foreign(rows)
+    assert sampler._own_seen == {30000: 111} and not sampler._foreign
+    starts = {30000: 222}  # the number given to another process, not the run's
+    sampler._note_foreign(rows)
+    assert 30000 in sampler._foreign and 30000 not in sampler._own_seen
+
+
 def test_invalid_on_an_xid_and_thermal_slowdown_is_degraded() -> None:
     metrics = dict(replay("dense-b")["metrics"], xid_events=1, **{"share.hw_thermal_slowdown": 0.12})
     verdict, reasons = judge(metrics, replay("dense-a")["metrics"])

@@ -355,7 +355,9 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._foreign: dict[int, list[int]] = {}
         self._first_pids: set[int] | None = None
-        self._own_seen: set[int] = set()
+        #: Pids judged the run's own, with their start times (discovery.start_time): a pid names one process only
+        #: until it exits and the kernel gives the number to another.
+        self._own_seen: dict[int, int | None] = {}
         self._from_start: set[int] = set()
 
     # -- lifecycle
@@ -487,11 +489,17 @@ class Sampler:
         first = self._first_pids is None
         if first:
             self._first_pids = seen
-        new = seen - set(self._foreign) - self._own_seen
+        from hoststate.collectors.vllm.discovery import start_time
+
+        for pid in seen & self._own_seen.keys():  # reused since (another start time): judged again
+            now = start_time(pid)
+            if now is not None and now != self._own_seen[pid]:
+                del self._own_seen[pid]
+        new = seen - set(self._foreign) - self._own_seen.keys()
         if not new:
             return
         own = set(self.own_pids()) | set(getattr(self.source, "own_pids", ()))
-        self._own_seen |= new & own
+        self._own_seen.update((pid, start_time(pid)) for pid in new & own)
         for pid in new - own:
             self._foreign[pid] = [i for i, row in enumerate(rows) if len(row) > 5 and row[5] and pid in row[5]]
             if first:
