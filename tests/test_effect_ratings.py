@@ -1,16 +1,21 @@
 """A setting whose effect the snapshot records elsewhere is rated by that effect: a boot parameter against the
-runtime value it sets (rated_by), a DSA group or engine setting against its device's state (inert_if). Each
-change of one value, on the seed baseline's snapshot (fixtures/snapshots/seed-baseline.toml)."""
+runtime value it sets (rated_by), a DSA group or engine setting against its device's state (inert_if), a server's
+OMP_NUM_THREADS=1 against what vLLM's executor sets. Each change of one value, on the seed baseline's snapshot
+(fixtures/snapshots/seed-baseline.toml) or the 8-GPU replay."""
 
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from hoststate.diff import compare
 from hoststate.snapshot import load
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, PYTHONPATH
 
 SEED_B = FIXTURES / "snapshots" / "seed-baseline.toml"
 
@@ -84,3 +89,36 @@ def test_a_dsa_group_setting_is_not_in_effect_on_a_device_disabled_on_both_sides
     assert severity(off, changed(off, (engine, 3)), 'dsa.devices.dsa0.engines."engine0.0".group_id') == "warning"
     assert severity(base, changed(base, (engine, 3)), 'dsa.devices.dsa0.engines."engine0.0".group_id') == \
         "invalidating"
+
+
+def _server_snap(tmp: Path, name: str, cmd: str, version: str, only: str = "gpu,vllm") -> dict:
+    out = tmp / f"{name}.toml"
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "HOSTSTATE_NVML_REPLAY": str(FIXTURES / "nvml" / "hgx-h100-8.json")}
+    subprocess.run([sys.executable, "-m", "hoststate", "snap", "-q", "--only", only, "--vllm-version", version,
+                    "--vllm-cmd", cmd, "-o", str(out)], env=env, timeout=120, check=True)
+    return load(str(out))
+
+
+@pytest.mark.parametrize(("args", "version", "only", "expect"), [
+    ("-tp 2", "0.12.0", "gpu,vllm", "clean"),
+    ("-tp 4 -pp 2", "0.10.2", "gpu,vllm", "clean"),
+    ("-tp 2 --distributed-executor-backend mp", "0.11.0", "gpu,vllm", "clean"),
+    ("-tp 1", "0.12.0", "gpu,vllm", "invalidating"),  # the one-process executor sets nothing
+    ("-tp 2 --distributed-executor-backend ray", "0.12.0", "gpu,vllm", "invalidating"),
+    ("-tp 16", "0.12.0", "gpu,vllm", "invalidating"),  # more than this host's 8 GPUs: not the local executor
+    ("-tp 2", "0.12.0", "vllm", "invalidating"),  # the host's GPUs not read: not known to fit
+    ("-tp 2", "0.33.0", "gpu,vllm", "invalidating"),  # decided elsewhere in 0.33 (not read)
+])
+def test_omp_num_threads_1_is_what_the_multiprocessing_executor_sets(tmp_path: Path, args: str, version: str,
+                                                                     only: str, expect: str) -> None:
+    """set_multiprocessing_worker_envs (multiproc_worker_utils.py in 0.10.2, v1/executor/multiproc_executor.py in
+    0.11.0-0.12.0) sets OMP_NUM_THREADS=1 where it is unset, in the executor's process before the workers start:
+    a server given 1 runs as one given nothing wherever that executor runs."""
+    unset = _server_snap(tmp_path, "unset", f"vllm serve meta-llama/Llama-3.1-8B {args}", version, only)
+    one = _server_snap(tmp_path, "one", f"OMP_NUM_THREADS=1 vllm serve meta-llama/Llama-3.1-8B {args}", version, only)
+    result = compare(unset, one)
+    assert result.verdict == expect, [(f.path, f.severity) for f in result.findings]
+    if expect == "clean":
+        assert "set_multiprocessing_worker_envs" in one["vllm"]["env_same_as_unset"]["OMP_NUM_THREADS"]["because"]
+    two = _server_snap(tmp_path, "two", f"OMP_NUM_THREADS=2 vllm serve meta-llama/Llama-3.1-8B {args}", version, only)
+    assert compare(unset, two).verdict == "invalidating"

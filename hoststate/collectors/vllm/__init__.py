@@ -276,6 +276,18 @@ def _gpu_models(ctx: Context) -> list[tuple[Any, Any]] | None:
     return [(d.get("name"), d.get("memory_total_bytes")) for d in rows]
 
 
+def _omp(ctx: Context, args: dict[str, Any] | None, env: dict[str, Any], version: str | None) -> dict[str, str]:
+    """OMP_NUM_THREADS=1 where vLLM's executor sets it itself (defaults.omp_threads_as_unset), by name."""
+    if args is None or env.get("OMP_NUM_THREADS") != "1":
+        return {}
+    from hoststate.collectors.vllm.defaults import omp_threads_as_unset
+    from hoststate.collectors.vllm.versions import rules_for
+
+    gpus = _gpu_models(ctx)
+    why = omp_threads_as_unset(args, env, rules_for(version)[0], len(gpus) if gpus is not None else None)
+    return {"OMP_NUM_THREADS": why} if why else {}
+
+
 def _declared(ctx: Context, parsed: _Args, version: str | None, proc: Proc | None) -> dict[str, Any]:
     """The declared mode from arguments + environment + version + model facts, or vLLM's refusal. The mode comes
     from the arguments as given; the words (why, what was assumed, the refusal) from the redacted ones."""
@@ -507,7 +519,7 @@ def build(
         from hoststate.collectors.vllm_release import same_as_unset  # with a server only: it reads the version table
 
         data["env"] = env_collector.select(parsed.env)
-        alike = same_as_unset(data["env"], version)
+        alike = {**same_as_unset(data["env"], version), **_omp(ctx, parsed.args, data["env"], version)}
         if alike:
             data["env_same_as_unset"] = {name: {"value": data["env"].pop(name), "because": Own(why)}
                                          for name, why in alike.items()}

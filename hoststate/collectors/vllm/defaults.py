@@ -329,6 +329,25 @@ def _executor(args: Mapping[str, Any], rules: Rules) -> str | None:
             "data parallel does not use Ray (vllm/config/parallel.py __post_init__)")
 
 
+def omp_threads_as_unset(args: Mapping[str, Any], env: Mapping[str, str], rules: Rules,
+                         gpus: int | None) -> str | None:
+    """Why the server's ``OMP_NUM_THREADS=1`` runs as without it, or None: the multiprocessing executor sets 1
+    itself where the variable is unset (Rules.omp_one_under_mp), and it is the executor that runs where no other
+    backend is given, the world size (TP x PP x PCP) is above 1 and fits this host's ``gpus`` (more would be Ray,
+    across nodes), and data parallel does not use Ray."""
+    sizes = [_size(args, d) for d in ("tensor_parallel_size", "pipeline_parallel_size",
+                                      "prefill_context_parallel_size")]
+    if not rules.omp_one_under_mp or env.get("OMP_NUM_THREADS") != "1" or None in sizes or gpus is None \
+            or args.get("distributed_executor_backend", "mp") != "mp" or args.get("data_parallel_backend") == "ray":
+        return None
+    world = sizes[0] * sizes[1] * sizes[2]  # type: ignore[operator]
+    if not 1 < world <= gpus:
+        return None
+    return (f"1 is what vLLM {rules.version}'s multiprocessing executor, which runs a world size of {world} on one "
+            "host, sets itself where OMP_NUM_THREADS is unset, before it starts the workers "
+            "(set_multiprocessing_worker_envs)")
+
+
 def _opt_level(args: Mapping[str, Any], rules: Rules) -> str | None:
     if rules.o3_same_as_o2 and str(args.get("optimization_level")) == "3":  # -O3 is read as the text "3"
         return ("-O3 builds the configuration of -O2, the default (vllm/config/vllm.py: OPTIMIZATION_LEVEL_03 is "

@@ -248,6 +248,10 @@ class Rules:
     #: on a CUDA host unless data parallel uses Ray or the process runs in a Ray placement group
     #: (vllm/config/parallel.py __post_init__, 0.11.1 and 0.12.0).
     executor_mp_unset: bool = False
+    #: The multiprocessing executor sets OMP_NUM_THREADS=1 in its process, before it starts the workers, where the
+    #: variable is unset (set_multiprocessing_worker_envs: vllm/executor/multiproc_worker_utils.py in 0.10.2,
+    #: vllm/v1/executor/multiproc_executor.py in 0.11.0-0.12.0); 0.33 decides elsewhere (v1/engine/utils.py).
+    omp_one_under_mp: bool = False
     #: Concurrent partial prefills (max_num_partial_prefills / max_long_partial_prefills other than 1) refused (0.12).
     partial_prefills_refused: bool = False
 
@@ -444,7 +448,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "performance_mode", "all2all_backend", "attention_config",
                                    "decode_context_parallel_size"}) | _NEW_AFTER_0102},
     {"version": "0.10.1", "family": "v10"},
-    {"version": "0.10.2", "o_number": "dotted-level", "o_values": _O_0_3, "o_any_int": True,
+    {"version": "0.10.2", "o_number": "dotted-level", "o_values": _O_0_3, "o_any_int": True, "omp_one_under_mp": True,
      "kv_cache_dtypes": _KV_0102, "quantization_methods": _QUANT_0102, "chunked_prefill_off_checked": "pooling",
      "chunked_prefill_forced": True, "prefix_caching_default_on": True, "engine_defaults_at": "_set_default_args_v1",
      "defaults_v1_only": True, "v0_only_architectures": _V0_ONLY_0102, "compilation_mode_checked": True,
@@ -497,6 +501,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "guided_decoding_backend", "override_pooler_config"}) | _GONE_0120 | _NEW_033},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
      "batch_defaults": None, "block_size_unset": None, "executor_mp_unset": False,  # not read from this version's code
+     "omp_one_under_mp": False,
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
      "pcp_refused": False, "partition_keeps_splitting_ops": False, "kv_refuses_expandable_segments": True,
      "rope_unscaled_types": frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}),
