@@ -31,10 +31,14 @@ def trusted_uids(*named: str) -> frozenset[int]:
 
 
 def placed_by_owner(path: str, st: os.stat_result) -> bool:
-    """Whether only ``path``'s owner (``st``), root or this user could have put it where it is: every folder above
-    its real location is theirs and writable by no other user. A sticky folder (``/tmp``) counts for a folder named
-    (others cannot rename or remove it), not for a file named: anyone may add a file of any name to it."""
+    """Whether only ``path``'s owner (``st``), root or this user could have put it where it is: every symbolic link
+    on the way to it, as named, is theirs and in a folder no other user may write (:func:`_links_placed`), and
+    every folder above its real location is theirs and writable by no other user. A sticky folder (``/tmp``) counts
+    for a folder named (others cannot rename or remove it), not for a file named: anyone may add a file of any name
+    to it."""
     allowed = {st.st_uid, os.geteuid(), 0}
+    if not _links_placed(path, allowed):
+        return False
     here = os.path.dirname(os.path.realpath(path))
     first = True
     while True:
@@ -48,6 +52,28 @@ def placed_by_owner(path: str, st: os.stat_result) -> bool:
         if parent == here:
             return True
         here, first = parent, False
+
+
+def _links_placed(path: str, allowed: Collection[int]) -> bool:
+    """Whether every symbolic link met on the way to ``path``, as the kernel resolves it, is owned by ``allowed``
+    and sits in a folder no other user may write, sticky or not: anyone may add a link to ``/tmp`` that points into
+    a folder of their own."""
+    here = os.path.realpath("/" if os.path.isabs(path) else os.getcwd())
+    for part in path.split(os.sep):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            here = os.path.dirname(here)
+            continue
+        step = os.path.join(here, part)
+        try:
+            st = os.lstat(step)
+            if stat.S_ISLNK(st.st_mode) and (st.st_uid not in allowed or _others_write(os.lstat(here))):
+                return False
+        except OSError:
+            return False
+        here = os.path.realpath(step)
+    return True
 
 
 def _others_write(st: os.stat_result) -> bool:

@@ -787,18 +787,31 @@ def test_the_block_size_of_a_model_not_read_is_compared_as_given():
     ("0.12.0", "-tp 2", "--distributed-executor-backend mp", True),
     ("0.11.1", "-tp 2", "--distributed-executor-backend mp", True),
     ("0.12.0", "-pp 2", "--distributed-executor-backend mp", True),
+    ("0.12.0", "-tp 8", "--distributed-executor-backend mp", True),  # all 8 GPUs of the host
+    ("0.12.0", "-tp 16", "--distributed-executor-backend mp", False),  # more than the host has: not mp unset
     ("0.12.0", "-tp 2", "--distributed-executor-backend ray", False),
     ("0.12.0", "", "--distributed-executor-backend mp", False),  # world size 1: uni
     ("0.12.0", "-tp 2 -dp 2 --data-parallel-backend ray", "--distributed-executor-backend mp", False),  # ray
     ("0.33.0", "-tp 2", "--distributed-executor-backend mp", False),  # not read
     ("0.11.0", "-tp 2", "--distributed-executor-backend mp", False),
 ])
-def test_the_mp_executor_is_what_vllm_picks_for_several_gpus(tmp_path, version, base, extra, alike):
+def test_the_mp_executor_is_what_vllm_picks_for_several_gpus(tmp_path, monkeypatch, version, base, extra, alike):
     """ParallelConfig.__post_init__ (vllm/config/parallel.py of 0.11.1 and 0.12.0) takes mp for a world size above 1
-    when no backend is given, unless data parallel uses Ray. The unset side alone may depend on the GPUs vLLM sees
-    (declared_assumes, a warning): the arguments themselves are the same server."""
+    that fits the host's GPUs (8, the HGX replay) when no backend is given, unless data parallel uses Ray. The unset
+    side alone may depend on the GPUs vLLM sees (declared_assumes, a warning): the arguments themselves are the same
+    server. Without the host's GPUs read, mp is compared as given."""
+    from hoststate.capture import SnapOptions, snap
+
+    monkeypatch.setenv("HOSTSTATE_NVML_REPLAY", str(FIXTURES / "nvml" / "hgx-h100-8.json"))
     plain = f"{_llama(tmp_path)} {base}".strip()
-    one, other = _resolved(plain, version), _resolved(f"{plain} {extra}", version)
+
+    def on_gpus(command: str) -> dict:
+        return snap(SnapOptions(only=("gpu", "vllm"), vllm_cmd=command, vllm_version=version))
+
+    one, other = on_gpus(plain), on_gpus(f"{plain} {extra}")
+    if alike:
+        unknown = rate(_resolved(plain, version), _resolved(f"{plain} {extra}", version))
+        assert unknown["vllm.args.distributed_executor_backend"][0] == "invalidating"
     found = rate(one, other)
     assert ("vllm.args.distributed_executor_backend" not in found) is alike, found
     if alike:

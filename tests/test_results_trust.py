@@ -69,6 +69,29 @@ def test_a_folder_another_user_swapped_in_for_the_one_named_vouches_for_no_one(t
     assert NOBODY in trusted_uids(str(proj / "sweep"))
 
 
+def test_a_link_another_user_adds_to_a_shared_folder_vouches_for_no_one(tmp_path: pathlib.Path) -> None:
+    """nobody adds to a sticky shared sweep a link named like a cell, pointing into a folder of their own (0755,
+    theirs) that holds a forged cell, and a sidecar beside the link: a glob names the link, and its target's owner
+    is still not trusted."""
+    folder = _shared(tmp_path)
+    own = tmp_path / "nobodys"
+    forged = write_cell(tmp_path, "nobodys/run=7.json", host(), {"output_throughput": 5000.0})
+    _give(forged)
+    _give(own)
+    link = folder / "run=7.json"
+    link.symlink_to(forged)
+    os.chown(link, NOBODY, NOBODY, follow_symlinks=False)
+    side = folder / "run=7.hoststate.json"
+    side.write_bytes(forged.with_name("run=7.hoststate.json").read_bytes())
+    _give(side)
+    folder.chmod(0o1777)
+    named = sorted(str(p) for p in folder.glob("*.json"))
+    assert NOBODY not in trusted_uids(*named)
+    report = check_results(named)
+    assert report.refused and any("run=7" in r["cell"] for r in report.refused_cells)
+    assert all(c.path != str(link) for g in report.groups for c in g.cells)
+
+
 def test_another_users_link_to_a_cell_hides_nothing(tmp_path: pathlib.Path) -> None:
     """A link nobody made to a cell judged invalid is refused, and the cell it points to is still read and still
     refuses the sweep as invalid (it is not taken as read because the link reached it first)."""

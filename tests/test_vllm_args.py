@@ -437,9 +437,17 @@ COMPILATION_MODE_SPELLINGS = [
     ("0.12.0", """--compilation-config '{"mode": "3"}'""", "Invalid compilation mode: 3"),  # a string, not 3
     ("0.33.0", """-cc '{"mode": "3"}'""", "Invalid compilation mode: 3"),
     ("0.11.1", "-O.mode=PIECEWISE", "Invalid compilation mode: PIECEWISE"),  # 0.11.1 has no -cc
-    ("0.11.1", "-O.level=PIECEWISE", "unable to parse string as an integer"),  # level: int | None
-    ("0.11.0", """-O '{"level": "PIECEWISE"}'""", "unable to parse string as an integer"),  # level: Optional[int]
-    ("0.10.2", "-O.level=VLLM_COMPILE", "unable to parse string as an integer"),
+    ("0.11.1", "-O.level=PIECEWISE", "Input should be a valid integer"),  # level: int | None
+    ("0.11.0", """-O '{"level": "PIECEWISE"}'""", "Input should be a valid integer"),  # level: Optional[int]
+    ("0.10.2", "-O.level=VLLM_COMPILE", "Input should be a valid integer"),
+    # pydantic's lax int takes ASCII digits with a zero fraction only: float() would take all of these
+    ("0.11.0", """-O '{"level": "3.5"}'""", "Input should be a valid integer"),
+    ("0.11.0", """-O '{"level": "inf"}'""", "Input should be a valid integer"),
+    ("0.11.0", """-O '{"level": "1e3"}'""", "Input should be a valid integer"),
+    ("0.11.0", """-O '{"level": "\u0663"}'""", "Input should be a valid integer"),  # ARABIC-INDIC DIGIT THREE
+    ("0.11.0", """-O '{"level": 3.5}'""", "Input should be a valid integer"),  # a float with a fraction
+    ("0.11.0", """-O '{"level": "3.0"}'""", None),
+    ("0.11.0", """-O '{"level": 3.0}'""", None),
     ("0.12.0", "-cc.mode=3", None),  # JSON 3: the member's value
     ("0.12.0", "-cc.mode=vllm_compile", None),  # upper-cased to a member name
     ("0.33.0", "-cc.mode=NONE", None),

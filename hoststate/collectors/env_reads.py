@@ -105,6 +105,9 @@ def _nccl_subsys_inert(subsys: str, env: Mapping[str, str]) -> str | None:
 
 
 _NCCL_PARSE = "nccl src/graph/tuning.cc parseList: strcasecmp on every function, algorithm and protocol name"
+# NCCL_P2P_DISABLE=0, NCCL_IB_DISABLE=0 and NCCL_SHM_DISABLE=0 are NCCL's defaults, but not settled here: NCCL also
+# reads /etc/nccl.conf and ~/.nccl.conf (or NCCL_CONF_FILE) without overriding the environment, so 0 turns a
+# transport back on where a file disables it, and which files the process reads is not known to this table.
 _HF_TRUE = frozenset({"1", "on", "yes", "true"})
 _HF = "huggingface_hub constants.py _is_true: the value upper-cased, 1, ON, YES and TRUE are on, any other value off"
 
@@ -143,17 +146,6 @@ READERS: dict[str, Reader] = {
     "TRANSFORMERS_OFFLINE": Reader(
         f"{_HF} (read where HF_HUB_OFFLINE is unset or empty; transformers' own check uses the same values)",
         forms={"1": _HF_TRUE}, other="0", unset={"0": "off is what huggingface_hub reads when it is unset"}),
-    "NCCL_P2P_DISABLE": Reader(
-        "NCCL reads it with strtol and disables P2P only where it reads 1 (nccl src/graph/paths.cc ncclGetLevel)",
-        unset={"0": "NCCL disables P2P only at 1; at 0 NCCL_P2P_LEVEL or the topology decides, as without it "
-                    "(nccl src/graph/paths.cc ncclGetLevel: disable == 1)"}),
-    "NCCL_IB_DISABLE": Reader(
-        "NCCL reads it as an integer parameter (NCCL_PARAM, strtoll); any other value than 0 disables InfiniBand",
-        unset={"0": "0 is NCCL's default (nccl src/transport/net_ib: NCCL_PARAM(IbDisable, \"IB_DISABLE\", 0))"}),
-    "NCCL_SHM_DISABLE": Reader(
-        "NCCL reads it as an integer parameter (NCCL_PARAM, strtoll); any other value than 0 disables the shared "
-        "memory transport",
-        unset={"0": "0 is NCCL's default (nccl src/transport/shm.cc: NCCL_PARAM(ShmDisable, \"SHM_DISABLE\", 0))"}),
     "CUDA_LAUNCH_BLOCKING": Reader(
         "CUDA reads 0 or 1 (CUDA C++ Programming Guide, CUDA Environment Variables)",
         unset={"0": "0 is CUDA's default (CUDA C++ Programming Guide, CUDA Environment Variables: default 0)"}),

@@ -4,8 +4,8 @@ benchmark's.
 A leftover process that still holds a CUDA context and memory shares the GPU's memory and SMs with the benchmark;
 it is recorded per GPU under ``occupancy`` and rated invalidating (default_policy.toml). The benchmark's own
 processes are the vLLM server named by ``--vllm-pid`` and its descendants, and a process whose name says vLLM
-(its workers set titles such as ``VLLM::Worker_TP0``) run by the user hoststate runs for (filetrust.invoking_uid:
-another user's process named ``vllm`` is foreign); their memory is taken out of ``memory_used_bytes``.
+(its workers set titles such as ``VLLM::Worker_TP0``) run by the user hoststate runs for (filetrust.invoking_uid)
+or root: another user's process named ``vllm`` is foreign; their memory is taken out of ``memory_used_bytes``.
 
 Measured on one H200 (fixtures/real/h200-occupancy.json): idle, NVML's v1 ``used`` is the driver's reservation
 (644939776 B, nvidia-smi's "reserved 616 MiB"); a process holding only a bare CUDA context adds 552402944 B

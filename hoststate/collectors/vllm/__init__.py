@@ -376,8 +376,9 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
     facts = replace(facts, source=redact_text(facts.source))  # the reasons quote where the facts came from
     args, held = compilation_held(parsed.args, rules)
     env = parsed.env or {}
+    on_gpus = {"max_num_seqs", "max_num_batched_tokens", "distributed_executor_backend"}  # settled by the host's GPUs
     resolved = resolve(args, facts, env, rules, defaults_for(version).defaults,
-                       gpus=_gpu_models(ctx) if {"max_num_seqs", "max_num_batched_tokens"} & set(args) else None,
+                       gpus=_gpu_models(ctx) if on_gpus & set(args) else None,
                        v1_engine=rules.defaults_v1_only and v1_engine_sure(args, env, rules, facts))
     graphs = _same_graphs(ctx, parsed, version)
     for dest in graphs:
@@ -455,10 +456,12 @@ def _who(proc: Proc) -> dict[str, Any]:
     if proc.euid is not None:
         out["uid"] = proc.euid
         out["user"] = user_name(proc.euid)
-        # another user's look-alike on the benchmark's port is described as any server is; whether it runs as the
-        # user hoststate runs for (or root) is what a diff sees change (default_policy.toml)
+        # another user's look-alike on the benchmark's port is described as any server is; that it does not run as
+        # the user hoststate runs for (or root) is recorded, and refuses (default_policy.toml). Written only then:
+        # a baseline of the invoker's server, taken before it was recorded, reads the same as one taken now
         me = invoking_uid()[0]
-        out["run_by_invoker"] = proc.uid in (me, 0) and proc.euid in (me, 0)
+        if proc.uid not in (me, 0) or proc.euid not in (me, 0):
+            out["run_by_invoker"] = False
     if proc.selected_because:
         out["selected_because"] = proc.selected_because
     return out

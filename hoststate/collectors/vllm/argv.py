@@ -644,28 +644,31 @@ def compilation_held(args: Mapping[str, Any], rules: Rules) -> tuple[dict[str, A
                    "non-default args in fixtures/vllm/oracle)")
 
 
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+#: What pydantic's lax int parsing takes from a string: ASCII digits, underscores between them, a zero fraction.
+_INT_TEXT = re.compile(r"\s*[+-]?\d+(?:_\d+)*(?:\.0*)?\s*", re.ASCII)
+
+
+def _integer(value: Any) -> bool:
+    """Whether pydantic reads ``value`` as an int: an int, an integral float, or a string of _INT_TEXT."""
+    if isinstance(value, float):
+        return value.is_integer()
+    return not isinstance(value, str) or _INT_TEXT.fullmatch(value) is not None
 
 
 def _compilation_mode_refusals(cc: Mapping[str, Any], rules: Rules) -> list[str]:
     """vLLM's refusals of a compilation mode or level given as a string it does not take (compilation_mode_checked):
     CompilationConfig.validate_mode_before upper-cases a ``mode`` string and requires a CompilationMode member name
     (vllm/config/compilation.py of 0.11.1, 0.12.0, 0.33.0), so ``"3"`` or PIECEWISE is refused while the number 3 is
-    the member's value; ``level`` is ``int | None`` (0.10.2-0.12.0), so pydantic refuses a string that is no number
-    (only a numeric string is lax-parsed to an int)."""
+    the member's value; ``level`` is ``int | None`` (0.10.2-0.12.0), so pydantic refuses a float with a fraction and
+    a string that is no integer (lax parsing takes ASCII digits with an optional zero fraction: _INT_TEXT)."""
     refusals = []
     mode, level = cc.get("mode"), cc.get("level")
     if rules.mode_key == "mode" and isinstance(mode, str) and mode.upper() not in COMP_NAMES.values():
         refusals.append(f"compilation_config.mode: Invalid compilation mode: {mode}. Valid modes are: "
                         f"{', '.join(COMP_NAMES.values())}")
-    if rules.level_accepted and isinstance(level, str) and not _number(level):
-        refusals.append(f"compilation_config.level: Input should be a valid integer, unable to parse string as an "
-                        f"integer (vLLM {rules.version})")
+    if rules.level_accepted and level is not None and not isinstance(level, bool) and not _integer(level):
+        refusals.append(f"compilation_config.level: Input should be a valid integer, not {level!r} "
+                        f"(vLLM {rules.version})")
     return refusals
 
 

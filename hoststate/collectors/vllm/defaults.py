@@ -314,19 +314,28 @@ def _block_size(args: Mapping[str, Any], model: ModelFacts, rules: Rules) -> str
             f"or hybrid layers (CudaPlatform.check_and_update_config, vllm/platforms/cuda.py; {model.source})")
 
 
-def _executor(args: Mapping[str, Any], rules: Rules) -> str | None:
-    """``--distributed-executor-backend mp`` where ParallelConfig picks mp itself: a world size above 1 and no Ray
-    data parallel backend (a ``vllm serve`` process is in no Ray placement group)."""
+def _local_world(args: Mapping[str, Any], gpus: int | None) -> int | None:
+    """The world size (TP x PP x PCP) where it is above 1 and fits this host's ``gpus`` and data parallel does not
+    use Ray: then, with no backend given, ParallelConfig takes the multiprocessing executor (more GPUs than the
+    host has is Ray in 0.10.2, an error later; vllm/config/parallel.py __post_init__). None otherwise."""
     sizes = [_size(args, d) for d in ("tensor_parallel_size", "pipeline_parallel_size",
                                       "prefill_context_parallel_size")]
-    if not rules.executor_mp_unset or args.get("distributed_executor_backend") != "mp" or None in sizes \
-            or args.get("data_parallel_backend", "mp") == "ray":
+    if None in sizes or gpus is None or args.get("data_parallel_backend") == "ray":
         return None
     world = sizes[0] * sizes[1] * sizes[2]  # type: ignore[operator]
-    if world <= 1:
+    return world if 1 < world <= gpus else None
+
+
+def _executor(args: Mapping[str, Any], rules: Rules, gpus: int | None) -> str | None:
+    """``--distributed-executor-backend mp`` where ParallelConfig picks mp itself (_local_world; a ``vllm serve``
+    process is in no Ray placement group)."""
+    if not rules.executor_mp_unset or args.get("distributed_executor_backend") != "mp":
         return None
-    return (f"mp: what ParallelConfig takes for a world size of {world} on a CUDA host when no backend is given and "
-            "data parallel does not use Ray (vllm/config/parallel.py __post_init__)")
+    world = _local_world(args, gpus)
+    if world is None:
+        return None
+    return (f"mp: what ParallelConfig takes for a world size of {world} on a CUDA host of {gpus} GPUs when no "
+            "backend is given and data parallel does not use Ray (vllm/config/parallel.py __post_init__)")
 
 
 def omp_threads_as_unset(args: Mapping[str, Any], env: Mapping[str, str], rules: Rules,
@@ -335,13 +344,11 @@ def omp_threads_as_unset(args: Mapping[str, Any], env: Mapping[str, str], rules:
     itself where the variable is unset (Rules.omp_one_under_mp), and it is the executor that runs where no other
     backend is given, the world size (TP x PP x PCP) is above 1 and fits this host's ``gpus`` (more would be Ray,
     across nodes), and data parallel does not use Ray."""
-    sizes = [_size(args, d) for d in ("tensor_parallel_size", "pipeline_parallel_size",
-                                      "prefill_context_parallel_size")]
-    if not rules.omp_one_under_mp or env.get("OMP_NUM_THREADS") != "1" or None in sizes or gpus is None \
-            or args.get("distributed_executor_backend", "mp") != "mp" or args.get("data_parallel_backend") == "ray":
+    if not rules.omp_one_under_mp or env.get("OMP_NUM_THREADS") != "1" \
+            or args.get("distributed_executor_backend", "mp") != "mp":
         return None
-    world = sizes[0] * sizes[1] * sizes[2]  # type: ignore[operator]
-    if not 1 < world <= gpus:
+    world = _local_world(args, gpus)
+    if world is None:
         return None
     return (f"1 is what vLLM {rules.version}'s multiprocessing executor, which runs a world size of {world} on one "
             "host, sets itself where OMP_NUM_THREADS is unset, before it starts the workers "
@@ -471,7 +478,7 @@ def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], 
                "enable_prefix_caching": _prefix_caching(normal, facts, rules, v1_engine),
                "optimization_level": _opt_level(normal, rules), "quantization": _quantization(normal, facts),
                "block_size": _block_size(normal, facts, rules),
-               "distributed_executor_backend": _executor(normal, rules),
+               "distributed_executor_backend": _executor(normal, rules, len(gpus) if gpus is not None else None),
                **_engine_unused(normal, rules), **_batch(normal, facts, rules, gpus)}
     same.update({dest: why for dest, why in reasons.items() if why is not None and dest in normal and dest not in same})
     kept = {k: v for k, v in normal.items() if k not in same}
