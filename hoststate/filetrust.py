@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 
 
 def trusted_uids(*named: str) -> frozenset[int]:
@@ -55,25 +55,50 @@ def placed_by_owner(path: str, st: os.stat_result) -> bool:
 
 
 def _links_placed(path: str, allowed: Collection[int]) -> bool:
-    """Whether every symbolic link met on the way to ``path``, as the kernel resolves it, is owned by ``allowed``
-    and sits in a folder no other user may write, sticky or not: anyone may add a link to ``/tmp`` that points into
-    a folder of their own."""
-    here = os.path.realpath("/" if os.path.isabs(path) else os.getcwd())
-    for part in path.split(os.sep):
-        if part in ("", "."):
-            continue
-        if part == "..":
-            here = os.path.dirname(here)
-            continue
-        step = os.path.join(here, part)
+    """Whether every symbolic link the kernel follows to reach ``path`` is owned by ``allowed`` and sits in a folder
+    no other user may write, sticky or not: anyone may add a link to ``/tmp`` that points into a folder of their
+    own."""
+    for _link, st, folder in links_on_the_way(path if os.path.isabs(path) else os.path.join(os.getcwd(), path)):
         try:
-            st = os.lstat(step)
-            if stat.S_ISLNK(st.st_mode) and (st.st_uid not in allowed or _others_write(os.lstat(here))):
+            if st.st_uid not in allowed or _others_write(os.lstat(folder)):
                 return False
         except OSError:
             return False
-        here = os.path.realpath(step)
     return True
+
+
+def links_on_the_way(path: str) -> Iterator[tuple[str, os.stat_result, str]]:
+    """Each symbolic link the kernel follows to resolve the absolute ``path``, links within a link's target
+    included, as (the link, its lstat, the folder holding it); ``..`` is taken from where the walk is, as the
+    kernel takes it. The walk ends at a component that does not exist, or after 40 links (the kernel's ELOOP)."""
+    parts = path.split("/")
+    current, hops = "/", 0
+    while parts:
+        part = parts.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = os.path.dirname(current)
+            continue
+        here = os.path.join(current, part)
+        try:
+            st = os.lstat(here)
+        except OSError:
+            return
+        if not stat.S_ISLNK(st.st_mode):
+            current = here
+            continue
+        yield here, st, current
+        hops += 1
+        try:
+            target = os.readlink(here)
+        except OSError:
+            return
+        if hops > 40:
+            return
+        parts = target.split("/") + parts
+        if target.startswith("/"):
+            current = "/"
 
 
 def _others_write(st: os.stat_result) -> bool:

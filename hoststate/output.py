@@ -105,32 +105,11 @@ def check_parent(path: str) -> None:
     """WriteError when a directory on the way to ``path`` is reached through a symlink of another user (``/tmp/x``
     made a link to ``/etc``): checked before any directory is created or written in. Components that do not exist
     yet are left to the caller to create."""
-    parts = os.path.dirname(os.path.abspath(path)).split("/")
-    current, hops = "/", 0
-    while parts:
-        comp = parts.pop(0)
-        if comp in ("", "."):
-            continue
-        if comp == "..":
-            current = os.path.dirname(current)
-            continue
-        here = os.path.join(current, comp)
-        try:
-            lst = os.lstat(here)
-        except OSError:
-            return
-        if stat.S_ISLNK(lst.st_mode):
-            if not _ours(lst):
-                raise WriteError(f"{path}: {here} is a symbolic link {_owner(lst)}; refusing to write through it")
-            hops += 1
-            if hops > 40:  # the kernel's own limit: the open will say ELOOP
-                return
-            target = os.readlink(here)
-            parts = target.split("/") + parts
-            if target.startswith("/"):
-                current = "/"
-            continue
-        current = here
+    from hoststate.filetrust import links_on_the_way
+
+    for here, lst, _folder in links_on_the_way(os.path.dirname(os.path.abspath(path))):
+        if not _ours(lst):
+            raise WriteError(f"{path}: {here} is a symbolic link {_owner(lst)}; refusing to write through it")
 
 
 def _inspect(path: str, *, force: bool, protect: tuple[str, ...], what: str) -> tuple[str, os.stat_result | None]:

@@ -106,3 +106,31 @@ def test_another_users_link_to_a_cell_hides_nothing(tmp_path: pathlib.Path) -> N
     assert any(r["cell"].endswith("a.json") and "symbolic link" in r["problem"] for r in report.refused_cells)
     assert "runs judged invalid" in report.reasons
     assert sum(len(g.cells) for g in report.groups) == 2
+
+
+def test_a_link_within_a_links_target_is_checked_too(tmp_path: pathlib.Path) -> None:
+    """Root's own link, in root's folder, pointing through another user's link in a sticky folder: the walk follows
+    the kernel's resolution (hoststate.filetrust.links_on_the_way), so the inner link counts as the outer one."""
+    from hoststate.filetrust import links_on_the_way
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "cell.json").write_text("{}")
+    _give(theirs / "cell.json")
+    _give(theirs)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "a").symlink_to(theirs)
+    os.chown(shared / "a", NOBODY, NOBODY, follow_symlinks=False)
+    shared.chmod(0o1777)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "cell.json").symlink_to(shared / "a" / "cell.json")
+    named = str(mine / "cell.json")
+    assert [link for link, _st, _folder in links_on_the_way(named)] == [named, str(shared / "a")]
+    assert not placed_by_owner(named, os.stat(named))
+    assert NOBODY not in trusted_uids(named)
+    shared.chmod(0o755)  # only root could have put the inner link there: nobody's cell, named, is placed
+    assert placed_by_owner(named, os.stat(named))
+    os.chown(shared / "a", 1, 1, follow_symlinks=False)  # a third user's link: neither root's nor the cell owner's
+    assert not placed_by_owner(named, os.stat(named))
