@@ -91,9 +91,14 @@ def test_the_host_job_is_forked_only_for_a_plain_snap_of_every_host_collector(ar
 #: A command run as the installed `hoststate` runs it, or entered after the imports (no child), writing the
 #: modules the parent process loaded.
 ENTRY = """
-import atexit, json, sys
+import atexit, json, os, sys
 out, how, args = sys.argv[1], sys.argv[2], sys.argv[3:]
 atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+if os.environ.get("RECORD_PARSE"):  # the snapshot texts this process parses, written beside the modules
+    import hoststate.snapshot as snapshot
+    parsed, real = [], snapshot.parse
+    snapshot.parse = lambda data, source="<snapshot>": parsed.append(source) or real(data, source)
+    atexit.register(lambda: open(out + ".parsed", "w").write(json.dumps(parsed)))
 sys.argv = ["hoststate", *args]
 if how == "ahead":
     from hoststate import ahead
@@ -716,27 +721,30 @@ def _snapshot_file(path: Path, label: str = "") -> Path:
     return path
 
 
-def _guard(tmp_path: Path, how: str, baseline: Path) -> tuple[subprocess.CompletedProcess, set[str]]:
+def _guard(tmp_path: Path, how: str, baseline: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """guard run as the installed command runs it (``ahead``: the baseline child forked) or entered after the
+    imports (``here``); with the snapshot texts the parent process parsed."""
     modules = tmp_path / f"{how}.json"
-    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "RECORD_PARSE": "1"}
     tree = str(REPO / "fixtures" / "hosts" / "seed-baseline")
     done = subprocess.run([sys.executable, "-c", ENTRY, str(modules), how, "guard", "--baseline", str(baseline),
                            "--root", tree, "--only", "system,dsa", "--", "true"],
                           capture_output=True, text=True, env=env, timeout=120, check=False, cwd=tmp_path)
-    return done, set(json.loads(modules.read_text()))
+    parsed = Path(f"{modules}.parsed")
+    return done, json.loads(parsed.read_text()) if parsed.exists() else []
 
 
 def test_a_baseline_read_ahead_gives_what_the_parents_own_read_gives(tmp_path: Path) -> None:
     """A guard's baseline read and parsed by the child forked as the command starts: the same verdict, report and
-    sha256 as the parent's own read, and the parent imported no TOML reader. Its taken_at, a TOML datetime that
+    sha256 as the parent's own read, and the parent parsed no snapshot text. Its taken_at, a TOML datetime that
     marshal cannot write, crossed the pipe."""
     baseline = _snapshot_file(tmp_path / "b.toml")
     assert "taken_at = " in baseline.read_text()
-    early, early_modules = _guard(tmp_path, "ahead", baseline)
-    here, here_modules = _guard(tmp_path, "here", baseline)
+    early, early_parsed = _guard(tmp_path, "ahead", baseline)
+    here, here_parsed = _guard(tmp_path, "here", baseline)
     assert early.returncode == here.returncode == 0, early.stderr + here.stderr
     assert early.stderr == here.stderr and "comparable" in here.stderr and "sha256:" in here.stderr
-    assert "tomli" in here_modules and "tomli" not in early_modules
+    assert here_parsed == [str(baseline)] and early_parsed == []
 
 
 @pytest.mark.parametrize("text", ["[hoststate\n", "", "\ufeff[hoststate]\n", "[x]\na = 1\n"],
