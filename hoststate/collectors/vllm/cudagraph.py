@@ -543,6 +543,37 @@ def _prefill_context_parallel(r: Resolution) -> None:
                       "to 1")
 
 
+def _kv_transfer(r: Resolution) -> None:
+    """A ``--kv-transfer-config`` vLLM cannot start with, every recorded version (0.10.2-0.33.0):
+
+    - a ``kv_role`` that is not one of KVRole, or a ``kv_connector`` without a ``kv_role``: refused when the option is
+      parsed (vllm/config/kv_transfer.py, KVTransferConfig.__post_init__: "Please specify kv_role when kv_connector is
+      set", "Unsupported kv_role");
+    - no ``kv_connector`` at all (``{}``, ``{"kv_role": "kv_both"}``): the config is accepted, but the V1 engine core's
+      Scheduler creates a connector whenever ``kv_transfer_config is not None`` (vllm/v1/core/sched/scheduler.py,
+      Scheduler.__init__) and KVConnectorFactory refuses a missing name (vllm/distributed/kv_transfer/kv_connector/
+      factory.py: ``_get_connector_class_with_compat`` "Connector name is not set in KVTransferConfig" from 0.11.1,
+      ``get_connector_class`` "Unsupported connector type: None" before). Not where KV offloading fills the connector
+      in (VllmConfig: ``--kv-offloading-backend`` 0.11.1-0.12, ``--kv-offloading-size`` 0.33; neither given is
+      checked), nor where the V0 engine may run (0.10.2-0.11.0 unless the V1 engine surely runs, config.json read: V0
+      only connects for a connector with a role).
+    """
+    kv = r.args.get("kv_transfer_config")
+    if not isinstance(kv, Mapping):
+        return
+    role, connector = kv.get("kv_role"), kv.get("kv_connector")
+    if role is not None and role not in _KV_ROLES:
+        raise Refused(f"Unsupported kv_role: {role}. Supported roles are {_KV_ROLES}")
+    if connector is not None and role is None:
+        raise Refused(f"Please specify kv_role when kv_connector is set, supported roles are {_KV_ROLES}")
+    if connector is not None or "kv_offloading_backend" in r.args or "kv_offloading_size" in r.args:
+        return
+    if r.rules.v0_env and not (r.model.known and v1_engine_sure(r.args, r.env, r.rules, r.model)):
+        return  # a V0-only architecture of a model not read could run V0
+    raise Refused("Connector name is not set in KVTransferConfig: the engine's Scheduler creates a KV connector for "
+                  "any --kv-transfer-config, and this one names no kv_connector")
+
+
 def _kv_expandable_segments(r: Resolution) -> None:
     """A KV connector under PyTorch's expandable segments is refused unless the cumem allocator is on (0.33)."""
     kv = r.args.get("kv_transfer_config")
@@ -967,7 +998,7 @@ STEPS: tuple[Step, ...] = (
     _speculative_on_v0, _world_size,
     _prefill_context_parallel, _attention_heads, _max_model_len, _quantization, _quantization_files,
     _lora_speculative,
-    _kv_expandable_segments,
+    _kv_transfer, _kv_expandable_segments,
     _expert_parallel, _decode_context_parallel, _model_runner, _async_scheduling, _enforce_eager, _optimization_level,
     _compilation_mode, _torch_compile_disable, _breakable_cudagraph, _default_mode, _explicit_mode, _legacy_flags,
     _dynamic_speculation, _graphs_without_compile, _context_parallel, _pooling, _encoder_decoder, _kv_connector,

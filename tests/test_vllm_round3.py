@@ -1,0 +1,109 @@
+"""Round 3 of reading vLLM command lines as vLLM resolves them: KV transfer configs and -O under --enforce-eager.
+
+Each expectation is read from vLLM's released source (0.10.2-0.33.0):
+
+- ``--kv-transfer-config``: KVTransferConfig.__post_init__ (vllm/config/kv_transfer.py) refuses a ``kv_connector``
+  without a ``kv_role`` and a role outside KVRole; a config naming no connector is accepted, but the V1 engine core's
+  Scheduler.__init__ (vllm/v1/core/sched/scheduler.py) creates a connector for any ``kv_transfer_config`` that is not
+  None, and KVConnectorFactory (vllm/distributed/kv_transfer/kv_connector/factory.py) refuses a missing name. So
+  ``--kv-transfer-config {}`` is no server at all, not the server without the option (an empty table used to compare
+  equal to none).
+- ``-O<n>`` next to ``--enforce-eager`` on 0.12.0: VllmConfig.__post_init__ (vllm/config/vllm.py) overrides any level
+  above O0 to O0 before the level's defaults are applied, so the level given changes nothing. 0.33.0 keeps the level,
+  whose defaults set ``kernel_config.enable_flashinfer_autotune`` (OPTIMIZATION_LEVEL_02), so it stays a setting.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from hoststate.collectors import Context
+from hoststate.collectors import vllm as vllm_collector
+from hoststate.collectors.vllm.argv import locate, normalise
+from hoststate.collectors.vllm.cudagraph import declare
+from hoststate.diff import compare
+
+CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_attention_heads": 32,
+          "num_key_value_heads": 8, "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}
+BASE = "vllm serve /models/llama"
+VERSIONS = ("0.10.2", "0.11.0", "0.11.1", "0.12.0", "0.33.0")
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "models" / "llama").mkdir(parents=True)
+    (tmp_path / "models" / "llama" / "config.json").write_text(json.dumps(CONFIG))
+    return tmp_path
+
+
+def _snap(root: Path, cmd: str, version: str) -> dict:
+    return {"vllm": vllm_collector.collect(Context(root=str(root), vllm_cmd=cmd, vllm_version=version)).data}
+
+
+def _verdict(root: Path, before: str, after: str, version: str) -> tuple[str, dict[str, str]]:
+    result = compare(_snap(root, before, version), _snap(root, after, version))
+    return result.verdict, {f.path: f.severity for f in result.findings}
+
+
+def _args(cmd: str, version: str) -> dict:
+    command = locate(cmd.split())
+    return normalise(command.args, version, program=command.program or "").args
+
+
+# -- --kv-transfer-config ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_empty_kv_transfer_config_is_refused_not_read_as_no_option(root, version):
+    data = _snap(root, f"{BASE} --kv-transfer-config {{}}", version)["vllm"]
+    assert "Connector name is not set in KVTransferConfig" in data["cudagraph"]["refused"]
+    assert "declared" not in data["cudagraph"]
+    verdict, findings = _verdict(root, BASE, f"{BASE} --kv-transfer-config {{}}", version)
+    assert verdict == "invalidating" and findings["vllm.cudagraph.refused"] == "invalidating", findings
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("kv", "words"), [
+    ({"kv_role": "kv_both"}, "Connector name is not set"),
+    ({"kv_connector": "NixlConnector"}, "Please specify kv_role when kv_connector is set"),
+    ({"kv_connector": "NixlConnector", "kv_role": "both"}, "Unsupported kv_role: both"),
+])
+def test_a_kv_transfer_config_vllm_cannot_start_with_is_refused(root, version, kv, words):
+    data = _snap(root, f"{BASE} --kv-transfer-config {shlex.quote(json.dumps(kv))}", version)["vllm"]
+    assert words in data["cudagraph"]["refused"] and "declared" not in data["cudagraph"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_connector_with_a_role_is_still_a_server_and_a_setting(root, version):
+    kv = "'{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"kv_both\"}'"
+    data = _snap(root, f"{BASE} --kv-transfer-config {kv}", version)["vllm"]
+    assert "refused" not in data["cudagraph"] and data["cudagraph"]["declared"]
+    verdict, findings = _verdict(root, BASE, f"{BASE} --kv-transfer-config {kv}", version)
+    assert findings["vllm.args.kv_transfer_config.kv_connector"] == "invalidating"
+    assert "vllm.cudagraph.refused" not in findings
+
+
+@pytest.mark.parametrize(("version", "extra"), [
+    ("0.12.0", "--kv-offloading-backend native --kv-offloading-size 4"),  # VllmConfig fills in OffloadingConnector
+    ("0.33.0", "--kv-offloading-size 4"),
+])
+def test_kv_offloading_fills_in_the_connector(version, extra):
+    args = _args(f"{BASE} --kv-transfer-config {{}} {extra}", version)
+    assert args["kv_transfer_config"] == {}
+    refused = declare(args, {}, version).refused
+    assert refused is None or "Connector name" not in refused
+
+
+def test_the_v0_engine_of_0102_starts_without_a_connector():
+    """VLLM_USE_V1=0: the V0 engine connects only for a connector with a role, so {} is not refused."""
+    args = {"model": "/models/llama", "kv_transfer_config": {}}
+    assert declare(args, {"VLLM_USE_V1": "0"}, "0.10.2").refused is None
+
+
+def test_an_unread_model_on_0102_is_not_claimed_to_run_v1(tmp_path):
+    """Without config.json the 0.10.2 engine (V0 or V1) is not known, so the missing connector is not claimed."""
+    data = _snap(tmp_path, "vllm serve /models/none --kv-transfer-config {}", "0.10.2")["vllm"]
+    assert "Connector name" not in (data["cudagraph"].get("refused") or "")
