@@ -25,6 +25,9 @@ from hoststate.collectors import Context
 from hoststate.collectors import vllm as vllm_collector
 from hoststate.collectors.vllm.argv import locate, normalise
 from hoststate.collectors.vllm.cudagraph import declare
+from hoststate.collectors.vllm.defaults import resolve
+from hoststate.collectors.vllm.model import UNKNOWN
+from hoststate.collectors.vllm.versions import rules_for
 from hoststate.diff import compare
 
 CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_attention_heads": 32,
@@ -107,3 +110,39 @@ def test_an_unread_model_on_0102_is_not_claimed_to_run_v1(tmp_path):
     """Without config.json the 0.10.2 engine (V0 or V1) is not known, so the missing connector is not claimed."""
     data = _snap(tmp_path, "vllm serve /models/none --kv-transfer-config {}", "0.10.2")["vllm"]
     assert "Connector name" not in (data["cudagraph"].get("refused") or "")
+
+
+# -- -O<n> next to --enforce-eager ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("level", ["-O0", "-O1", "-O3", "-O 0", "--optimization-level 1"])
+def test_a_level_under_enforce_eager_on_0120_is_the_server_without_it(root, level):
+    verdict, findings = _verdict(root, f"{BASE} --enforce-eager", f"{BASE} --enforce-eager {level}", "0.12.0")
+    assert verdict == "clean", findings
+    data = _snap(root, f"{BASE} --enforce-eager {level}", "0.12.0")["vllm"]
+    assert "optimization_level" not in data["args"]
+    assert "overrides any optimization level to -O0" in data["args_resolved"]["same_as_unset"]["optimization_level"]
+
+
+def test_a_level_without_enforce_eager_stays_a_setting(root):
+    verdict, findings = _verdict(root, BASE, f"{BASE} -O0", "0.12.0")
+    assert verdict == "invalidating" and findings["vllm.args.optimization_level"] == "invalidating"
+
+
+@pytest.mark.parametrize("level", ["-O0", "-O1"])
+def test_0330_keeps_the_level_under_enforce_eager(root, level):
+    """0.33 applies the level's defaults under --enforce-eager (kernel_config.enable_flashinfer_autotune)."""
+    verdict, findings = _verdict(root, f"{BASE} --enforce-eager", f"{BASE} --enforce-eager {level}", "0.33.0")
+    assert verdict == "invalidating" and findings["vllm.args.optimization_level"] == "invalidating"
+
+
+def test_a_level_vllm_refuses_is_not_left_out(root):
+    data = _snap(root, f"{BASE} --enforce-eager -O5", "0.12.0")["vllm"]
+    assert data["cudagraph"]["refused"]
+    assert "optimization_level" not in data.get("args_resolved", {}).get("same_as_unset", {})
+
+
+def test_an_unknown_version_compares_the_level_as_given():
+    """No version: the newest row (0.33) applies, which keeps the level."""
+    rules = rules_for(None)[0]
+    out = resolve({"model": "/models/llama", "enforce_eager": True, "optimization_level": "0"}, UNKNOWN, {}, rules)
+    assert out.args["optimization_level"] == "0" and "optimization_level" not in out.same_as_unset

@@ -355,8 +355,18 @@ def omp_threads_as_unset(args: Mapping[str, Any], env: Mapping[str, str], rules:
             "(set_multiprocessing_worker_envs)")
 
 
+#: The levels OptimizationLevel takes (any other is refused before anything is resolved: cudagraph._optimization_level).
+OPT_LEVELS = ("0", "1", "2", "3")
+
+
 def _opt_level(args: Mapping[str, Any], rules: Rules) -> str | None:
-    if rules.o3_same_as_o2 and str(args.get("optimization_level")) == "3":  # -O3 is read as the text "3"
+    level = args.get("optimization_level")
+    if rules.eager_overrides_opt_level and args.get("enforce_eager") is True and not isinstance(level, bool) \
+            and str(level).strip() in OPT_LEVELS:
+        return (f"-O{str(level).strip()} under --enforce-eager: vLLM {rules.version} overrides any optimization level "
+                "to -O0 when eager execution is enforced, before the level's defaults are applied "
+                "(VllmConfig.__post_init__, vllm/config/vllm.py), as without -O")
+    if rules.o3_same_as_o2 and str(level) == "3":  # -O3 is read as the text "3"
         return ("-O3 builds the configuration of -O2, the default (vllm/config/vllm.py: OPTIMIZATION_LEVEL_03 is "
                 "OPTIMIZATION_LEVEL_02)")
     return None

@@ -222,6 +222,11 @@ class Rules:
     #: OPTIMIZATION_LEVEL_03 dict is OPTIMIZATION_LEVEL_02's, key for key, and VllmConfig.__post_init__ reads the
     #: level otherwise only as ``> OptimizationLevel.O0``).
     o3_same_as_o2: bool = False
+    #: ``--enforce-eager`` turns any optimization level into O0 before the level's defaults are applied, so ``-O<n>``
+    #: next to it builds the configuration of no ``-O`` (VllmConfig.__post_init__, vllm/config/vllm.py of 0.12.0:
+    #: "Enforce eager set, overriding optimization level to -O0"). 0.33 keeps the level (its defaults still set
+    #: ``kernel_config.enable_flashinfer_autotune``) and only turns compilation and graphs off.
+    eager_overrides_opt_level: bool = False
     #: ``--kv-cache-dtype`` choices (CacheDType); empty: not checked (not recorded for the version).
     kv_cache_dtypes: frozenset[str] = frozenset()
     #: Speculative methods whose draft model refuses pipeline parallelism (no SupportsPP), and the target model
@@ -491,7 +496,8 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "rope_scaling"}) | _GONE_0111 | _NEW_AFTER_0111,
      "no_negation": _NO_NEGATION_0110 | {"aggregate_engine_logging"}},
     {"version": "0.12.0", "family": "opt", "o_number": "optimization_level", "o_dotted": "deprecated",
-     "o3_same_as_o2": True, "engine_defaults_at": "_set_default_chunked_prefill_and_prefix_caching_args",
+     "o3_same_as_o2": True, "eager_overrides_opt_level": True,
+     "engine_defaults_at": "_set_default_chunked_prefill_and_prefix_caching_args",
      "tokenizer_modes": frozenset(),
      "seed_unset": None, "quantization_methods": _QUANT_012,
      "aliases": _ALIASES_012, "graphs_without_compile": "none", "pcp_refused": True,
@@ -501,7 +507,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "guided_decoding_backend", "override_pooler_config"}) | _GONE_0120 | _NEW_033},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
      "batch_defaults": None, "block_size_unset": None, "executor_mp_unset": False,  # not read from this version's code
-     "omp_one_under_mp": False,
+     "omp_one_under_mp": False, "eager_overrides_opt_level": False,
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
      "pcp_refused": False, "partition_keeps_splitting_ops": False, "kv_refuses_expandable_segments": True,
      "rope_unscaled_types": frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}),
