@@ -146,3 +146,53 @@ def test_an_unknown_version_compares_the_level_as_given():
     rules = rules_for(None)[0]
     out = resolve({"model": "/models/llama", "enforce_eager": True, "optimization_level": "0"}, UNKNOWN, {}, rules)
     assert out.args["optimization_level"] == "0" and "optimization_level" not in out.same_as_unset
+
+
+# -- the ngram lookup window ------------------------------------------------------------------------------------
+# SpeculativeConfig.__post_init__ (vllm/config/speculative.py 0.11.0-0.33.0; vllm/config/__init__.py 0.10.2): for the
+# ngram method a missing end of the window takes the other end, neither given is 5 and 5; then min <= max, each >= 1.
+
+NGRAM = '"method": "ngram", "num_speculative_tokens": 3'
+
+
+def _spec(body: str) -> str:
+    return f"{BASE} --speculative-config '{{{body}}}'"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("before", "after"), [
+    (NGRAM, f'{NGRAM}, "prompt_lookup_max": 5'),
+    (NGRAM, f'{NGRAM}, "prompt_lookup_min": 5, "prompt_lookup_max": 5'),
+    (f'{NGRAM}, "prompt_lookup_min": 3', f'{NGRAM}, "prompt_lookup_max": 3'),
+    ('"model": "ngram", "num_speculative_tokens": 3', '"model": "ngram", "num_speculative_tokens": 3, '
+                                                      '"prompt_lookup_min": 5'),
+])
+def test_an_ngram_window_spelled_as_vllm_fills_it_in_is_not_a_change(root, version, before, after):
+    verdict, findings = _verdict(root, _spec(before), _spec(after), version)
+    assert verdict == "clean", findings
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_another_ngram_window_is_a_change(root, version):
+    verdict, findings = _verdict(root, _spec(NGRAM), _spec(f'{NGRAM}, "prompt_lookup_max": 4'), version)
+    assert findings["vllm.args.speculative_config.prompt_lookup_max"] == "invalidating"
+    assert findings["vllm.args.speculative_config.prompt_lookup_min"] == "invalidating"  # 4 too, as vLLM fills it
+
+
+def test_the_window_of_another_method_is_kept_as_given(root):
+    """Only the ngram method fills the window in: a draft model's config is compared as given."""
+    body = '"method": "eagle", "model": "/models/llama", "num_speculative_tokens": 3'
+    data = _snap(root, _spec(f'{body}, "prompt_lookup_max": 5'), "0.12.0")["vllm"]
+    assert data["args"]["speculative_config"]["prompt_lookup_max"] == 5
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("window", "words"), [
+    ('"prompt_lookup_min": 6, "prompt_lookup_max": 5', "prompt_lookup_min=6 must be <= prompt_lookup_max=5"),
+    ('"prompt_lookup_min": 6', None),  # max takes 6: accepted
+    ('"prompt_lookup_max": 0', "must be > 0"),
+])
+def test_an_ngram_window_vllm_refuses_is_refused(root, version, window, words):
+    data = _snap(root, _spec(f"{NGRAM}, {window}"), version)["vllm"]
+    refused = data["cudagraph"].get("refused")
+    assert (refused is None) if words is None else (words in refused), refused

@@ -131,6 +131,25 @@ def _speculative_method(r: Resolution) -> None:
         raise Refused(f"speculative decoding with {method} is not supported yet")
 
 
+def _ngram_window(r: Resolution) -> None:
+    """The ngram method's lookup window as SpeculativeConfig.__post_init__ validates it once a missing end takes the
+    other's value (vllm/config/speculative.py of 0.11.0-0.33.0, vllm/config/__init__.py of 0.10.2): an end below 1
+    ("must be > 0"; 0.12+ refuses it in the field, ``ge=1``) or ``prompt_lookup_min`` above ``prompt_lookup_max``."""
+    spec = r.args.get("speculative_config")
+    if not isinstance(spec, Mapping) or _spec_method(r) not in ("ngram", "[ngram]", "ngram_gpu"):
+        return
+    low, high = spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max")
+    low, high = (high if low is None else low), (low if high is None else high)
+    ends = {"prompt_lookup_min": low, "prompt_lookup_max": high}
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in ends.values()):
+        return  # neither given (5 and 5), or a value the JSON parser or pydantic judges, not read here
+    for name, value in ends.items():
+        if value < 1:
+            raise Refused(f"{name}={value} must be > 0")
+    if low > high:
+        raise Refused(f"prompt_lookup_min={low} must be <= prompt_lookup_max={high}")
+
+
 def _v1_required(r: Resolution) -> None:
     """``VLLM_USE_V1=1`` with a feature only the V0 engine has is refused (0.10.2)."""
     if _use_v1_env(r) is True and (feature := _v0_feature(r)):
@@ -993,6 +1012,7 @@ def _capture_max_matches(r: Resolution, largest: int, sizes: list[Any]) -> None:
 #: vLLM normalises graphs without VLLM_COMPILE twice (0.33): before and after the model rules.
 STEPS: tuple[Step, ...] = (
     _speculative_flags, _memory_fraction, _scheduler_sizes, _batched_tokens, _capture_options, _speculative_method,
+    _ngram_window,
     _draft_model, _speculative_tokens, _mtp_layers, _eagle_targets, _kv_dtype_model, _partial_prefills,
     _chunked_prefill_off, _v1_required,
     _speculative_on_v0, _world_size,

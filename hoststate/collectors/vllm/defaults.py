@@ -92,6 +92,35 @@ def _dtype_name(value: Any) -> Any:
     return DTYPE_NAMES.get(value, value) if isinstance(value, str) else value
 
 
+#: The n-gram lookup window SpeculativeConfig.__post_init__ takes when neither end is given (vllm/config/speculative.py
+#: of 0.11.0-0.33.0, vllm/config/__init__.py of 0.10.2: "Set default values if not provided").
+NGRAM_LOOKUP_UNSET = 5
+_LOOKUP = ("prompt_lookup_min", "prompt_lookup_max")
+
+
+def _ngram_lookup(value: Any) -> Any:
+    """A speculative config with its n-gram lookup window as SpeculativeConfig.__post_init__ fills it in: for the ngram
+    method (``method`` ngram / [ngram] / 0.33's ngram_gpu, or no method and ``model`` ngram / [ngram]), a missing end
+    takes the other end's value, and neither given is 5 and 5; so the window is written out as both ends, and left out
+    where it is 5 and 5. A window vLLM refuses (an end below 1 or not an integer, min above max) is kept as given."""
+    if not isinstance(value, Mapping):
+        return value
+    method, model = value.get("method"), value.get("model")
+    if not (method in ("ngram", "[ngram]", "ngram_gpu") or (method is None and model in ("ngram", "[ngram]"))):
+        return value
+    low, high = value.get("prompt_lookup_min"), value.get("prompt_lookup_max")
+    if (low is None and high is None) or not all(
+            v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1) for v in (low, high)):
+        return value
+    low, high = (high if low is None else low), (low if high is None else high)
+    if low > high:
+        return value
+    out = {k: v for k, v in value.items() if k not in _LOOKUP}
+    if (low, high) != (NGRAM_LOOKUP_UNSET, NGRAM_LOOKUP_UNSET):
+        out.update(prompt_lookup_min=low, prompt_lookup_max=high)
+    return out
+
+
 #: Values vLLM rewrites before it uses them, by dest (``compilation_config.KEY`` for a key of that table): the
 #: rewrite and where vLLM makes it. Two spellings with one rewrite are one setting. ``--kv-cache-dtype fp8`` is not
 #: here: vLLM's help says fp8 is fp8_e4m3 on CUDA, but an attention backend may take one and not the other (a
@@ -104,6 +133,8 @@ NORMAL_FORMS: dict[str, tuple[Callable[[Any], Any], str]] = {
                                   "cudagraph_capture_sizes)"),
     "cudagraph_capture_sizes": (_sorted, "vLLM sorts the sizes it captures (vllm/config/vllm.py)"),
     "compilation_config.cudagraph_capture_sizes": (_sorted, "vLLM sorts the sizes it captures (vllm/config)"),
+    "speculative_config": (_ngram_lookup, "the n-gram lookup window as SpeculativeConfig.__post_init__ fills it in "
+                                          "(a missing end is the other end, neither given is 5 and 5)"),
 }
 
 
