@@ -196,3 +196,17 @@ def test_an_ngram_window_vllm_refuses_is_refused(root, version, window, words):
     data = _snap(root, _spec(f"{NGRAM}, {window}"), version)["vllm"]
     refused = data["cudagraph"].get("refused")
     assert (refused is None) if words is None else (words in refused), refused
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("tokens", [0, -1])
+def test_no_speculative_tokens_is_refused_not_a_server(root, version, tokens):
+    """SpeculativeConfig._verify_args: "Expected num_speculative_tokens to be greater than zero", any method."""
+    data = _snap(root, _spec(f'"method": "ngram", "num_speculative_tokens": {tokens}'), version)["vllm"]
+    assert f"greater than zero ({tokens})" in data["cudagraph"]["refused"]
+    assert "declared" not in data["cudagraph"]
+
+
+def test_one_speculative_token_is_a_server(root):
+    data = _snap(root, _spec('"method": "ngram", "num_speculative_tokens": 1'), "0.12.0")["vllm"]
+    assert "refused" not in data["cudagraph"] and data["cudagraph"]["declared"]

@@ -475,9 +475,14 @@ _TOKENS_OPTIONAL = ("suffix", "medusa", "mlp_speculator")
 
 def _speculative_tokens(r: Resolution) -> None:
     """Without num_speculative_tokens only suffix decoding (and a draft config holding n_predict) has a number:
-    SpeculativeConfig._verify_args refuses the rest."""
+    SpeculativeConfig._verify_args refuses the rest, and a number below 1 for any method ("Expected
+    num_speculative_tokens to be greater than zero": vllm/config/speculative.py 0.11.0-0.33.0, vllm/config/__init__.py
+    0.10.2)."""
     spec = r.args.get("speculative_config")
-    if not isinstance(spec, Mapping) or spec.get("num_speculative_tokens") is not None:
+    tokens = spec.get("num_speculative_tokens") if isinstance(spec, Mapping) else None
+    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens <= 0:
+        raise Refused(f"Expected num_speculative_tokens to be greater than zero ({tokens})")
+    if not isinstance(spec, Mapping) or tokens is not None:
         return
     method = _spec_method(r)
     if method in _TOKENS_OPTIONAL:
