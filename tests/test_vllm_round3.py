@@ -210,3 +210,39 @@ def test_no_speculative_tokens_is_refused_not_a_server(root, version, tokens):
 def test_one_speculative_token_is_a_server(root):
     data = _snap(root, _spec('"method": "ngram", "num_speculative_tokens": 1'), "0.12.0")["vllm"]
     assert "refused" not in data["cudagraph"] and data["cudagraph"]["declared"]
+
+
+# -- --async-scheduling on 0.33 ---------------------------------------------------------------------------------
+# VllmConfig.__post_init__ (vllm/config/vllm.py of 0.33.0) turns async scheduling on when the flag is not given,
+# unless the model is a pooling one, the executor lacks it (Ray), or Model Runner V1 runs speculative decoding it lacks
+# or pipeline parallelism. Up to 0.12 the parser default is False and it stays a setting.
+
+@pytest.mark.parametrize("extra", ["", "-tp 2", "--distributed-executor-backend mp -tp 2"])
+def test_async_scheduling_where_0330_turns_it_on_anyway_is_not_a_change(root, extra):
+    verdict, findings = _verdict(root, f"{BASE} {extra}", f"{BASE} {extra} --async-scheduling", "0.33.0")
+    assert verdict == "clean", findings
+    same = _snap(root, f"{BASE} {extra} --async-scheduling", "0.33.0")["vllm"]["args_resolved"]["same_as_unset"]
+    assert "VllmConfig.__post_init__" in same["async_scheduling"]
+
+
+@pytest.mark.parametrize(("version", "extra"), [
+    ("0.12.0", ""),  # off unless given
+    ("0.11.1", ""),
+    ("0.33.0", "--distributed-executor-backend ray"),  # the Ray executor does not support it: off unset
+    ("0.33.0", "--speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'"),
+])
+def test_async_scheduling_stays_a_setting_where_vllm_would_not_turn_it_on(root, version, extra):
+    verdict, findings = _verdict(root, f"{BASE} {extra}", f"{BASE} {extra} --async-scheduling", version)
+    assert findings["vllm.args.async_scheduling"] == "invalidating", findings
+
+
+def test_async_scheduling_on_an_unread_model_is_compared_as_given(tmp_path):
+    """No config.json: the model could be a pooling one, which 0.33 runs without async scheduling unless given."""
+    cmd = "vllm serve /models/none"
+    verdict, findings = _verdict(tmp_path, cmd, f"{cmd} --async-scheduling", "0.33.0")
+    assert findings["vllm.args.async_scheduling"] == "invalidating", findings
+
+
+def test_no_async_scheduling_on_0330_stays_a_setting(root):
+    verdict, findings = _verdict(root, BASE, f"{BASE} --no-async-scheduling", "0.33.0")
+    assert findings["vllm.args.async_scheduling"] == "invalidating", findings

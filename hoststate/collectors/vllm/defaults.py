@@ -403,6 +403,30 @@ def _opt_level(args: Mapping[str, Any], rules: Rules) -> str | None:
     return None
 
 
+#: Executors whose ``supports_async_scheduling`` is true (vllm/v1/executor of 0.33.0: UniProcExecutor, its
+#: ExecutorWithExternalLauncher, MultiprocExecutor; the Ray executor keeps the base class's False).
+ASYNC_EXECUTORS = ("uni", "mp", "external_launcher")
+
+
+def _async_scheduling(args: Mapping[str, Any], model: ModelFacts, rules: Rules) -> str | None:
+    """``--async-scheduling`` where vLLM turns it on unset (rules.async_scheduling_unset_on): a generative decoder
+    model known from its config.json, an executor that supports it (given as one, or picked by ParallelConfig without
+    Ray: a ``vllm serve`` process is in no Ray placement group), no speculative decoding and no pipeline parallelism
+    (Model Runner V1's incompatibilities; the ROCm-only DeepEP DBO case does not arise on CUDA)."""
+    if args.get("async_scheduling") is not True or not rules.async_scheduling_unset_on or not _generative(args, model):
+        return None
+    backend = args.get("distributed_executor_backend")
+    if (backend is not None and backend not in ASYNC_EXECUTORS) or (backend is None
+                                                                    and args.get("data_parallel_backend") == "ray"):
+        return None
+    if any(args.get(d) is not None for d in ("speculative_config", "spec_method", "spec_model", "spec_tokens")) \
+            or _size(args, "pipeline_parallel_size") != 1:
+        return None
+    return (f"on: what vLLM {rules.version} takes when the flag is not given, for a generative model on an executor "
+            f"that supports it, without speculative decoding or pipeline parallelism (VllmConfig.__post_init__, "
+            f"vllm/config/vllm.py; {model.source})")
+
+
 #: Quantization methods a checkpoint names that vLLM runs as named when none is given (no override to another
 #: method, as AWQ and GPTQ checkpoints get Marlin): ModelConfig._verify_quantization, 0.11.0 and 0.12.0.
 OWN_QUANTIZATION = ("fp8",)
@@ -518,6 +542,7 @@ def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], 
                "enable_chunked_prefill": _chunked_prefill(normal, facts, rules, v1_engine),
                "enable_prefix_caching": _prefix_caching(normal, facts, rules, v1_engine),
                "optimization_level": _opt_level(normal, rules), "quantization": _quantization(normal, facts),
+               "async_scheduling": _async_scheduling(normal, facts, rules),
                "block_size": _block_size(normal, facts, rules),
                "distributed_executor_backend": _executor(normal, rules, len(gpus) if gpus is not None else None),
                **_engine_unused(normal, rules), **_batch(normal, facts, rules, gpus)}

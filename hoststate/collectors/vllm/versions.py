@@ -227,6 +227,11 @@ class Rules:
     #: "Enforce eager set, overriding optimization level to -O0"). 0.33 keeps the level (its defaults still set
     #: ``kernel_config.enable_flashinfer_autotune``) and only turns compilation and graphs off.
     eager_overrides_opt_level: bool = False
+    #: ``--async-scheduling`` left unset is turned on by VllmConfig.__post_init__ unless the model is a pooling one, the
+    #: executor does not support it (only uni, mp and external_launcher do), ROCm's DeepEP DBO, or Model Runner V1
+    #: with a speculative method it lacks or pipeline parallelism (vllm/config/vllm.py of 0.33.0:
+    #: ``elif self.scheduler_config.async_scheduling is None``); up to 0.12.0 its parser default is False.
+    async_scheduling_unset_on: bool = False
     #: ``--kv-cache-dtype`` choices (CacheDType); empty: not checked (not recorded for the version).
     kv_cache_dtypes: frozenset[str] = frozenset()
     #: Speculative methods whose draft model refuses pipeline parallelism (no SupportsPP), and the target model
@@ -507,7 +512,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "guided_decoding_backend", "override_pooler_config"}) | _GONE_0120 | _NEW_033},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
      "batch_defaults": None, "block_size_unset": None, "executor_mp_unset": False,  # not read from this version's code
-     "omp_one_under_mp": False, "eager_overrides_opt_level": False,
+     "omp_one_under_mp": False, "eager_overrides_opt_level": False, "async_scheduling_unset_on": True,
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
      "pcp_refused": False, "partition_keeps_splitting_ops": False, "kv_refuses_expandable_segments": True,
      "rope_unscaled_types": frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}),
