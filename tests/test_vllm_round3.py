@@ -246,3 +246,40 @@ def test_async_scheduling_on_an_unread_model_is_compared_as_given(tmp_path):
 def test_no_async_scheduling_on_0330_stays_a_setting(root):
     verdict, findings = _verdict(root, BASE, f"{BASE} --no-async-scheduling", "0.33.0")
     assert findings["vllm.args.async_scheduling"] == "invalidating", findings
+
+
+# -- --max-cpu-loras with --enable-lora -------------------------------------------------------------------------
+# EngineArgs.create_engine_config passes None for a value not above 0; LoRAConfig.__post_init__ makes None max_loras and
+# refuses a value below max_loras (vllm/engine/arg_utils.py, vllm/config/lora.py of 0.10.2-0.33.0).
+
+LORA = f"{BASE} --enable-lora"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("before", "after"), [
+    ("--max-loras 4", "--max-loras 4 --max-cpu-loras 4"),
+    ("", "--max-cpu-loras 1"),  # max_loras' parser default
+    ("", "--max-cpu-loras 0"),
+    ("--max-loras 2", "--max-loras 2 --max-cpu-loras -1"),
+])
+def test_max_cpu_loras_at_what_lora_config_takes_unset_is_not_a_change(root, version, before, after):
+    verdict, findings = _verdict(root, f"{LORA} {before}", f"{LORA} {after}", version)
+    assert verdict == "clean", findings
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_more_cpu_lora_slots_are_a_change(root, version):
+    verdict, findings = _verdict(root, f"{LORA} --max-loras 4", f"{LORA} --max-loras 4 --max-cpu-loras 8", version)
+    assert findings["vllm.args.max_cpu_loras"] == "invalidating", findings
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_fewer_cpu_lora_slots_than_loras_are_refused(root, version):
+    data = _snap(root, f"{LORA} --max-loras 4 --max-cpu-loras 2", version)["vllm"]
+    assert "max_cpu_loras (2) must be >= max_loras (4)" in data["cudagraph"]["refused"]
+
+
+def test_max_cpu_loras_on_an_unrecorded_version_is_compared_as_given(root):
+    """0.10.1's parser defaults are not recorded: max_loras unset is not known to be 1 there."""
+    verdict, findings = _verdict(root, LORA, f"{LORA} --max-cpu-loras 1", "0.10.1")
+    assert findings["vllm.args.max_cpu_loras"] == "invalidating", findings

@@ -150,6 +150,17 @@ def _ngram_window(r: Resolution) -> None:
         raise Refused(f"prompt_lookup_min={low} must be <= prompt_lookup_max={high}")
 
 
+def _lora_cpu_slots(r: Resolution) -> None:
+    """With ``--enable-lora``, a ``--max-cpu-loras`` above 0 and below ``--max-loras`` is refused
+    (LoRAConfig.__post_init__, vllm/config/lora.py 0.10.2-0.33.0: "max_cpu_loras (N) must be >= max_loras (M)"; a
+    value not above 0 is passed as None by EngineArgs.create_engine_config, which LoRAConfig makes max_loras)."""
+    cpu, loras = r.args.get("max_cpu_loras"), r.args.get("max_loras", 1)
+    if not r.args.get("enable_lora") or not all(isinstance(v, int) and not isinstance(v, bool) for v in (cpu, loras)):
+        return
+    if 0 < cpu < loras:
+        raise Refused(f"max_cpu_loras ({cpu}) must be >= max_loras ({loras})")
+
+
 def _v1_required(r: Resolution) -> None:
     """``VLLM_USE_V1=1`` with a feature only the V0 engine has is refused (0.10.2)."""
     if _use_v1_env(r) is True and (feature := _v0_feature(r)):
@@ -1017,7 +1028,7 @@ def _capture_max_matches(r: Resolution, largest: int, sizes: list[Any]) -> None:
 #: vLLM normalises graphs without VLLM_COMPILE twice (0.33): before and after the model rules.
 STEPS: tuple[Step, ...] = (
     _speculative_flags, _memory_fraction, _scheduler_sizes, _batched_tokens, _capture_options, _speculative_method,
-    _ngram_window,
+    _ngram_window, _lora_cpu_slots,
     _draft_model, _speculative_tokens, _mtp_layers, _eagle_targets, _kv_dtype_model, _partial_prefills,
     _chunked_prefill_off, _v1_required,
     _speculative_on_v0, _world_size,

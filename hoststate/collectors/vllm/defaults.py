@@ -222,6 +222,29 @@ LORA_ONLY = ("max_lora_rank", "max_loras", "fully_sharded_loras", "lora_dtype", 
              "lora_extra_vocab_size")
 
 
+def _lora_count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _max_cpu_loras(args: Mapping[str, Any], defaults: Mapping[str, Any] | None) -> str | None:
+    """``--max-cpu-loras`` with ``--enable-lora`` where LoRAConfig ends with what it takes unset: EngineArgs passes None
+    for a value not above 0 (``max_cpu_loras if self.max_cpu_loras and self.max_cpu_loras > 0 else None``), and
+    LoRAConfig.__post_init__ makes None ``max_loras`` (vllm/engine/arg_utils.py create_engine_config and
+    vllm/config/lora.py, 0.10.2-0.33.0). An unset max_loras is the version's recorded parser default; a version whose
+    defaults are not recorded (``defaults`` None) compares the value as given."""
+    given = _lora_count(args.get("max_cpu_loras"))
+    loras = _lora_count(args["max_loras"] if "max_loras" in args else (defaults or {}).get("max_loras"))
+    if args.get("enable_lora") is not True or given is None or defaults is None:
+        return None
+    if given <= 0:
+        return (f"{given}: EngineArgs passes no max_cpu_loras for a value not above 0, and LoRAConfig then takes "
+                "max_loras, as when none is given (create_engine_config, LoRAConfig.__post_init__)")
+    if loras is not None and given == loras:
+        return (f"{given}: max_loras, what LoRAConfig.__post_init__ takes for max_cpu_loras when none is given "
+                "(vllm/config/lora.py)")
+    return None
+
+
 def _size(args: Mapping[str, Any], dest: str) -> int | None:
     """An integer parallel size as given (1 when not given); None for a value that is not one."""
     value = args.get(dest, 1)
@@ -543,6 +566,7 @@ def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], 
                "enable_prefix_caching": _prefix_caching(normal, facts, rules, v1_engine),
                "optimization_level": _opt_level(normal, rules), "quantization": _quantization(normal, facts),
                "async_scheduling": _async_scheduling(normal, facts, rules),
+               "max_cpu_loras": _max_cpu_loras(normal, defaults),
                "block_size": _block_size(normal, facts, rules),
                "distributed_executor_backend": _executor(normal, rules, len(gpus) if gpus is not None else None),
                **_engine_unused(normal, rules), **_batch(normal, facts, rules, gpus)}
