@@ -9,6 +9,7 @@ import contextlib
 import copy
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -82,7 +83,11 @@ def test_a_process_named_as_vllms_is_the_benchmarks_only_when_the_invoking_user_
         others.append(subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-c",
                                         "exec -a vllm sleep 30"]))
     try:
-        time.sleep(0.2)  # both have exec'd: /proc/PID/status is the sleeper's
+        for proc in (mine, *others):  # until each has exec'd the sleeper (setpriv changes the uid before that)
+            deadline = time.monotonic() + 30
+            while pathlib.Path(f"/proc/{proc.pid}/comm").read_text().strip() != "sleep":
+                assert time.monotonic() < deadline, "the sleeper was not started"
+                time.sleep(0.02)
         assert owner_of(mine.pid) == (os.getuid(), os.geteuid())
         assert gpu_occupancy.is_own(mine.pid, "vllm", None, parent_of, owner_of, (me,)) is (me == os.getuid())
         for other in others:
