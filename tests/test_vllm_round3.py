@@ -179,11 +179,23 @@ def test_another_ngram_window_is_a_change(root, version):
     assert findings["vllm.args.speculative_config.prompt_lookup_min"] == "invalidating"  # 4 too, as vLLM fills it
 
 
-def test_the_window_of_another_method_is_kept_as_given(root):
-    """Only the ngram method fills the window in: a draft model's config is compared as given."""
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_window_of_another_method_is_left_out(root, version):
+    """Another method named (eagle here) has both ends set to 0 by SpeculativeConfig.__post_init__'s last branch
+    (0.10.2-0.33.0), so a window given to it is the config without one; a window below 1, which 0.12+ refuses in
+    the field (ge=1), and suffix's (it validates its own settings), are kept as given."""
     body = '"method": "eagle", "model": "/models/llama", "num_speculative_tokens": 3'
-    data = _snap(root, _spec(f'{body}, "prompt_lookup_max": 5'), "0.12.0")["vllm"]
-    assert data["args"]["speculative_config"]["prompt_lookup_max"] == 5
+    data = _snap(root, _spec(f'{body}, "prompt_lookup_max": 4'), version)["vllm"]
+    assert "prompt_lookup_max" not in data["args"]["speculative_config"]
+    verdict, findings = _verdict(root, _spec(body), _spec(f'{body}, "prompt_lookup_min": 2, "prompt_lookup_max": 7'),
+                                 version)
+    assert verdict == "clean", findings
+    zero = _snap(root, _spec(f'{body}, "prompt_lookup_max": 0'), version)["vllm"]
+    assert zero["args"]["speculative_config"]["prompt_lookup_max"] == 0
+    if version not in ("0.10.2", "0.11.0"):  # suffix decoding from 0.11.1 on
+        suffix = _snap(root, _spec('"method": "suffix", "num_speculative_tokens": 3, "prompt_lookup_max": 4'),
+                       version)["vllm"]
+        assert suffix["args"]["speculative_config"]["prompt_lookup_max"] == 4
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -96,21 +96,28 @@ def _dtype_name(value: Any) -> Any:
 #: of 0.11.0-0.33.0, vllm/config/__init__.py of 0.10.2: "Set default values if not provided").
 NGRAM_LOOKUP_UNSET = 5
 _LOOKUP = ("prompt_lookup_min", "prompt_lookup_max")
+#: The methods that read the window (the ngram ones) or keep it (suffix validates its own settings).
+_WINDOW_METHODS = ("ngram", "[ngram]", "ngram_gpu", "suffix")
 
 
 def _ngram_lookup(value: Any) -> Any:
     """A speculative config with its n-gram lookup window as SpeculativeConfig.__post_init__ fills it in: for the ngram
     method (``method`` ngram / [ngram] / 0.33's ngram_gpu, or no method and ``model`` ngram / [ngram]), a missing end
     takes the other end's value, and neither given is 5 and 5; so the window is written out as both ends, and left out
-    where it is 5 and 5. A window vLLM refuses (an end below 1 or not an integer, min above max) is kept as given."""
+    where it is 5 and 5. Any other method named (not suffix) has both ends set to 0 in __post_init__, so a window
+    given to it is left out. A window vLLM refuses (an end below 1 or not an integer, min above max) is kept as
+    given."""
     if not isinstance(value, Mapping):
         return value
     method, model = value.get("method"), value.get("model")
-    if not (method in ("ngram", "[ngram]", "ngram_gpu") or (method is None and model in ("ngram", "[ngram]"))):
-        return value
     low, high = value.get("prompt_lookup_min"), value.get("prompt_lookup_max")
     if (low is None and high is None) or not all(
             v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1) for v in (low, high)):
+        return value
+    if isinstance(method, str) and method not in _WINDOW_METHODS:
+        # every other method named: __post_init__'s last branch sets both ends to 0 (0.10.2-0.33.0)
+        return {k: v for k, v in value.items() if k not in _LOOKUP}
+    if not (method in _WINDOW_METHODS[:3] or (method is None and model in ("ngram", "[ngram]"))):
         return value
     low, high = (high if low is None else low), (low if high is None else high)
     if low > high:
@@ -134,7 +141,8 @@ NORMAL_FORMS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "cudagraph_capture_sizes": (_sorted, "vLLM sorts the sizes it captures (vllm/config/vllm.py)"),
     "compilation_config.cudagraph_capture_sizes": (_sorted, "vLLM sorts the sizes it captures (vllm/config)"),
     "speculative_config": (_ngram_lookup, "the n-gram lookup window as SpeculativeConfig.__post_init__ fills it in "
-                                          "(a missing end is the other end, neither given is 5 and 5)"),
+                                          "(a missing end is the other end, neither given is 5 and 5; another "
+                                          "method's window is set to 0, left out)"),
 }
 
 
