@@ -120,6 +120,24 @@ def invoking_uid(env: Mapping[str, str] | None = None) -> tuple[int, str]:
     return os.getuid(), "the user running hoststate"
 
 
+def run_by_invoker(uids: tuple[int | None, int | None]) -> bool:
+    """Whether a process of (real, effective) ``uids`` runs as the user hoststate runs for (invoking_uid) or root:
+    the only processes that may be taken for the benchmark's server or its workers without being named, since no
+    other user can start one of theirs (a command line, a port or a process name say nothing of who runs it)."""
+    allowed = (invoking_uid()[0], 0)
+    return all(uid in allowed for uid in uids)
+
+
+def status_uids(text: str) -> tuple[int | None, int | None]:
+    """(real uid, effective uid) from the text of ``/proc/PID/status``; (None, None) when it has no Uid line."""
+    for line in text.splitlines():
+        if line.startswith("Uid:"):
+            ids = line.split()[1:3]
+            if len(ids) == 2 and all(i.isdigit() for i in ids):
+                return int(ids[0]), int(ids[1])
+    return None, None
+
+
 def _primary_gid(uid: int) -> int | None:
     try:
         import pwd

@@ -75,6 +75,7 @@ def test_a_process_named_as_vllms_is_the_benchmarks_only_when_the_invoking_user_
     from hoststate.io import Reader
 
     me = invoking_uid()[0]
+    trusted = lambda uids: all(uid == me for uid in uids)  # noqa: E731 - the invoking user alone, root aside
     owner_of = gpu_occupancy.owner_reader(Reader("/").read)
     parent_of = gpu_occupancy.parent_reader(Reader("/").read)
     mine = subprocess.Popen(["bash", "-c", "exec -a vllm sleep 30"])
@@ -89,11 +90,11 @@ def test_a_process_named_as_vllms_is_the_benchmarks_only_when_the_invoking_user_
                 assert time.monotonic() < deadline, "the sleeper was not started"
                 time.sleep(0.02)
         assert owner_of(mine.pid) == (os.getuid(), os.geteuid())
-        assert gpu_occupancy.is_own(mine.pid, "vllm", None, parent_of, owner_of, (me,)) is (me == os.getuid())
+        assert gpu_occupancy.is_own(mine.pid, "vllm", None, parent_of, owner_of, trusted) is (me == os.getuid())
         for other in others:
             assert owner_of(other.pid) == (65534, 65534)
-            assert not gpu_occupancy.is_own(other.pid, "vllm", None, parent_of, owner_of, (me,))
-        assert not gpu_occupancy.is_own(2 ** 22 + 7, "vllm", None, parent_of, owner_of, (me,))  # no such process
+            assert not gpu_occupancy.is_own(other.pid, "vllm", None, parent_of, owner_of, trusted)
+        assert not gpu_occupancy.is_own(2 ** 22 + 7, "vllm", None, parent_of, owner_of, trusted)  # no such process
         assert not gpu_occupancy.is_own(mine.pid, "vllm", None, parent_of)  # no owner reader: the name alone
     finally:
         for proc in (mine, *others):

@@ -706,14 +706,13 @@ def _occupancy(r: _Reader, h: Any, uid: str, observed: dict[str, Any], server_pi
         r.unreadable[p] = r.unreadable.get(f"{uid}/observed/processes", "unreadable")
         return {}
     memory = r.call(f"{p}/memory_used_bytes", "nvmlDeviceGetMemoryInfo", h)
-    from hoststate.filetrust import invoking_uid
+    from hoststate.filetrust import run_by_invoker
 
     parent_of = gpu_occupancy.parent_reader(sysfs.read) if sysfs is not None else (lambda _pid: None)
     owner_of = gpu_occupancy.owner_reader(sysfs.read) if sysfs is not None else (lambda _pid: (None, None))
-    users = (invoking_uid()[0], 0)  # as http._owner_check: no other user can start a process of root's
     table, unattributed = gpu_occupancy.occupancy(
         None if memory is None else int(memory.used), observed["processes"],
-        lambda pid, name: gpu_occupancy.is_own(pid, name, server_pid, parent_of, owner_of, users))
+        lambda pid, name: gpu_occupancy.is_own(pid, name, server_pid, parent_of, owner_of, run_by_invoker))
     if unattributed:
         r.unreadable[f"{p}/memory_used_bytes"] = unattributed
     return table

@@ -15,7 +15,7 @@ Measured on one H200 (fixtures/real/h200-occupancy.json): idle, NVML's v1 ``used
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 #: A process name that says it is vLLM's (the server, its engine core and workers).
@@ -26,11 +26,11 @@ MAX_DEPTH = 8
 
 def is_own(pid: int, name: str | None, server_pid: int | None, parent_of: Callable[[int], int | None],
            owner_of: Callable[[int], tuple[int | None, int | None]] | None = None,
-           users: Collection[int] = ()) -> bool:
-    """Whether a GPU process is the benchmark's: the server, a descendant of it, or named as vLLM's and run by
-    ``users`` (real and effective uid, ``owner_of``): any user can name a process ``vllm`` (``exec -a``), and
-    another user's must not pass for the benchmark's."""
-    if name and VLLM_NAME.search(name) and owner_of is not None and all(u in users for u in owner_of(pid)):
+           trusted: Callable[[tuple[int | None, int | None]], bool] | None = None) -> bool:
+    """Whether a GPU process is the benchmark's: the server, a descendant of it, or named as vLLM's and run by a
+    ``trusted`` owner (its real and effective uid, ``owner_of``; filetrust.run_by_invoker): any user can name a
+    process ``vllm`` (``exec -a``), and another user's must not pass for the benchmark's."""
+    if name and VLLM_NAME.search(name) and owner_of is not None and trusted is not None and trusted(owner_of(pid)):
         return True
     if server_pid is None:
         return False
@@ -74,13 +74,10 @@ def occupancy(used_bytes: int | None, processes: Iterable[dict[str, Any]], own: 
 def owner_reader(read: Callable[[str], str | None]) -> Callable[[int], tuple[int | None, int | None]]:
     """(real uid, effective uid) of a pid from ``/proc/PID/status``; (None, None) when it cannot be read."""
 
+    from hoststate.filetrust import status_uids
+
     def owner_of(pid: int) -> tuple[int | None, int | None]:
-        for line in (read(f"proc/{pid}/status") or "").splitlines():
-            if line.startswith("Uid:"):
-                ids = line.split()[1:3]
-                if len(ids) == 2 and all(i.isdigit() for i in ids):
-                    return int(ids[0]), int(ids[1])
-        return None, None
+        return status_uids(read(f"proc/{pid}/status") or "")
 
     return owner_of
 

@@ -35,6 +35,7 @@ from hoststate.collectors.vllm.discovery import (
 from hoststate.collectors.vllm.placement import SOURCES as PLACEMENT_SOURCES
 from hoststate.collectors.vllm.placement import server_facts
 from hoststate.coverage import source
+from hoststate.filetrust import run_by_invoker
 from hoststate.io import Reader, decode, reason_of
 from hoststate.redact import Own, redact_argv, redact_command_line, redact_env, redact_text, redact_url, redact_value
 
@@ -459,8 +460,7 @@ def _who(proc: Proc) -> dict[str, Any]:
         # another user's look-alike on the benchmark's port is described as any server is; that it does not run as
         # the user hoststate runs for (or root) is recorded, and refuses (default_policy.toml). Written only then:
         # a baseline of the invoker's server, taken before it was recorded, reads the same as one taken now
-        me = invoking_uid()[0]
-        if proc.uid not in (me, 0) or proc.euid not in (me, 0):
+        if not run_by_invoker((proc.uid, proc.euid)):
             out["run_by_invoker"] = False
     if proc.selected_because:
         out["selected_because"] = proc.selected_because

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hoststate import procfiles
-from hoststate.filetrust import invoking_uid
+from hoststate.filetrust import invoking_uid, status_uids
 from hoststate.io import Reader, reason_of
 
 if TYPE_CHECKING:  # ipaddress and urllib.parse are imported where a server is looked for, not by every snap
@@ -101,12 +101,7 @@ def proc_uids(pid: int) -> tuple[int | None, int | None]:
             text = fh.read(1 << 16).decode("ascii", "replace")
     except OSError:
         return None, None
-    for line in text.splitlines():
-        if line.startswith("Uid:"):
-            ids = line.split()[1:3]
-            if len(ids) == 2 and all(i.isdigit() for i in ids):
-                return int(ids[0]), int(ids[1])
-    return None, None
+    return status_uids(text)
 
 
 def user_name(uid: int | None) -> str | None:

@@ -376,6 +376,7 @@ def _owner_check(sock: Any, local: bool, expect_pid: int | None,
                  expect_start: int | None = None) -> tuple[int | None, str | None, str | None]:
     """(the owner's pid, where the connection went, None) or (..., why the request must not be sent)."""
     from hoststate.collectors.vllm import discovery
+    from hoststate.filetrust import run_by_invoker
 
     if not local:
         return None, None, None
@@ -393,8 +394,8 @@ def _owner_check(sock: Any, local: bool, expect_pid: int | None,
     proc, err = discovery.owner_of(end, {})
     if proc is None:
         return None, where, f"{err}: not read"
-    me = discovery.invoking_uid()[0]
-    if not {proc.uid, proc.euid} <= {me, 0}:  # no server was named: a look-alike of another user on the port
+    if not run_by_invoker((proc.uid, proc.euid)):  # no server was named: a look-alike of another user on the port
+        me = discovery.invoking_uid()[0]
         return None, where, (f"{where}, held by {proc.who()}, not a server of {discovery.user_label(me)} or root, "
                              "and no server was named (--vllm-pid): not read")
     return proc.pid, where, None
