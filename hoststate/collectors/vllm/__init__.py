@@ -457,20 +457,25 @@ def _who(proc: Proc) -> dict[str, Any]:
     if proc.euid is not None:
         out["uid"] = proc.euid
         out["user"] = user_name(proc.euid)
-        # another user's look-alike on the benchmark's port is described as any server is; that it does not run as
-        # the user hoststate runs for (or root) is recorded, and refuses (default_policy.toml). Written only then:
-        # a baseline of the invoker's server, taken before it was recorded, reads the same as one taken now
-        if not run_by_invoker((proc.uid, proc.euid)):
-            out["run_by_invoker"] = False
     if proc.selected_because:
         out["selected_because"] = proc.selected_because
     return out
 
 
+def _described(proc: Proc) -> dict[str, Any]:
+    """The described server's :func:`_who`. Another user's look-alike on the benchmark's port is described as any
+    server is; that it does not run as the user hoststate runs for (or root) is recorded, and refuses
+    (default_policy.toml). Written only then: a baseline of the invoker's server, taken before it was recorded,
+    reads the same as one taken now."""
+    out = _who(proc)
+    if proc.euid is not None and not run_by_invoker((proc.uid, proc.euid)):
+        out["run_by_invoker"] = False
+    return out
+
+
 def _others(procs: list[Proc]) -> dict[str, Any]:
     """Other users' servers as ``vllm.other_users.<pid>``: who and what, never their arguments."""
-    return {str(p.pid): {k: v for k, v in _who(p).items() if k not in ("selected_because", "run_by_invoker")}
-            for p in procs}
+    return {str(p.pid): {k: v for k, v in _who(p).items() if k != "selected_because"} for p in procs}
 
 
 def _process_facts(proc: Proc, unreadable: dict[str, str], packages: dict[str, str]) -> dict[str, Any]:
@@ -496,7 +501,7 @@ def build(
     """The ``[vllm]`` table of one server and whether anything in it failed to parse."""
     data: dict[str, Any] = {"source": source}
     if proc is not None:
-        data.update(_who(proc))
+        data.update(_described(proc))
     unreadable = {} if unreadable is None else unreadable
     packages, packages_from, packages_error = _packages(ctx, proc, unreadable)
     version, version_from = _version(ctx, log, url, packages, packages_from)
