@@ -14,7 +14,6 @@ import functools
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -22,6 +21,7 @@ from hoststate import coverage
 from hoststate.gcpause import paused
 from hoststate.paths import Path, PatternIndex, format_path, get, leaves, split_path
 from hoststate.policy import RANK, SEVERITIES, Policy, Rule, _meets, compile_pattern, default_policy
+from hoststate.records import Record
 from hoststate.snapshot import jsonable
 
 CHANGES = ("changed", "added", "removed", "unreadable", "coverage")
@@ -111,11 +111,13 @@ def _rated(change: str, severity: str, rule: str, reason: str) -> tuple[str, str
         return (change, severity, rule, reason)
 
 
-@dataclass
-class DiffResult:
-    findings: list[Finding]
-    verdict: str
-    counts: dict[str, int] = field(default_factory=dict)
+class DiffResult(Record):
+    """The findings of one comparison (ignored ones left out), its verdict and the count of each severity."""
+
+    def __init__(self, findings: list[Finding], verdict: str, counts: dict[str, int] | None = None) -> None:
+        self.findings = findings
+        self.verdict = verdict
+        self.counts: dict[str, int] = {} if counts is None else counts
 
     def to_dict(self, baseline: str, current: str) -> dict[str, Any]:
         """design.md's JSON report shape."""

@@ -445,7 +445,7 @@ def test_a_bad_baseline_is_refused_before_the_host_is_snapped(tmp_path: pathlib.
     assert snapped == [] and not ran.exists()
     assert raised.traceback[-1].path.name == "snapshot.py"  # the parser's own error
     for record in (GuardResult, RunOutcome, WatchedRun, WatchOptions):
-        assert typing.get_type_hints(record)
+        assert typing.get_type_hints(record.__init__)
 
 
 @pytest.mark.parametrize("job", [None, "gpu", "host"], ids=["no child", "a GPU child collecting ahead",
@@ -588,12 +588,9 @@ def test_no_command_that_writes_a_file_leaves_it_open_when_the_process_ends(tmp_
 SNAP_DATACLASSES = {"hoststate.capture.SnapOptions", "hoststate.collectors.packages.ServerPython",
                     "hoststate.collectors.vllm.discovery.Proc", "hoststate.collectors.vllm.discovery.Listener",
                     "hoststate.collectors.vllm._Args", "hoststate.collectors.vllm._Server"}
-#: What a guard adds: mutable results (the diff's, the guard's, the run's), WatchOptions (a default made per
-#: instance; the library's API), and the report's Elide and Name, told apart from each other and from text by
-#: their type (as tuples, ``Elide("x") == Name("x")``).
-GUARD_DATACLASSES = {"hoststate.diff.DiffResult", "hoststate.run.guard.GuardResult", "hoststate.run.flow.WatchedRun",
-                     "hoststate.run.flow.RunOutcome", "hoststate.run.flow.WatchOptions", "hoststate.render.text.Elide",
-                     "hoststate.render.text.Name"}
+#: What a guard adds: none. Its records (the diff's, the guard's, the run's, WatchOptions, the report's Elide and
+#: Name) are written out on hoststate.records' bases and held to the dataclass each stands for (below).
+GUARD_DATACLASSES: set[str] = set()
 DATACLASSES_MADE = """
 import dataclasses, sys
 made = []
@@ -625,46 +622,111 @@ def test_a_snap_and_a_guard_define_only_the_dataclasses_that_need_to_be_one(tmp_
     assert base.exists() and "hoststate.capture.SnapOptions" in made
     assert made <= SNAP_DATACLASSES, sorted(made - SNAP_DATACLASSES)
     made = _dataclasses_made("guard", "--baseline", str(base), "--root", str(HOSTS / "seed-baseline"), "--", "true")
-    assert "hoststate.run.guard.GuardResult" in made
+    assert "hoststate.capture.SnapOptions" in made  # the guard's run was counted
     assert made <= SNAP_DATACLASSES | GUARD_DATACLASSES, sorted(made - SNAP_DATACLASSES - GUARD_DATACLASSES)
 
 
-def _as_dataclass(cls: type) -> type:
-    """The dataclass ``cls`` stands for: the same fields, in order, with the same defaults (a dict or list made per
-    instance, as ``field(default_factory=...)``)."""
+def _written_out_records() -> list[type]:
+    """Every record of hoststate written out on hoststate.records' bases: each module is imported, so that a record
+    added anywhere is found and held to its dataclass."""
+    import importlib
+    import pkgutil
+
+    import hoststate
+    from hoststate.records import Frozen, Record
+
+    for info in pkgutil.walk_packages(hoststate.__path__, "hoststate."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+    found: list[type] = []
+    todo = [Record]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            todo.append(sub)
+            if sub is not Frozen and sub.__module__.startswith("hoststate."):
+                found.append(sub)
+    return sorted(found, key=lambda c: f"{c.__module__}.{c.__qualname__}")
+
+
+def _sample(name: str) -> str:
+    return f"<{name}>"
+
+
+def _as_dataclass(cls: type) -> tuple[type, dict[str, Any]]:
+    """The dataclass ``cls`` stands for, made by ``dataclasses``: the same fields, in order, with the same defaults
+    (a dict or list made per instance, as ``field(default_factory=...)``), frozen where ``cls`` is; and the
+    arguments the required fields are given."""
     import dataclasses
     import inspect
 
-    specs = []
-    for name, param in list(inspect.signature(cls.__init__).parameters.items())[1:]:
-        made = getattr(cls(), name)
-        per_instance = isinstance(made, (dict, list))
-        spec = dataclasses.field(default_factory=type(made)) if per_instance else dataclasses.field(
-            default=param.default)
+    from hoststate.records import Frozen
+
+    params = list(inspect.signature(cls.__init__).parameters.items())[1:]
+    required = {name: _sample(name) for name, p in params if p.default is inspect.Parameter.empty}
+    made = cls(**required)
+    specs: list[tuple[str, Any, Any]] = []
+    for name, param in params:
+        if name in required:
+            specs.append((name, object, dataclasses.field()))
+            continue
+        value = getattr(made, name)
+        if isinstance(value, (dict, list)):
+            spec = dataclasses.field(default_factory=type(value))
+        elif param.default is None and value is not None:  # a default made per instance (WatchOptions.rules)
+            spec = dataclasses.field(default_factory=lambda value=value: value)
+        else:
+            spec = dataclasses.field(default=param.default)
         specs.append((name, object, spec))
-    return dataclasses.make_dataclass(cls.__name__, specs)
+    dc = dataclasses.make_dataclass(cls.__name__, specs, frozen=issubclass(cls, Frozen))
+    dc.__qualname__ = cls.__qualname__
+    return dc, required
 
 
-@pytest.mark.parametrize("cls", [Section, Context], ids=["Section", "Context"])
+@pytest.mark.parametrize("cls", _written_out_records(), ids=lambda c: c.__qualname__)
 def test_the_written_out_records_behave_as_the_dataclass_they_stand_for(cls: type) -> None:
-    """Section and Context are written out (hoststate.collectors._Record) so that the GPU child imports no
-    dataclasses; construction, defaults, fields, equality, repr and hashing stay what ``@dataclass`` generates."""
-    dc = _as_dataclass(cls)
-    assert vars(cls()) == vars(dc()) and list(vars(cls())) == list(vars(dc()))  # the same fields, order, defaults
-    first, second = cls(), cls()
-    for made in vars(first).values():
-        if isinstance(made, (dict, list)):
-            assert not any(made is other for other in vars(second).values())  # one per instance
-    name = next(iter(vars(cls())))
-    values = [None, "x", 3, {"a": 1}]
+    """Each record written out on hoststate.records' bases (the GPU child's Section and Context, which import no
+    dataclasses; the guard's records, 0.4-1 ms each to define as a dataclass): construction, defaults, fields,
+    equality, repr, hashing, immutability and ``replace`` stay what ``@dataclass`` generates."""
+    import dataclasses
+
+    from hoststate.records import Frozen, replace
+
+    dc, required = _as_dataclass(cls)
+    ours, theirs = cls(**required), dc(**required)
+    assert list(vars(ours).items()) == list(vars(theirs).items())  # the same fields, order and defaults
+    other = cls(**required)
+    for value in vars(ours).values():
+        if isinstance(value, (dict, list)):
+            assert not any(value is v for v in vars(other).values())  # one per instance
+    name = next(iter(vars(ours)))
+    values = [None, "x", 3, ("a", 1)]
     for a in values:
         for b in values:
-            ours = cls(**{name: a}) == cls(**{name: b})
-            assert ours == (dc(**{name: a}) == dc(**{name: b}))
-    assert repr(cls(**{name: "x"})) == repr(dc(**{name: "x"}))
-    assert (cls() == dc()) is False and cls() != object()  # another type is not equal, as a dataclass's
-    with pytest.raises(TypeError):
-        hash(cls())
+            assert (cls(**{**required, name: a}) == cls(**{**required, name: b})) == (
+                dc(**{**required, name: a}) == dc(**{**required, name: b}))
+    assert repr(cls(**{**required, name: "x"})) == repr(dc(**{**required, name: "x"}))
+    assert (ours == theirs) is False and ours != object()  # another type is not equal, as a dataclass's
+    if issubclass(cls, Frozen):
+        assert hash(ours) == hash(theirs)
+        for attempt in (lambda r: setattr(r, name, "y"), lambda r: delattr(r, name)):
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                attempt(theirs)
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                attempt(ours)
+        assert vars(replace(ours, **{name: "y"})) == vars(dataclasses.replace(theirs, **{name: "y"}))
+    else:
+        with pytest.raises(TypeError):
+            hash(ours)
+        with pytest.raises(TypeError):
+            hash(theirs)
+
+
+def test_every_written_out_record_is_found() -> None:
+    """The records above are found by walking hoststate.records' subclasses (a check that cannot pass empty)."""
+    names = {f"{c.__module__}.{c.__qualname__}" for c in _written_out_records()}
+    assert {"hoststate.collectors.Section", "hoststate.collectors.Context", "hoststate.diff.DiffResult",
+            "hoststate.run.guard.GuardResult", "hoststate.run.flow.WatchedRun", "hoststate.run.flow.RunOutcome",
+            "hoststate.run.flow.WatchOptions", "hoststate.render.text.Elide", "hoststate.render.text.Name"} <= names
 
 
 def test_every_path_option_of_every_command_uses_one_of_the_four_path_types_made_once() -> None:

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from hoststate.errors import InputError
 from hoststate.io import check_timeout
+from hoststate.records import Record
 from hoststate.snapshot import NAMES, STATUSES  # noqa: F401 - re-exported: the registry speaks the file contract
 
 #: Seconds a collector may take by default (``--timeout``): a plain snap's, the one the children collecting ahead
@@ -24,22 +25,7 @@ from hoststate.snapshot import NAMES, STATUSES  # noqa: F401 - re-exported: the 
 TIMEOUT = 20.0
 
 
-class _Record:
-    """A mutable record compared and shown by its fields, what ``@dataclass`` would generate, written out: the
-    child that collects the GPUs ahead (hoststate.ahead) imports this module first, and ``dataclasses`` costs
-    it an import of ``inspect`` (about 10 ms on the project's VM) on the path every ``snap`` of a GPU host
-    waits for (docs/performance.md). tests/test_perf_shortcuts.py holds both records to the dataclass."""
-
-    __hash__ = None  # type: ignore[assignment] - mutable, as an unfrozen dataclass
-
-    def __eq__(self, other: object) -> bool:
-        return vars(self) == vars(other) if other.__class__ is self.__class__ else NotImplemented
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in vars(self).items())})"
-
-
-class Section(_Record):
+class Section(Record):
     """What one collector found: ``data`` becomes the snapshot table of the collector's name; ``notes`` are the
     lines snap prints on stderr besides the summary (e.g. "3 vLLM servers, none named")."""
 
@@ -60,7 +46,7 @@ class Section(_Record):
         return self
 
 
-class Context(_Record):
+class Context(Record):
     """What every collector may consult: the root prefix, the vLLM source options, deadlines.
 
     ``timeout``: seconds one collector may take before it is reported as ``timeout``; ``command_timeout``:

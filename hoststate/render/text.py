@@ -17,9 +17,9 @@ import datetime as dt
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from hoststate.records import Frozen
 from hoststate.snapshot import jsonable
 
 #: The columns every report keeps to.
@@ -169,18 +169,22 @@ def plural(n: int, word: str) -> str:
 # -- fitting a line from parts -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Elide:
+class Elide(Frozen):
     """A part of a line that may be shortened in its middle (a value); every other part is kept whole."""
 
     text: str
 
+    def __init__(self, text: str) -> None:
+        self.__dict__["text"] = text
 
-@dataclass(frozen=True)
-class Name:
+
+class Name(Frozen):
     """A part of a line never cut nor broken across lines (a file name with its host); other parts wrap at spaces."""
 
     text: str
+
+    def __init__(self, text: str) -> None:
+        self.__dict__["text"] = text
 
 
 Part = str | Elide | Name

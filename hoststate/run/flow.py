@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from hoststate import ahead
 from hoststate.capture import SnapOptions
 from hoststate.errors import GuardRefused, HoststateError
 from hoststate.policy import Policy, load_policy
+from hoststate.records import Frozen, Record, replace
 from hoststate.run import DEFAULT_CHECKPOINT, DEFAULT_INTERVAL, REPLAY_ENV
 from hoststate.run.guard import GuardResult, evaluate, host_state, refusal_message, snap_host
 from hoststate.run.judge import VERDICTS, Rule, baseline_metrics, judge, shipped_rules
@@ -35,17 +35,19 @@ from hoststate.run.record import (
 FAIL_ON_EXIT = 4
 
 
-@dataclass
-class WatchedRun:
+class WatchedRun(Record):
     """A finished watched run: the command's status, the run verdict with its reasons, and what it is based on."""
 
-    returncode: int
-    verdict: str
-    reasons: list[dict[str, Any]]
-    summary: dict[str, Any]
-    record: dict[str, Any]
-    drift: list[dict[str, Any]] = field(default_factory=list)
-    written: list[str] = field(default_factory=list)
+    def __init__(self, returncode: int, verdict: str, reasons: list[dict[str, Any]], summary: dict[str, Any],
+                 record: dict[str, Any], drift: list[dict[str, Any]] | None = None,
+                 written: list[str] | None = None) -> None:
+        self.returncode = returncode
+        self.verdict = verdict
+        self.reasons = reasons
+        self.summary = summary
+        self.record = record
+        self.drift: list[dict[str, Any]] = [] if drift is None else drift
+        self.written: list[str] = [] if written is None else written
 
     def exit_status(self, fail_on: str | None = None) -> int:
         """The command's status; :data:`FAIL_ON_EXIT` instead of 0 when the verdict reaches ``fail_on``."""
@@ -58,31 +60,41 @@ def _rules(rules: Sequence[Rule] | None) -> tuple[Rule, ...]:
     return shipped_rules() if rules is None else tuple(rules)
 
 
-@dataclass(frozen=True)
-class WatchOptions:
-    """How ``--watch`` samples and judges a run, and where it writes (``attach``: a JSON result; ``trace``)."""
+class WatchOptions(Frozen):
+    """How ``--watch`` samples and judges a run, and where it writes (``attach``: a JSON result; ``trace``).
 
-    interval: float = DEFAULT_INTERVAL
-    checkpoint: float = DEFAULT_CHECKPOINT
-    rules: tuple[Rule, ...] = field(default_factory=shipped_rules)
-    attach: str | None = None
-    trace: str | None = None
-    #: Attach to the result file the command itself names (``--result-dir``/``--result-filename``, as
-    #: ``vllm bench sweep serve`` passes them), and refuse a cell whose sweep's earlier cells ran elsewhere.
-    attach_from_argv: bool = False
+    ``rules``: the run rules (None: the shipped ones); ``attach_from_argv``: attach to the result file the command
+    itself names (``--result-dir``/``--result-filename``, as ``vllm bench sweep serve`` passes them), and refuse a
+    cell whose sweep's earlier cells ran elsewhere."""
+
+    interval: float
+    checkpoint: float
+    rules: tuple[Rule, ...]
+    attach: str | None
+    trace: str | None
+    attach_from_argv: bool
+
+    def __init__(self, interval: float = DEFAULT_INTERVAL, checkpoint: float = DEFAULT_CHECKPOINT,
+                 rules: tuple[Rule, ...] | None = None, attach: str | None = None, trace: str | None = None,
+                 attach_from_argv: bool = False) -> None:
+        self.__dict__.update(interval=interval, checkpoint=checkpoint,
+                             rules=shipped_rules() if rules is None else rules, attach=attach, trace=trace,
+                             attach_from_argv=attach_from_argv)
 
 
-@dataclass
-class RunOutcome:
-    """What a guarded run did: the guard's verdict, the command's status (None: not started), the watched run."""
+class RunOutcome(Record):
+    """What a guarded run did: the guard's verdict, the command's status (None: not started), the watched run;
+    ``written``: what was written, one line each (``wrote FILE ...``, ``not attached: ...``), in order;
+    ``sweep_conflicts``: earlier cells of the sweep (``attach_from_argv``) that ran on another host state: the
+    cell was refused."""
 
-    guard: GuardResult
-    returncode: int | None = None
-    watched: WatchedRun | None = None
-    #: What was written, one line each (``wrote FILE ...``, ``not attached: ...``), in order.
-    written: list[str] = field(default_factory=list)
-    #: Earlier cells of the sweep (``attach_from_argv``) that ran on another host state: the cell was refused.
-    sweep_conflicts: list[str] = field(default_factory=list)
+    def __init__(self, guard: GuardResult, returncode: int | None = None, watched: WatchedRun | None = None,
+                 written: list[str] | None = None, sweep_conflicts: list[str] | None = None) -> None:
+        self.guard = guard
+        self.returncode = returncode
+        self.watched = watched
+        self.written: list[str] = [] if written is None else written
+        self.sweep_conflicts: list[str] = [] if sweep_conflicts is None else sweep_conflicts
 
     @property
     def refused(self) -> bool:
@@ -178,8 +190,6 @@ def _resolved(watch: WatchOptions | None, command: Sequence[str]) -> WatchOption
     """``attach_from_argv``: the result path the command names, or InputError before anything is snapped."""
     if watch is None or not watch.attach_from_argv:
         return watch
-    from dataclasses import replace
-
     from hoststate.errors import InputError
     from hoststate.run.sweep import result_from_argv
 

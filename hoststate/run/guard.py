@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from hoststate.capture import SnapOptions
@@ -17,6 +16,7 @@ from hoststate.diff import DiffResult, Finding, compare
 from hoststate.errors import GuardRefused, InputError
 from hoststate.paths import split_path
 from hoststate.policy import Pattern, Policy, compile_pattern, load_policy
+from hoststate.records import Record
 
 VERDICTS = ("comparable", "non-comparable", "refused")
 
@@ -64,26 +64,31 @@ class Acceptance:
         return [p for p in self.patterns if p not in self.used]
 
 
-@dataclass
-class GuardResult:
-    """What guard found: the verdict, the diff, and which invalidating findings were accepted or refused."""
+class GuardResult(Record):
+    """What guard found: the verdict, the diff, and which invalidating findings were accepted or refused.
 
-    verdict: str
-    diff: DiffResult
-    accepted: list[Finding]
-    refused: list[Finding]
-    current: dict[str, Any]
-    baseline: str
-    baseline_digest: str
-    baseline_sha256: str = ""
-    accept: tuple[str, ...] = ()
-    #: Accept patterns that matched no invalidating finding.
-    unused_accept: list[str] = field(default_factory=list)
-    policy_files: tuple[str, ...] = ()
-    #: Every unreadable invalidating finding was accepted (``--allow-unreadable``).
-    allow_unreadable: bool = False
-    #: The baseline snapshot as read (the report says when it describes vLLM differently from ``current``).
-    baseline_snapshot: dict[str, Any] = field(default_factory=dict)
+    ``unused_accept``: accept patterns that matched no invalidating finding; ``allow_unreadable``: every unreadable
+    invalidating finding was accepted (``--allow-unreadable``); ``baseline_snapshot``: the baseline as read (the
+    report says when it describes vLLM differently from ``current``)."""
+
+    def __init__(self, verdict: str, diff: DiffResult, accepted: list[Finding], refused: list[Finding],
+                 current: dict[str, Any], baseline: str, baseline_digest: str, baseline_sha256: str = "",
+                 accept: tuple[str, ...] = (), unused_accept: list[str] | None = None,
+                 policy_files: tuple[str, ...] = (), allow_unreadable: bool = False,
+                 baseline_snapshot: dict[str, Any] | None = None) -> None:
+        self.verdict = verdict
+        self.diff = diff
+        self.accepted = accepted
+        self.refused = refused
+        self.current = current
+        self.baseline = baseline
+        self.baseline_digest = baseline_digest
+        self.baseline_sha256 = baseline_sha256
+        self.accept = accept
+        self.unused_accept: list[str] = [] if unused_accept is None else unused_accept
+        self.policy_files = policy_files
+        self.allow_unreadable = allow_unreadable
+        self.baseline_snapshot: dict[str, Any] = {} if baseline_snapshot is None else baseline_snapshot
 
     @property
     def findings(self) -> list[Finding]:
