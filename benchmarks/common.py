@@ -26,13 +26,15 @@ def time_command(argv: list[str], *, env: dict[str, str] | None = None) -> float
 
 def alternate(commands: dict[str, list[str]], runs: int, *, env: dict[str, str] | None = None,
               warmup: int = 1) -> dict[str, list[float]]:
-    """Run the commands in turn, ``runs`` rounds, so drift in machine load hits all of them alike."""
+    """Run the commands in turn, ``runs`` rounds, every other round in the reverse order (as benchmarks/ab.py), so
+    that drift in machine load, and what one command leaves for the next, hit all of them alike."""
     for _ in range(warmup):
         for argv in commands.values():
             time_command(argv, env=env)
     times: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(runs):
-        for name, argv in commands.items():
+    order = list(commands.items())
+    for n in range(runs):
+        for name, argv in order if n % 2 == 0 else order[::-1]:
             times[name].append(time_command(argv, env=env))
     return times
 
