@@ -902,3 +902,19 @@ def test_batch_sizes_are_not_resolved_where_the_gpu_vllm_sees_is_not_known(tmp_p
     assert alone["vllm"]["args"]["max_num_seqs"] == 1024
     unknown = _on_gpus("vllm serve some-org/not-cached-model --max-num-seqs 1024", "0.12.0")
     assert unknown["vllm"]["args"]["max_num_seqs"] == 1024
+
+
+@pytest.mark.parametrize("clock", ["sm", "graphics", "mem"])
+def test_a_default_applications_clock_is_rated_by_the_clocks_in_force(h200, clock):
+    """NVML: the default applications clock is the one used after a reboot or driver reload (constant per board),
+    the applications clock is the one in force; like the default power limit, a changed default with the same
+    clocks in force changes nothing that runs now."""
+    uuid, at = _gpu(h200)
+    field = f"clocks_default_applications_{clock}_mhz"
+    after = with_value(h200, ("gpu", "devices", uuid, field), 1755)
+    severity, reason = rate(h200, after)[at + field]
+    assert severity == "info" and "clocks_applications_" in reason
+    both = with_value(after, ("gpu", "devices", uuid, f"clocks_applications_{clock}_mhz"), 1755)
+    found = rate(h200, both)
+    assert found[at + field][0] == "warning"
+    assert found[at + f"clocks_applications_{clock}_mhz"][0] == "invalidating"
