@@ -22,10 +22,36 @@ RECORDED = REPO / "fixtures" / "vllm" / "oracle" / "options"
 OUT = REPO / "hoststate" / "data" / "vllm_defaults.json"
 
 
+#: ``_optional_type`` dests whose argparse action also has ``choices`` (a Literal type without ``str``, which
+#: vllm/engine/arg_utils.py literal_to_kwargs turns into choices, to which _compute_kwargs appends the string "None"):
+#: the None the type returns for "None" or "" is not among them, so argparse refuses it. Read from each version's
+#: config annotations (the recordings do not hold choices); the versions where it holds, None for every version.
+NONE_REFUSED: dict[str, frozenset[str] | None] = {
+    "quantization": frozenset({"0.10.2", "0.11.0", "0.11.1", "0.12.0"}),  # 0.33: QuantizationMethods | str | None
+    "task": None, "preemption_mode": None, "kv_offloading_backend": None, "dcp_comm_backend": None,
+    "mamba_ssu_algorithm": None, "safetensors_load_strategy": None, "tool_strict_level": None,
+    "mm_encoder_attn_dtype": None, "all2all_backend": None,
+    # enum-typed (AttentionBackendEnum): not read here, so kept as hoststate read them before
+    "attention_backend": None, "mm_encoder_attn_backend": None,
+}
+
+
+def _none_is_unset(dest: str, info: dict[str, Any], version: str) -> bool:
+    """vLLM's optional_type (vllm/engine/arg_utils.py) reads "None" and "" as None, which is the parser default of
+    these dests: a single value-taking action typed ``_optional_type`` whose default is None and that has no
+    choices (NONE_REFUSED)."""
+    actions = info["actions"]
+    refused = dest in NONE_REFUSED and (NONE_REFUSED[dest] is None or version in NONE_REFUSED[dest])  # type: ignore[operator]
+    return (len(actions) == 1 and actions[0]["type"] == "_optional_type" and actions[0]["nargs"] is None
+            and actions[0]["default"] is None and not refused)
+
+
 def derive(recorded: Path = RECORDED) -> dict[str, Any]:
     """{"versions": {version: {dest: default}}} from the recorded parsers; a dest whose actions disagree on
-    the default has none (left out)."""
+    the default has none (left out). ``none_is_unset``: {version: [dest]} whose value "None" or "" vLLM parses
+    as None, the parser default (_none_is_unset)."""
     versions: dict[str, dict[str, Any]] = {}
+    none_is_unset: dict[str, list[str]] = {}
     for path in sorted(recorded.glob("*.json")):
         data = json.loads(path.read_text())
         table: dict[str, Any] = {}
@@ -34,10 +60,14 @@ def derive(recorded: Path = RECORDED) -> dict[str, Any]:
             if len(defaults) == 1:
                 table[dest] = json.loads(defaults.pop())
         versions[data["vllm_version"]] = table
+        none_is_unset[data["vllm_version"]] = sorted(
+            dest for dest, info in data["dests"].items() if _none_is_unset(dest, info, data["vllm_version"]))
     return {
         "about": "Each recorded vLLM version's `vllm serve` parser defaults by dest, derived by "
                  "scripts/vllm_defaults.py from fixtures/vllm/oracle/options/<version>.json (recorded from vLLM's "
-                 "own parser by scripts/vllm_oracle.py --options-out).",
+                 "own parser by scripts/vllm_oracle.py --options-out); none_is_unset: the dests whose value "
+                 "\"None\" or \"\" vLLM's optional_type parses as None, their default.",
+        "none_is_unset": none_is_unset,
         "versions": versions,
     }
 

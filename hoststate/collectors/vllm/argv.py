@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hoststate.collectors.vllm.configfile import ConfigError, check_path, config_tokens, parse_config_text
-from hoststate.collectors.vllm.defaults import defaults_for, drop_defaults
+from hoststate.collectors.vllm.defaults import defaults_for, drop_defaults, none_is_unset
 from hoststate.collectors.vllm.modes import COMP_NAMES, parse_cg_mode, parse_comp_mode
 from hoststate.collectors.vllm.options import (
     BOOL,
@@ -438,7 +438,10 @@ def _take_list(tokens: list[str], i: int, dest: str, option: str, eq: str, inlin
     return j
 
 
-def _take_value(tokens: list[str], i: int, dest: str, option: str, eq: str, inline: str, out: Normalised) -> int:
+def _take_value(tokens: list[str], i: int, dest: str, option: str, eq: str, inline: str, out: Normalised,
+                unset: frozenset[str] = frozenset()) -> int:
+    """One option's value converted by its kind; ``unset``: the dests whose "None" / "" vLLM reads as None, their
+    parser default (defaults.none_is_unset of exactly the version whose defaults drop_defaults applies)."""
     kind = _kind(dest)
     if eq:
         text, nxt = inline, i + 1
@@ -447,6 +450,12 @@ def _take_value(tokens: list[str], i: int, dest: str, option: str, eq: str, inli
     else:
         out.refusals.append(f"{option}: expected one argument")
         return i + 1
+    if (text in ("None", "") or (dest == "speculative_config" and text.strip() == "null")) \
+            and dest in unset:
+        # vLLM's optional_type reads "None" and "" as None (speculative_config's json.loads also reads null): the
+        # parser default, which drop_defaults then leaves out as vLLM's non-default args do
+        out.args[dest] = None
+        return nxt
     try:
         out.args[dest] = convert(dest, kind, text)
     except ValueError as err:
@@ -468,8 +477,9 @@ def _unknown_option(tokens: list[str], i: int, option: str, eq: str, inline: str
     return i + 1
 
 
-def _pass2(tokens: list[str], rules: Rules, out: Normalised) -> list[str]:
-    """argparse: options to dests (abbreviations included), last one wins; returns the positionals."""
+def _pass2(tokens: list[str], rules: Rules, out: Normalised, unset: frozenset[str] = frozenset()) -> list[str]:
+    """argparse: options to dests (abbreviations included), last one wins; returns the positionals. ``unset``:
+    _take_value's."""
     positionals: list[str] = []
     i = 0
     while i < len(tokens):
@@ -496,7 +506,7 @@ def _pass2(tokens: list[str], rules: Rules, out: Normalised) -> list[str]:
         elif _kind(m.dest) in (LIST, INTLIST):
             i = _take_list(tokens, i, m.dest, m.option, m.eq, m.inline, out)
         else:
-            i = _take_value(tokens, i, m.dest, m.option, m.eq, m.inline, out)
+            i = _take_value(tokens, i, m.dest, m.option, m.eq, m.inline, out, unset)
     return positionals
 
 
@@ -708,7 +718,7 @@ def normalise(
     tokens = _serve_model_option(list(argv), program, rules, out)
     tokens = _config_file(tokens, program, rules, config_loader, out)
     tokens = _pass1(tokens, rules, out)
-    _model(_pass2(tokens, rules, out), program, out)
+    _model(_pass2(tokens, rules, out, none_is_unset(version)), program, out)
     _version_values(out, rules)
     _compilation_keys(out, rules)
     known = defaults_for(version)

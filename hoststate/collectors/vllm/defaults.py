@@ -32,9 +32,24 @@ DATA = "vllm_defaults.json"
 
 
 @functools.lru_cache(maxsize=1)
-def _table() -> dict[str, dict[str, Any]]:
+def _data() -> dict[str, Any]:
     with open(data_path(DATA), encoding="utf-8") as f:
-        return json.load(f)["versions"]
+        return json.load(f)
+
+
+def _table() -> dict[str, dict[str, Any]]:
+    return _data()["versions"]
+
+
+def none_is_unset(version: str | None) -> frozenset[str]:
+    """The dests of exactly ``version`` whose value ``None`` or ``""`` vLLM's optional_type parses as None, their
+    parser default (vllm/engine/arg_utils.py; scripts/vllm_defaults.py ``none_is_unset``); empty for a version
+    not recorded."""
+    key = version_key(version or "")
+    for recorded, dests in _data().get("none_is_unset", {}).items():
+        if key is not None and version_key(recorded) == key:
+            return frozenset(dests)
+    return frozenset()
 
 
 @dataclass(frozen=True)
