@@ -367,7 +367,7 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
     ``args_resolved`` says what and why, so a spelling-only change leaves ``args`` alone."""
     from hoststate.collectors.vllm.argv import compilation_held
     from hoststate.collectors.vllm.cudagraph import v1_engine_sure
-    from hoststate.collectors.vllm.defaults import defaults_for, resolve
+    from hoststate.collectors.vllm.defaults import capture_given, defaults_for, resolve
     from hoststate.collectors.vllm.model import UNKNOWN
     from hoststate.collectors.vllm.versions import rules_for
 
@@ -379,7 +379,7 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
     env = parsed.env or {}
     on_gpus = {"max_num_seqs", "max_num_batched_tokens", "distributed_executor_backend"}  # settled by the host's GPUs
     resolved = resolve(args, facts, env, rules, defaults_for(version).defaults,
-                       gpus=_gpu_models(ctx) if on_gpus & set(args) else None,
+                       gpus=_gpu_models(ctx) if on_gpus & set(args) or capture_given(args) else None,
                        v1_engine=rules.defaults_v1_only and v1_engine_sure(args, env, rules, facts))
     graphs = _same_graphs(ctx, parsed, version)
     for dest in graphs:

@@ -264,6 +264,19 @@ class Rules:
     omp_one_under_mp: bool = False
     #: Concurrent partial prefills (max_num_partial_prefills / max_long_partial_prefills other than 1) refused (0.12).
     partial_prefills_refused: bool = False
+    #: How vLLM sizes its CUDA graph captures where no size is given, read by defaults.capture_sizes: "single"
+    #: (SchedulerConfig.__post_init__ fills an empty cuda_graph_sizes with [min(max_num_seqs x 2, 512)], and
+    #: VllmConfig._set_cudagraph_sizes expands one value N to [1, 2, 4] + range(8, N + 1, 8), several sorted; 0.10.2
+    #: and 0.11.0), "ladder" (VllmConfig._set_cudagraph_sizes takes max_cudagraph_capture_size = min(max_num_seqs x 2,
+    #: 512) when none is given and captures 1, 2, 4, the multiples of 8 below 256, then of 16 up to it; 0.11.1 and
+    #: 0.12.0), or None: not read, or sized from more than max_num_seqs (0.33 adds uniform-decode sizes, and 1024 on
+    #: compute capability 10.0).
+    capture_sizes_unset: str | None = None
+    #: Architectures whose model config (vllm/model_executor/models/config.py, MODELS_CONFIG_MAP, applied by
+    #: VllmConfig.try_verify_and_update_config before the sizes are set) changes the capture sizes: GptOssForCausalLM
+    #: replaces one cuda_graph_sizes value below 1024 (0.11.0: 992) by its own ladder (0.10.2, 0.11.0), and takes a
+    #: maximum of 1024 where neither sizes nor a maximum is given (0.11.1, 0.12.0). Their sizes are compared as given.
+    capture_size_architectures: frozenset[str] = frozenset()
 
 
 _ALIASES_010 = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
@@ -462,7 +475,8 @@ ROWS: tuple[dict[str, Any], ...] = (
      "kv_cache_dtypes": _KV_0102, "quantization_methods": _QUANT_0102, "chunked_prefill_off_checked": "pooling",
      "chunked_prefill_forced": True, "prefix_caching_default_on": True, "engine_defaults_at": "_set_default_args_v1",
      "defaults_v1_only": True, "v0_only_architectures": _V0_ONLY_0102, "compilation_mode_checked": True,
-     "block_size_unset": 16,
+     "block_size_unset": 16, "capture_sizes_unset": "single",
+     "capture_size_architectures": frozenset({"GptOssForCausalLM"}),
      "spec_pp_refused_methods": frozenset({"eagle", "eagle3"}), "eagle3_targets": ("llama", "qwen"),
      "aliases": _ALIASES_0102, "serve_model_option": "refused",
      "legacy_flags_in_config": True, "all2all_ht_mode": "PIECEWISE", "spec_methods": _SPEC_METHODS_0102,
@@ -490,7 +504,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "model_rules_default_only": False, "capture_size_checks": True, "async_spec_methods": _EAGLE_MTP,
      "dcp_head_check": True, "capture_options_exclusive": True, "scheduler_sizes_checked": True,
      "world_size_checked": True, "lora_spec_budget": True, "chunked_prefill_off_checked": "all",
-     "chunked_prefill_forced": False, "batch_defaults": "clamped",
+     "chunked_prefill_forced": False, "batch_defaults": "clamped", "capture_sizes_unset": "ladder",
      "engine_defaults_at": "get_chunked_prefill_prefix_caching_defaults", "executor_mp_unset": True,
      "kv_cache_dtypes": _KV_012, "quantization_methods": _QUANT_0111, "partial_prefills_refused": True,
      "spec_self_drafting": frozenset({"ngram", "suffix"}) | (_EAGLE_MTP - {"eagle", "eagle3"}),
@@ -512,6 +526,7 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "guided_decoding_backend", "override_pooler_config"}) | _GONE_0120 | _NEW_033},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
      "batch_defaults": None, "block_size_unset": None, "executor_mp_unset": False,  # not read from this version's code
+     "capture_sizes_unset": None, "capture_size_architectures": frozenset(),  # 0.33 sizes by more than max_num_seqs
      "omp_one_under_mp": False, "eager_overrides_opt_level": False, "async_scheduling_unset_on": True,
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
      "pcp_refused": False, "partition_keeps_splitting_ops": False, "kv_refuses_expandable_segments": True,
