@@ -46,6 +46,8 @@ EXPECTED = {
         ("cpufreq", "no_turbo"): 0,
         ("cpufreq", "intel_pstate_status"): "active",
         ("cpuidle", "driver"): "intel_idle",
+        # C6 disabled at run time on CPUs 0-111 of 224 (fixtures/gen_system.py): a mixed state, visible as a count
+        ("cpuidle", "disabled"): {"POLL": 0, "C1": 0, "C1E": 0, "C6": 112},
         ("numa", "nodes"): 2,
         ("numa", "cpus"): {"node0": "0-55,112-167", "node1": "56-111,168-223"},
         ("numa", "balancing"): 0,
@@ -68,6 +70,7 @@ EXPECTED = {
         ("cpufreq", "energy_performance_preference"): {"0-95": "performance", "96-191": "balance_performance"},
         ("cpufreq", "boost"): 1,
         ("cpufreq", "amd_pstate_status"): "active",
+        ("cpuidle", "disabled"): {"POLL": 0, "C1": 0, "C2": 0},
         ("numa", "balancing"): 1,
         ("thp", "enabled"): "always",
         ("hugepages", "2048kB"): 1024,
@@ -82,6 +85,7 @@ EXPECTED = {
         ("cpu", "smt_control"): "notsupported",
         ("cpu", "smt_active"): False,
         ("cpuidle", "driver"): "haltpoll",
+        ("cpuidle", "disabled"): {"POLL": 0, "haltpoll idle": 0},
         ("iommu", "units"): 0,
     },
 }
@@ -174,6 +178,92 @@ def test_read_errors_are_recorded_with_their_errno(err: int) -> None:
     assert section.status == "partial"
     # the other 223 CPUs still report, and CPU 5 is not guessed
     assert section.data["cpufreq"]["governor"] == {"0-4,6-223": "performance"}
+
+
+IDLE = "sys/devices/system/cpu/cpu{}/cpuidle"
+
+
+def test_idle_states_disabled_on_some_cpus_are_counted_by_name() -> None:
+    section = collect(Context(root=str(HOSTS / "xeon-2s")))
+    disabled = section.data["cpuidle"]["disabled"]
+    assert disabled == {"POLL": 0, "C1": 0, "C1E": 0, "C6": 112}
+    # mixed: C6 is off on some CPUs only, so its count lies strictly between none and every online CPU
+    assert 0 < disabled["C6"] < section.data["cpu"]["threads"]
+    assert section.status == "ok", section.unreadable
+
+
+def test_idle_state_counts_follow_the_tree(tmp_path) -> None:
+    """Every CPU, every state, by name whatever its index: C1E on all 224 CPUs, C6 on none; a CPU without a
+    cpuidle directory (no idle driver for it) has no state to count and is no failure."""
+    import shutil
+
+    root = _copy_tree(tmp_path, "xeon-2s")
+    for cpu in range(224):
+        (root / IDLE.format(cpu) / "state2/disable").write_text("1\n")
+        (root / IDLE.format(cpu) / "state3/disable").write_text("0\n")
+    shutil.rmtree(root / IDLE.format(223))
+    section = collect(Context(root=str(root)))
+    assert section.data["cpuidle"]["disabled"] == {"POLL": 0, "C1": 0, "C1E": 223, "C6": 0}
+    assert section.status == "ok", section.unreadable
+
+
+def test_a_state_name_repeated_on_one_cpu_keeps_its_directory(tmp_path) -> None:
+    root = _copy_tree(tmp_path, "vm-nocpufreq")
+    for cpu in range(8):
+        (root / IDLE.format(cpu) / "state2").mkdir()
+        (root / IDLE.format(cpu) / "state2/name").write_text("haltpoll idle\n")
+        (root / IDLE.format(cpu) / "state2/disable").write_text("1\n" if cpu < 2 else "0\n")
+    section = collect(Context(root=str(root)))
+    assert section.data["cpuidle"]["disabled"] == {"POLL": 0, "haltpoll idle": 0, "haltpoll idle (state2)": 2}
+
+
+@pytest.mark.parametrize("rel", [f"{IDLE.format(5)}/state3/disable", f"{IDLE.format(5)}/state3/name",
+                                 IDLE.format(5)])
+@pytest.mark.parametrize("err", [errno.EACCES, errno.EIO])
+def test_an_unreadable_idle_state_is_recorded_with_its_reason_never_counted(rel: str, err: int) -> None:
+    from hoststate.capture import collect as capture
+
+    with inject({rel: err}):
+        section = collect(Context(root=str(HOSTS / "xeon-2s")))
+        snap = capture(Context(root=str(HOSTS / "xeon-2s")), ("system",))
+    assert section.unreadable == {rel: errno.errorcode[err]}
+    assert section.status == "partial"
+    # settled against SOURCES: the counts are unknown (C6 might be disabled on CPU 5 too), never a guess
+    entry = snap["collectors"]["system"]["unreadable"]["cpuidle.disabled"]
+    cls = "denied" if err == errno.EACCES else "error"
+    assert entry == f"{cls}: {errno.errorcode[err]} [{rel}]"
+    assert "disabled" not in snap["system"]["cpuidle"]
+    assert snap["system"]["cpuidle"]["driver"] == "intel_idle"  # the rest is still read
+
+
+def test_a_flag_that_is_no_number_is_recorded(tmp_path) -> None:
+    root = _copy_tree(tmp_path, "xeon-2s")
+    (root / IDLE.format(9) / "state3/disable").write_text("maybe\n")
+    section = collect(Context(root=str(root)))
+    assert section.unreadable == {f"{IDLE.format(9)}/state3/disable": "not an integer: 'maybe'"}
+
+
+def test_idle_states_are_read_inside_the_root_and_never_through_cpu_dma_latency(tmp_path) -> None:
+    """A tree's link to a flag outside it is not followed to the host's file; /dev/cpu_dma_latency (opening it
+    adds a PM QoS request) is opened neither under a root nor on this machine."""
+    from hoststate.io import ESCAPES
+    from tests.faults import reader_faults
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "flag").write_text("1\n")
+    root = _copy_tree(tmp_path, "xeon-2s")
+    link = root / IDLE.format(200) / "state3/disable"
+    link.unlink()
+    link.symlink_to(outside / "flag")  # absolute: re-anchored at the root, where it does not exist
+    seen: set[str] = set()
+    with reader_faults(seen=seen):
+        section = collect(Context(root=str(root)))
+        collect(Context())
+    assert section.unreadable == {f"{IDLE.format(200)}/state3/disable": ESCAPES}
+    assert section.data["cpuidle"]["disabled"]["C6"] == 112  # CPU 200's C6 is not read as the host's "1"
+    assert not [p for p in seen if "cpu_dma_latency" in p or p.startswith("dev/")]
+    assert any(p.endswith("/cpuidle/state0/disable") for p in seen)
 
 
 def test_live_machine_snap_succeeds() -> None:

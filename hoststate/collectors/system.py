@@ -57,8 +57,8 @@ _CPU = "sys/devices/system/cpu"
 _IOMMU_PARAMS = ("iommu.intel_iommu", "iommu.amd_iommu", "iommu.iommu", "iommu.iommu_passthrough", "iommu.iommu_strict")
 #: What this collector reads (root-relative paths) -> where it lands in the ``system`` table; first match names it.
 SOURCES = (
-    source(rf"{_CPU}/online", "cpu.threads", "cpu.sockets", "cpu.cores", "cpufreq.**", "numa.**"),
-    source(rf"{_CPU}/possible", "cpu.threads", "cpu.sockets", "cpu.cores", "cpufreq.**", "numa.**",
+    source(rf"{_CPU}/online", "cpu.threads", "cpu.sockets", "cpu.cores", "cpufreq.**", "cpuidle.disabled", "numa.**"),
+    source(rf"{_CPU}/possible", "cpu.threads", "cpu.sockets", "cpu.cores", "cpufreq.**", "cpuidle.disabled", "numa.**",
            absent=("ENOENT",)),  # only bounds the online list
     source(r"proc/sys/kernel/osrelease", "kernel.release"),
     source(r"proc/sys/kernel/version", "kernel.version"),
@@ -81,6 +81,10 @@ SOURCES = (
     source(rf"{_CPU}/cpuidle", "cpuidle.**", absent=("ENOENT",)),  # a kernel without cpuidle
     source(rf"{_CPU}/cpuidle/current_governor(?:_ro)?", "cpuidle.governor", absent=("ENOENT",)),  # by kernel
     source(rf"{_CPU}/cpuidle/.*", "cpuidle.**"),
+    # Per-CPU idle states (cpuidle.rst, "Representation of Idle States"): no directory is no state on that CPU (no
+    # cpuidle driver for it); a state whose name or flag could not be read leaves every count unknown.
+    source(rf"{_CPU}/cpu\d+/cpuidle", "cpuidle.disabled", absent=("ENOENT",)),
+    source(rf"{_CPU}/cpu\d+/cpuidle/state\d+(?:/name|/disable)?", "cpuidle.disabled"),
     source(r"sys/devices/system/node/online", "numa.nodes", "numa.cpus", "numa.absent",
            absent=("ENOENT",)),  # a kernel without NUMA: absent = true
     source(r"sys/devices/system/node/(?P<n>node\d+)/cpulist", "numa.cpus.{n}"),
@@ -350,7 +354,7 @@ def _cpufreq(r: Reader, cpus: list[int]) -> dict[str, Any]:
     return out
 
 
-def _cpuidle(r: Reader) -> dict[str, Any]:
+def _cpuidle(r: Reader, cpus: list[int]) -> dict[str, Any]:
     if not r.isdir(f"{CPU}/cpuidle"):
         return {}
     out: dict[str, Any] = {}
@@ -360,7 +364,37 @@ def _cpuidle(r: Reader) -> dict[str, Any]:
             value = r.read(f"{CPU}/cpuidle/current_governor", record=False)
         if value is not None:
             out[key] = value
+    disabled = idle_states_disabled(r, cpus)
+    if disabled:
+        out["disabled"] = disabled
     return out
+
+
+_STATE = re.compile(r"state(\d+)")
+
+
+def idle_states_disabled(r: Reader, cpus: list[int]) -> dict[str, int]:
+    """For each idle state by name (``POLL``, ``C1``, ``C1E``, ``C6``), on how many online CPUs it is disabled at
+    run time: ``cpuN/cpuidle/stateM/disable`` = 1 (Linux Documentation/admin-guide/pm/cpuidle.rst), what
+    ``cpupower idle-set -d/-D`` writes. 0 is a state every CPU may enter; a count below the CPU count is a state
+    disabled on some CPUs only. Only these sysfs files are read: ``/dev/cpu_dma_latency`` is never opened (opening
+    it adds a PM QoS request). A name repeated on one CPU keeps its state directory: ``"C1 (state2)"``."""
+    counts: dict[str, int] = {}
+    for cpu in cpus:
+        base = f"{CPU}/cpu{cpu}/cpuidle"
+        entries = r.listdir(base, record=False)
+        if entries is None:
+            continue  # no directory: no idle state on this CPU (any other failure is recorded)
+        seen: set[str] = set()
+        for entry in sorted((e for e in entries if _STATE.fullmatch(e)), key=lambda e: int(e[5:])):
+            name = r.read(f"{base}/{entry}/name")
+            flag = r.read_int(f"{base}/{entry}/disable")
+            if name is None or flag is None:
+                continue  # recorded: every count is unknown (SOURCES)
+            key = entry if not name else name if name not in seen else f"{name} ({entry})"
+            seen.add(name)
+            counts[key] = counts.get(key, 0) + (1 if flag else 0)
+    return counts
 
 
 def _numa(r: Reader) -> dict[str, Any]:
@@ -549,7 +583,7 @@ def collect(ctx: Context) -> Section:
         "os": _os(r),
         "cpu": _cpu(r, cpus),
         "cpufreq": _cpufreq(r, cpus),
-        "cpuidle": _cpuidle(r),
+        "cpuidle": _cpuidle(r, cpus),
         "numa": _numa(r),
         "memory": _memory(r),
         "thp": _thp(r),
