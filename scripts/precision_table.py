@@ -111,6 +111,8 @@ CASES: tuple[Case, ...] = (
     _file("system", "SMT control on -> off", "sys/devices/system/cpu/smt/control", None, "off\n", "invalidating"),
     _file("system", "cpuidle governor menu -> teo", "sys/devices/system/cpu/cpuidle/current_governor_ro", None,
           "teo\n", "warning"),
+    _file("system", "one CPU's C6 disabled at run time (cpupower -c 6 idle-set -d 3)",
+          "sys/devices/system/cpu/cpu6/cpuidle/state3/disable", None, "1\n", "invalidating"),
     _file("system", "CPU microcode revision", "proc/cpuinfo", "0x21000283", "0x21000290", "warning"),
     _file("system", "OS release 22.04 -> 22.10 (VERSION_ID)", "etc/os-release", 'VERSION_ID="22.04"',
           'VERSION_ID="22.10"', "warning"),

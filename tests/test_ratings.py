@@ -153,6 +153,52 @@ def test_unclassified_boot_parameter_is_a_warning_classified_ones_invalidate(bas
         assert severity == "invalidating", name
 
 
+IDLE_STATES = ("system", "cpuidle", "disabled")
+NONE_OFF = {"POLL": 0, "C1": 0, "C1E": 0, "C6": 0}
+
+
+@pytest.mark.parametrize("count", [224, 112])
+def test_an_idle_state_disabled_at_run_time_is_invalidating_like_max_cstate(base, count):
+    """cpupower idle-set -d 3 on every CPU (or on half of them) against none: the run-time form of
+    intel_idle.max_cstate=2, which is invalidating; one finding, at the state."""
+    before = with_value(base, IDLE_STATES, NONE_OFF)
+    after = with_value(base, IDLE_STATES, {**NONE_OFF, "C6": count})
+    found = rate(before, after)
+    assert list(found) == ["system.cpuidle.disabled.C6"]
+    severity, reason = found["system.cpuidle.disabled.C6"]
+    assert severity == "invalidating" and "max_cstate" in reason
+    boot = with_value(base, ("system", "kernel", "params", "intel_idle.max_cstate"), "2")
+    (boot_line, _), = rate(base, boot).values()
+    assert severity == boot_line
+
+
+def test_identical_idle_states_give_no_finding(base):
+    before = with_value(base, IDLE_STATES, {**NONE_OFF, "C6": 112})
+    assert rate(before, copy.deepcopy(before)) == {}
+
+
+def test_an_idle_state_listed_on_one_side_only_is_a_warning(base):
+    """Another idle driver or CPU lists other states (rated at its own path); so does a snapshot taken before the
+    states were recorded."""
+    before = with_value(base, IDLE_STATES, NONE_OFF)
+    after = with_value(base, IDLE_STATES, {"POLL": 0, "C1": 0, "C6": 0})
+    assert rate(before, after) == {"system.cpuidle.disabled.C1E": ("warning", rate(before, after)[
+        "system.cpuidle.disabled.C1E"][1])}
+
+
+def test_idle_states_unreadable_on_one_side_are_invalidating(base):
+    before = with_value(base, IDLE_STATES, {**NONE_OFF, "C6": 224})
+    after = copy.deepcopy(base)
+    after["system"]["cpuidle"] = {}
+    after["collectors"]["system"] = {"status": "partial", "unreadable": {
+        "cpuidle.disabled": "denied: EACCES [sys/devices/system/cpu/cpu5/cpuidle/state3/disable]"}}
+    findings = compare(before, after).findings
+    idle = [(f.path, f.change, f.severity) for f in findings if f.path.startswith("system.cpuidle")]
+    assert {change for _path, change, _severity in idle} == {"unreadable"}
+    assert {severity for _path, _change, severity in idle} == {"invalidating"}
+    assert {path for path, _change, _severity in idle} >= {"system.cpuidle.disabled." + k for k in NONE_OFF}
+
+
 def test_absent_cpufreq_against_present_is_invalidating(base):
     after = with_value(base, ("system", "cpufreq"), {"absent": True})
     found = rate(base, after)
