@@ -15,6 +15,7 @@ from hoststate.diff import compare
 from hoststate.policy import default_rules
 from hoststate.snapshot import load
 from tests.conftest import FIXTURES
+from tests.vllm_lines import on_gpus as _on_gpus
 
 SEED_B = FIXTURES / "snapshots" / "seed-baseline.toml"
 H200 = FIXTURES / "real" / "h200-snapshot.toml"
@@ -884,24 +885,6 @@ def test_only_vllms_human_readable_options_take_a_suffix(option, value, read):
     (and it has no T); argparse refuses ``--max-num-seqs 1k``, and so does hoststate's reading of the line."""
     snap = _served(f"{PLAIN} --{option.replace('_', '-')} {value}")
     assert (option in snap["vllm"]["args"]) is read, snap["vllm"].get("args_error")
-
-
-def _on_gpus(command: str, version: str, name: str | None = None, mig: bool = False) -> dict:
-    """The vllm section (and the GPUs it reads) of ``command`` on the real H200's NVML replay, its GPU renamed."""
-    import json
-
-    from hoststate import nvml_replay
-    from hoststate.capture import collect
-    from hoststate.collectors import Context
-
-    data = json.loads((FIXTURES / "nvml" / "h200.json").read_text())
-    for device in data["devices"]:
-        if name is not None:
-            device["calls"]["nvmlDeviceGetName"] = name
-        if mig:
-            device["calls"]["nvmlDeviceGetMigMode"] = [1, 1]
-    ctx = Context(vllm_cmd=command, vllm_version=version, nvml=nvml_replay.load_data(data))
-    return collect(ctx, ("gpu", "vllm"))
 
 
 @pytest.mark.parametrize(("version", "gpu", "base", "extra", "alike"), [

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from hoststate.diff import compare
-from tests.conftest import FIXTURES
+from tests.vllm_lines import on_gpus as _on_gpus
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "max_position_embeddings": 131072,
          "num_attention_heads": 32, "num_key_value_heads": 8, "torch_dtype": "bfloat16"}
@@ -40,21 +40,6 @@ EXPANDED_512 = [1, 2, 4, *range(8, 513, 8)]
 def _model(tmp_path: Path, config: dict = LLAMA) -> str:
     (tmp_path / "config.json").write_text(json.dumps(config))
     return f"vllm serve {tmp_path}"
-
-
-def _on_gpus(command: str, version: str, name: str | None = None, mig: bool = False) -> dict:
-    """The gpu and vllm sections of ``command`` on the real H200's NVML replay, its GPU renamed."""
-    from hoststate import nvml_replay
-    from hoststate.capture import collect
-    from hoststate.collectors import Context
-
-    data = json.loads((FIXTURES / "nvml" / "h200.json").read_text())
-    for device in data["devices"]:
-        if name is not None:
-            device["calls"]["nvmlDeviceGetName"] = name
-        if mig:
-            device["calls"]["nvmlDeviceGetMigMode"] = [1, 1]
-    return collect(Context(vllm_cmd=command, vllm_version=version, nvml=nvml_replay.load_data(data)), ("gpu", "vllm"))
 
 
 def _alone(command: str, version: str) -> dict:

@@ -14,36 +14,19 @@ Each expectation is read from vLLM's released source (0.10.2-0.33.0):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from hoststate.collectors import Context
-from hoststate.collectors import vllm as vllm_collector
 from hoststate.collectors.vllm.argv import locate, normalise
-from hoststate.diff import compare
-
-CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_attention_heads": 32,
-          "num_key_value_heads": 8, "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}
-BASE = "vllm serve /models/llama"
-VERSIONS = ("0.10.2", "0.11.0", "0.11.1", "0.12.0", "0.33.0")
+from tests.vllm_lines import BASE, VERSIONS, model_root
+from tests.vllm_lines import snap as _snap
+from tests.vllm_lines import verdict as _verdict
 
 
 @pytest.fixture()
 def root(tmp_path: Path) -> Path:
-    (tmp_path / "models" / "llama").mkdir(parents=True)
-    (tmp_path / "models" / "llama" / "config.json").write_text(json.dumps(CONFIG))
-    return tmp_path
-
-
-def _snap(root: Path, cmd: str, version: str) -> dict:
-    return {"vllm": vllm_collector.collect(Context(root=str(root), vllm_cmd=cmd, vllm_version=version)).data}
-
-
-def _verdict(root: Path, before: str, after: str, version: str) -> tuple[str, dict[str, str]]:
-    result = compare(_snap(root, before, version), _snap(root, after, version))
-    return result.verdict, {f.path: f.severity for f in result.findings}
+    return model_root(tmp_path)
 
 
 def _parsed(cmd: str, version: str | None):
