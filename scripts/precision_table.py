@@ -234,6 +234,8 @@ CASES: tuple[Case, ...] = (
     _env("CUDA_VISIBLE_DEVICES=0,1", {"CUDA_VISIBLE_DEVICES": "0,1"}, "invalidating"),
     _env("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
          {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, "invalidating"),
+    _env("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False (the allocator's default)",
+         {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}, "info"),
     _env("CUBLAS_WORKSPACE_CONFIG=:4096:8", {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}, "invalidating"),
     _env("OMP_NUM_THREADS=8", {"OMP_NUM_THREADS": "8"}, "invalidating"),
     _env("MKL_NUM_THREADS=8", {"MKL_NUM_THREADS": "8"}, "invalidating"),

@@ -1,9 +1,10 @@
 """How the program that reads an environment variable reads its value, so that values it reads alike compare alike.
 
 A snapshot records what a variable was set to; a diff compares those strings. Two spellings one program reads the
-same (``NCCL_ALGO=ring`` and ``Ring``: NCCL compares names case-insensitively) or a value that runs as without the
-variable (``CUDA_LAUNCH_BLOCKING=0``, CUDA's default) would be rated as a change. For a variable of READERS,
-settle() keeps, where the snapshot is written (``[env]`` and a server's ``[vllm.env]`` alike):
+same (``NCCL_ALGO=ring`` and ``Ring``: NCCL compares names case-insensitively; ``PYTORCH_CUDA_ALLOC_CONF``
+settings in another order) or a value that runs as without the variable (``CUDA_LAUNCH_BLOCKING=0``, CUDA's default;
+``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False``, the allocator's) would be rated as a change. For a variable
+of READERS, settle() keeps, where the snapshot is written (``[env]`` and a server's ``[vllm.env]`` alike):
 
 - the value as its reader spells it (``NCCL_ALGO = "Ring"``), and, where that is not what was given, the value as
   given and why under ``spelled.NAME`` (``value``, ``because``);
@@ -45,9 +46,13 @@ class Reader(NamedTuple):
     unless: Mapping[str, str] = _NONE
     #: Where what a value does depends on other variables: (value, environment) -> why it runs as unset, or None.
     inert: Callable[[str, Mapping[str, str]], str | None] | None = None
+    #: A value written in a grammar of its own: value as given -> as read (settings in one order, defaults left out).
+    parse: Callable[[str], str] | None = None
 
     def read(self, value: str) -> str:
         """``value`` as this reader spells it."""
+        if self.parse:
+            return self.parse(value)
         if self.names:
             known = {n.lower(): n for n in self.names}
             parts = re.split(f"([{re.escape(self.split)}])", value) if self.split else [value]
@@ -104,6 +109,59 @@ def _nccl_subsys_inert(subsys: str, env: Mapping[str, str]) -> str | None:
     return None
 
 
+#: PyTorch's caching allocator settings (PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF), as every torch that the
+#: recorded vLLM versions pin reads them (2.8.0: vLLM 0.10.2, 0.11.0; 2.9.0: 0.11.1, 0.12.0; 2.14.0: 0.33.0): per key,
+#: the values read alike by all three, and the one that is the allocator's default where all three start from it and
+#: take it (else None). From each release's own parser: c10/cuda/CUDAAllocatorConfig.cpp (2.8, 2.9; the CUDA
+#: allocator's own config, c10/cuda/CUDAAllocatorConfig.h), c10/core/AllocatorConfig.{h,cpp} with the CUDA keys in
+#: c10/cuda/CUDAAllocatorConfig.cpp (2.14; ConfigTokenizer). Keys and values are case-sensitive, an unknown key is
+#: an error, spaces are dropped; max_non_split_rounding_mb:20 (2.14's default) is refused by 2.8 and 2.9 (must be
+#: > 20), garbage_collection_threshold:0 by all (it must lie in (0, 1)); keys newer than 2.8 are an error there.
+_BOOL, _COUNT = r"True|False", r"[1-9][0-9]*"
+_ALLOC_KEYS: dict[str, tuple[str, str | None]] = {
+    "backend": (r"native|cudaMallocAsync", "native"),
+    "expandable_segments": (_BOOL, "False"),
+    "release_lock_on_cudamalloc": (_BOOL, "False"),
+    "pinned_use_cuda_host_register": (_BOOL, "False"),
+    "pinned_use_background_threads": (_BOOL, "False"),
+    "pinned_num_register_threads": (_COUNT, "1"),
+    "max_split_size_mb": (_COUNT, None),
+    "max_non_split_rounding_mb": (_COUNT, None),
+    "garbage_collection_threshold": (r"0?\.[0-9]+", None),
+    "roundup_power2_divisions": (_COUNT, None),
+}
+#: vLLM looks for this text in PYTORCH_CUDA_ALLOC_CONF as given (0.10.2-0.12.0 vllm/device_allocator/cumem.py, sleep
+#: mode; 0.33.0 vllm/config/vllm.py, a KV connector without the cumem allocator).
+_VLLM_EXPANDABLE = "expandable_segments:True"
+
+
+def _alloc_conf(value: str) -> str:
+    """``key:value`` settings joined by commas, as torch reads them: spaces around a key or value dropped, one trailing
+    comma taken, a key left out where it is set to its default, the rest in key order (each key sets its own
+    setting). Anything else is left as given: a key or value not read alike by every torch in play (a list, a tab,
+    another case), a key given twice (torch takes the last, vLLM 0.33's alloc_conf.py the first), or where vLLM's
+    look for ``expandable_segments:True`` in the text as given would not find what torch reads."""
+    fields = value.split(",")
+    if fields[-1].strip(" ") == "":
+        fields.pop()
+    read: dict[str, str] = {}
+    for field in fields:
+        key, colon, setting = (part.strip(" ") for part in field.partition(":"))
+        if not colon or key in read or key not in _ALLOC_KEYS or not re.fullmatch(_ALLOC_KEYS[key][0], setting):
+            return value
+        read[key] = setting
+    if (_VLLM_EXPANDABLE in value) != (read.get("expandable_segments") == "True"):
+        return value
+    return ",".join(f"{key}:{setting}" for key, setting in sorted(read.items()) if setting != _ALLOC_KEYS[key][1])
+
+
+_ALLOC_HOW = ("torch drops spaces, takes one trailing comma and reads each key:value on its own, so the order does "
+              "not matter (c10/cuda/CUDAAllocatorConfig.cpp parseArgs in torch 2.8 and 2.9, c10/core/AllocatorConfig.h "
+              "ConfigTokenizer in 2.14); a setting at the allocator's default (expandable_segments:False, "
+              "backend:native, release_lock_on_cudamalloc:False, pinned_use_cuda_host_register:False, "
+              "pinned_use_background_threads:False, pinned_num_register_threads:1) is left out")
+_ALLOC_UNSET = ("every setting it makes is the caching allocator's default in torch 2.8, 2.9 and 2.14 (the CUDA "
+                "allocator's config starts from them), and vLLM finds no expandable_segments:True in it")
 _NCCL_PARSE = "nccl src/graph/tuning.cc parseList: strcasecmp on every function, algorithm and protocol name"
 # NCCL_P2P_DISABLE=0, NCCL_IB_DISABLE=0 and NCCL_SHM_DISABLE=0 are NCCL's defaults, but not settled here: NCCL also
 # reads /etc/nccl.conf and ~/.nccl.conf (or NCCL_CONF_FILE) without overriding the environment, so 0 turns a
@@ -146,6 +204,14 @@ READERS: dict[str, Reader] = {
     "TRANSFORMERS_OFFLINE": Reader(
         f"{_HF} (read where HF_HUB_OFFLINE is unset or empty; transformers' own check uses the same values)",
         forms={"1": _HF_TRUE}, other="0", unset={"0": "off is what huggingface_hub reads when it is unset"}),
+    # Where both are set, neither runs as unset: torch 2.14 reads PYTORCH_CUDA_ALLOC_CONF, even empty, before
+    # PYTORCH_ALLOC_CONF (c10/cuda/CUDAAllocatorConfig.h instance()); 2.9's accelerator config (the pinned host
+    # allocator) reads PYTORCH_ALLOC_CONF first, and so does vLLM 0.33 (vllm/device_allocator/alloc_conf.py).
+    "PYTORCH_CUDA_ALLOC_CONF": Reader(
+        _ALLOC_HOW, parse=_alloc_conf, unset={"": _ALLOC_UNSET}, unless={"": "PYTORCH_ALLOC_CONF"}),
+    "PYTORCH_ALLOC_CONF": Reader(
+        f"{_ALLOC_HOW} (torch 2.8 reads PYTORCH_CUDA_ALLOC_CONF only; 2.9's CUDA allocator too)", parse=_alloc_conf,
+        unset={"": _ALLOC_UNSET}, unless={"": "PYTORCH_CUDA_ALLOC_CONF"}),
     "CUDA_LAUNCH_BLOCKING": Reader(
         "CUDA reads 0 or 1 (CUDA C++ Programming Guide, CUDA Environment Variables)",
         unset={"0": "0 is CUDA's default (CUDA C++ Programming Guide, CUDA Environment Variables: default 0)"}),
