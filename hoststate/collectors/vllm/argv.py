@@ -439,9 +439,10 @@ def _take_list(tokens: list[str], i: int, dest: str, option: str, eq: str, inlin
 
 
 def _take_value(tokens: list[str], i: int, dest: str, option: str, eq: str, inline: str, out: Normalised,
-                unset: frozenset[str] = frozenset()) -> int:
-    """One option's value converted by its kind; ``unset``: the dests whose "None" / "" vLLM reads as None, their
-    parser default (defaults.none_is_unset of exactly the version whose defaults drop_defaults applies)."""
+                rules: Rules, unset: frozenset[str] = frozenset()) -> int:
+    """One option's value converted by its kind as ``rules``' version reads it; ``unset``: the dests whose "None" / ""
+    vLLM reads as None, their parser default (defaults.none_is_unset of exactly the version whose defaults
+    drop_defaults applies)."""
     kind = _kind(dest)
     if eq:
         text, nxt = inline, i + 1
@@ -457,7 +458,7 @@ def _take_value(tokens: list[str], i: int, dest: str, option: str, eq: str, inli
         out.args[dest] = None
         return nxt
     try:
-        out.args[dest] = convert(dest, kind, text)
+        out.args[dest] = convert(dest, kind, text, human_ints=rules.human_int_options)
     except ValueError as err:
         out.refusals.append(str(err))
     return nxt
@@ -506,7 +507,7 @@ def _pass2(tokens: list[str], rules: Rules, out: Normalised, unset: frozenset[st
         elif _kind(m.dest) in (LIST, INTLIST):
             i = _take_list(tokens, i, m.dest, m.option, m.eq, m.inline, out)
         else:
-            i = _take_value(tokens, i, m.dest, m.option, m.eq, m.inline, out, unset)
+            i = _take_value(tokens, i, m.dest, m.option, m.eq, m.inline, out, rules, unset)
     return positionals
 
 

@@ -114,7 +114,7 @@ OPTIONS: dict[str, str] = {
     "long_prefill_token_threshold_adaptive": BOOL, "lora_target_modules": LIST, "mamba_backend": STR,
     "mamba_block_size": STR, "mamba_cache_mode": STR, "mamba_cache_philox_rounds": INT, "mamba_ssu_algorithm": STR,
     "master_addr": STR, "master_port": INT, "max_lora_cls_labels": STR, "max_num_active_seqs": STR,
-    "max_num_queued_reqs": STR, "max_num_queued_tokens": STR, "max_num_scheduled_tokens": STR,
+    "max_num_queued_reqs": STR, "max_num_queued_tokens": INT, "max_num_scheduled_tokens": INT,
     "mm_device_do_normalize": BOOL, "mm_encoder_attn_backend": STR, "mm_encoder_attn_dtype": STR,
     "mm_encoder_fp8_scale_path": STR, "mm_encoder_fp8_scale_save_margin": FLOAT,
     "mm_encoder_fp8_scale_save_path": STR, "mm_encoder_only": BOOL, "mm_hasher_algorithm": STR,
@@ -174,8 +174,9 @@ FALSE_BY_DEFAULT: frozenset[str] = frozenset({
 })
 
 
-#: The integer options vLLM parses with human_readable_int (EngineArgs.get_kwargs ``human_readable_ints``, 0.11.0
-#: and 0.12.0; max_model_len has its own type); every other integer option is argparse's plain ``int``.
+#: The integer options vLLM parses with human_readable_int where no version says otherwise (EngineArgs.get_kwargs
+#: ``human_readable_ints``, 0.10.2-0.12.0; max_model_len has its own type); every other integer option is argparse's
+#: plain ``int``. Each version's own set is versions.Rules.human_int_options (0.33.0 has more).
 HUMAN_INTS = frozenset({"max_num_batched_tokens", "kv_cache_memory_bytes"})
 
 
@@ -204,11 +205,12 @@ def loose_value(text: str) -> Any:
         return text
 
 
-def convert(dest: str, kind: str, text: str) -> Any:
-    """One option value converted by its type; raises ValueError with a message for a bad value."""
+def convert(dest: str, kind: str, text: str, *, human_ints: frozenset[str] = HUMAN_INTS) -> Any:
+    """One option value converted by its type; raises ValueError with a message for a bad value. ``human_ints``: the
+    integer options the version reads with human_readable_int."""
     if kind == INT:
         try:
-            return human_int(text) if dest in HUMAN_INTS else int(text)
+            return human_int(text) if dest in human_ints else int(text)
         except ValueError:
             raise ValueError(f"--{dest.replace('_', '-')}: invalid int value {text!r}") from None
     if kind == MAXLEN:

@@ -277,6 +277,11 @@ class Rules:
     #: replaces one cuda_graph_sizes value below 1024 (0.11.0: 992) by its own ladder (0.10.2, 0.11.0), and takes a
     #: maximum of 1024 where neither sizes nor a maximum is given (0.11.1, 0.12.0). Their sizes are compared as given.
     capture_size_architectures: frozenset[str] = frozenset()
+    #: Integer options the parser reads with human_readable_int (``8k`` = 8000, ``8K`` = 8192): EngineArgs
+    #: ``get_kwargs`` ``human_readable_ints`` (vllm/engine/arg_utils.py, 0.10.2-0.12.0) and ``_compute_kwargs``
+    #: ``human_readable_int_args`` (0.33.0: also the scheduler's token limits and the safetensors prefetch block size);
+    #: ``--max-model-len`` has its own type (options.MAXLEN). Every other integer option is argparse's plain ``int``.
+    human_int_options: frozenset[str] = frozenset({"max_num_batched_tokens", "kv_cache_memory_bytes"})
 
 
 _ALIASES_010 = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
@@ -550,6 +555,8 @@ ROWS: tuple[dict[str, Any], ...] = (
      "spec_detects_new_names": True, "kv_cache_dtypes": _KV_033, "quantization_methods": _QUANT_033,
      "kv_dtype_matches_model": True, "spec_pp_refused_methods": frozenset(), "eagle3_targets": (),
      "deprecated_quantization": frozenset({"fbgemm_fp8", "fp_quant"}),
+     "human_int_options": frozenset({"max_num_batched_tokens", "kv_cache_memory_bytes", "max_num_scheduled_tokens",
+                                     "max_num_queued_tokens", "safetensors_prefetch_block_size"}),
      "none_default_flags": frozenset({"async_scheduling", "disable_cascade_attn", "disable_hybrid_kv_cache_manager",
                                       "disable_nccl_for_dp_synchronization"})},
 )

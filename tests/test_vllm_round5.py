@@ -1,0 +1,62 @@
+"""Round 5 of reading vLLM command lines as vLLM resolves them: human-readable integers and argparse choices.
+
+Each expectation is read from vLLM's released source (0.10.2, 0.11.0, 0.11.1, 0.12.0, 0.33.0) and, where the piece is
+pure, checked by running vLLM's own function outside the repository:
+
+- Which integer options take ``8k``: ``human_readable_ints`` in EngineArgs.get_kwargs (vllm/engine/arg_utils.py of
+  0.10.2-0.12.0: max_model_len, max_num_batched_tokens, kv_cache_memory_bytes) and ``human_readable_int_args`` in
+  _compute_kwargs (0.33.0 ~397-409: also max_num_scheduled_tokens, max_num_queued_tokens and
+  safetensors_prefetch_block_size). Every other integer option is argparse's ``int``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hoststate.collectors.vllm.argv import locate, normalise
+from tests.vllm_lines import BASE, VERSIONS, model_root
+from tests.vllm_lines import snap as _snap
+from tests.vllm_lines import verdict as _verdict
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Path:
+    return model_root(tmp_path)
+
+
+def _parsed(cmd: str, version: str | None):
+    command = locate(cmd.split())
+    return normalise(command.args, version, program=command.program or "")
+
+
+# -- 1. the integer options each version reads with human_readable_int -------------------------------------------------
+
+_HUMAN_033 = ("--max-num-scheduled-tokens", "--max-num-queued-tokens", "--safetensors-prefetch-block-size")
+
+
+@pytest.mark.parametrize("option", _HUMAN_033)
+def test_0330_reads_its_new_token_limits_as_human_ints(root, option):
+    assert _parsed(f"{BASE} {option} 8k", "0.33.0").args[option[2:].replace("-", "_")] == 8000
+    assert _verdict(root, f"{BASE} {option} 8k", f"{BASE} {option} 8000", "0.33.0")[0] == "clean"
+    assert _verdict(root, f"{BASE} {option} 8K", f"{BASE} {option} 8192", "0.33.0")[0] == "clean"
+    assert _verdict(root, f"{BASE} {option} 8K", f"{BASE} {option} 8000", "0.33.0")[0] == "invalidating"
+
+
+@pytest.mark.parametrize("option", _HUMAN_033)
+def test_0330_refuses_what_human_readable_int_refuses_there(option):
+    assert _parsed(f"{BASE} {option} 1.5K", "0.33.0").refusals  # decimals with a binary suffix
+    assert _parsed(f"{BASE} {option} lots", "0.33.0").refusals
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_max_num_seqs_stays_a_plain_int(version):
+    assert _parsed(f"{BASE} --max-num-seqs 1k", version).refusals  # argparse's int in every version
+    assert not _parsed(f"{BASE} --max-num-batched-tokens 8k", version).refusals
+
+
+def test_max_num_scheduled_tokens_none_is_unset_on_0330(root):
+    """``int | None``: optional_type(human_readable_int) reads "None" as None, the parser default."""
+    data = _snap(root, f"{BASE} --max-num-scheduled-tokens None", "0.33.0")["vllm"]
+    assert "max_num_scheduled_tokens" not in data["args"] and "refused" not in data["cudagraph"]
