@@ -7,6 +7,11 @@ pure, checked by running vLLM's own function outside the repository:
   0.10.2-0.12.0: max_model_len, max_num_batched_tokens, kv_cache_memory_bytes) and ``human_readable_int_args`` in
   _compute_kwargs (0.33.0 ~397-409: also max_num_scheduled_tokens, max_num_queued_tokens and
   safetensors_prefetch_block_size). Every other integer option is argparse's ``int``.
+- What human_readable_int accepts: its pattern is ``(\\d+(?:\\.\\d+)?)([kKmMgGtT])`` in every version, lower case
+  decimal (a fraction allowed), upper case binary (a fraction refused: "Decimals are not allowed with binary
+  suffixes"); only 0.33.0 (vllm/utils/argparse_utils.py ~30-75) has multipliers for t and T, so before it ``1T`` falls
+  through to ``int()`` and is refused (vllm/engine/arg_utils.py human_readable_int of 0.10.2-0.12.0). _HUMAN_READ is
+  what each version's own function returned for each text, run outside the repository.
 """
 
 from __future__ import annotations
@@ -60,3 +65,38 @@ def test_max_num_scheduled_tokens_none_is_unset_on_0330(root):
     """``int | None``: optional_type(human_readable_int) reads "None" as None, the parser default."""
     data = _snap(root, f"{BASE} --max-num-scheduled-tokens None", "0.33.0")["vllm"]
     assert "max_num_scheduled_tokens" not in data["args"] and "refused" not in data["cudagraph"]
+
+
+# -- 2. the suffixes and fractions each version's human_readable_int takes ---------------------------------------------
+
+#: text -> (0.10.2-0.12.0, 0.33.0): the value vLLM's human_readable_int returns, or None where it raises.
+_HUMAN_READ = {
+    "1k": (1000, 1000), "1K": (1024, 1024), "1.5k": (1500, 1500), "1.5K": (None, None), "0.1k": (100, 100),
+    "8m": (8_000_000, 8_000_000), "8M": (8 * 2**20, 8 * 2**20), "1g": (10**9, 10**9), "1G": (2**30, 2**30),
+    "1t": (None, 10**12), "1T": (None, 2**40), "2.5t": (None, 2_500_000_000_000), "1.5T": (None, None),
+    " 4k ": (4000, 4000), "1_000": (1000, 1000), "1e3": (None, None), "1kb": (None, None),
+}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("text", sorted(_HUMAN_READ))
+def test_human_readable_int_as_each_version_reads_it(version, text):
+    expected = _HUMAN_READ[text][version == "0.33.0"]
+    parsed = normalise(["/models/llama", "--kv-cache-memory-bytes", text], version)
+    if expected is None:
+        assert any("--kv-cache-memory-bytes" in r for r in parsed.refusals), parsed
+    else:
+        assert not parsed.refusals and parsed.args["kv_cache_memory_bytes"] == expected, parsed
+
+
+def test_a_tebibyte_kv_cache_is_its_bytes_on_0330(root):
+    assert _verdict(root, f"{BASE} --kv-cache-memory-bytes 1T", f"{BASE} --kv-cache-memory-bytes 1099511627776",
+                    "0.33.0")[0] == "clean"
+    assert _verdict(root, f"{BASE} --max-model-len 1t", f"{BASE} --max-model-len 1000000000000", "0.33.0")[0] \
+        == "clean"
+
+
+@pytest.mark.parametrize("version", ("0.10.2", "0.11.0", "0.11.1", "0.12.0"))
+def test_tera_suffixes_are_refused_before_0330(root, version):
+    data = _snap(root, f"{BASE} --kv-cache-memory-bytes 1T", version)["vllm"]
+    assert "--kv-cache-memory-bytes" in data["cudagraph"]["refused"]

@@ -180,16 +180,24 @@ FALSE_BY_DEFAULT: frozenset[str] = frozenset({
 HUMAN_INTS = frozenset({"max_num_batched_tokens", "kv_cache_memory_bytes"})
 
 
-def human_int(text: str) -> int:
-    """vLLM's human_readable_int: ``1k`` = 1000, ``1K`` = 1024, ``25.6k`` = 25600; ValueError otherwise (vLLM's
-    pattern takes t and T but has no multiplier for them, and refuses them)."""
+#: human_readable_int's multipliers: a lower-case suffix is decimal (a fraction allowed: ``25.6k``), an upper-case one
+#: binary (a whole number only: ``1.5K`` is refused). ``t``/``T`` only where the version has them (``tera``).
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_int(text: str, *, tera: bool = False) -> int:
+    """vLLM's human_readable_int: ``1k`` = 1000, ``1K`` = 1024, ``25.6k`` = 25600; ValueError otherwise. Its pattern
+    takes t and T in every version, but only 0.33's has multipliers for them (``tera``: ``1t`` = 10**12, ``1T`` =
+    2**40); before, they fall through to ``int()``, which refuses them (vllm/engine/arg_utils.py of 0.10.2-0.12.0,
+    vllm/utils/argparse_utils.py of 0.33.0)."""
     text = text.strip()
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG])", text)
-    if m:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text)
+    if m and (tera or m.group(2) not in "tT"):
         number, suffix = m.groups()
-        if suffix.islower():
-            return int(float(number) * {"k": 10**3, "m": 10**6, "g": 10**9}[suffix])
-        return int(number) * {"K": 2**10, "M": 2**20, "G": 2**30}[suffix]
+        if suffix in _DECIMAL:
+            return int(float(number) * _DECIMAL[suffix])
+        return int(number) * _BINARY[suffix]
     return int(text)
 
 
@@ -205,19 +213,19 @@ def loose_value(text: str) -> Any:
         return text
 
 
-def convert(dest: str, kind: str, text: str, *, human_ints: frozenset[str] = HUMAN_INTS) -> Any:
+def convert(dest: str, kind: str, text: str, *, human_ints: frozenset[str] = HUMAN_INTS, tera: bool = False) -> Any:
     """One option value converted by its type; raises ValueError with a message for a bad value. ``human_ints``: the
-    integer options the version reads with human_readable_int."""
+    integer options the version reads with human_readable_int; ``tera``: whether its human_readable_int has t/T."""
     if kind == INT:
         try:
-            return human_int(text) if dest in human_ints else int(text)
+            return human_int(text, tera=tera) if dest in human_ints else int(text)
         except ValueError:
             raise ValueError(f"--{dest.replace('_', '-')}: invalid int value {text!r}") from None
     if kind == MAXLEN:
         if text.strip().lower() == "auto":
             return "auto"
         try:
-            return human_int(text) if text.strip() != "-1" else -1
+            return human_int(text, tera=tera) if text.strip() != "-1" else -1
         except ValueError:
             raise ValueError(f"--max-model-len: invalid value {text!r}") from None
     if kind == FLOAT:

@@ -282,6 +282,10 @@ class Rules:
     #: ``human_readable_int_args`` (0.33.0: also the scheduler's token limits and the safetensors prefetch block size);
     #: ``--max-model-len`` has its own type (options.MAXLEN). Every other integer option is argparse's plain ``int``.
     human_int_options: frozenset[str] = frozenset({"max_num_batched_tokens", "kv_cache_memory_bytes"})
+    #: human_readable_int multiplies ``t`` (10**12) and ``T`` (2**40) too (vllm/utils/argparse_utils.py of 0.33.0, also
+    #: for ``--max-model-len``); before, its pattern matches them but no multiplier does, so ``int()`` refuses them
+    #: (human_readable_int in vllm/engine/arg_utils.py of 0.10.2-0.12.0).
+    human_int_tera: bool = False
 
 
 _ALIASES_010 = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
@@ -555,6 +559,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "spec_detects_new_names": True, "kv_cache_dtypes": _KV_033, "quantization_methods": _QUANT_033,
      "kv_dtype_matches_model": True, "spec_pp_refused_methods": frozenset(), "eagle3_targets": (),
      "deprecated_quantization": frozenset({"fbgemm_fp8", "fp_quant"}),
+     "human_int_tera": True,
      "human_int_options": frozenset({"max_num_batched_tokens", "kv_cache_memory_bytes", "max_num_scheduled_tokens",
                                      "max_num_queued_tokens", "safetensors_prefetch_block_size"}),
      "none_default_flags": frozenset({"async_scheduling", "disable_cascade_attn", "disable_hybrid_kv_cache_manager",
