@@ -12,6 +12,12 @@ pure, checked by running vLLM's own function outside the repository:
   suffixes"); only 0.33.0 (vllm/utils/argparse_utils.py ~30-75) has multipliers for t and T, so before it ``1T`` falls
   through to ``int()`` and is refused (vllm/engine/arg_utils.py human_readable_int of 0.10.2-0.12.0). _HUMAN_READ is
   what each version's own function returned for each text, run outside the repository.
+- Dotted values (``-cc.max_cudagraph_capture_size=1k``): FlexibleArgumentParser.parse_args ``json.loads`` them, else
+  keeps the string (vllm/utils/__init__.py ~1903-1907 of 0.10.2 and ~1957-1961 of 0.11.0, vllm/utils/argparse_utils.py
+  ~323-327 of 0.11.1 and ~340-344 of 0.12.0); only 0.33.0 tries human_readable_int in between (~478-486). The merged
+  JSON goes to ``TypeAdapter(CompilationConfig).validate_json`` (parse_dataclass), a pydantic dataclass in lax mode
+  (checked with pydantic 2.14 outside the repository): ``"1k"`` for an int field is refused ("unable to parse string as
+  an integer"), ``"1000"`` and ``"1000.0"`` are 1000. ``key+ a,b`` items are JSON-dumped as strings in every version.
 """
 
 from __future__ import annotations
@@ -100,3 +106,46 @@ def test_a_tebibyte_kv_cache_is_its_bytes_on_0330(root):
 def test_tera_suffixes_are_refused_before_0330(root, version):
     data = _snap(root, f"{BASE} --kv-cache-memory-bytes 1T", version)["vllm"]
     assert "--kv-cache-memory-bytes" in data["cudagraph"]["refused"]
+
+
+# -- 3. dotted values: JSON, a human int only on 0.33, else a string an int field refuses ------------------------------
+
+_CC = "--compilation-config.max_cudagraph_capture_size"
+
+
+@pytest.mark.parametrize("version", ("0.11.1", "0.12.0"))
+def test_a_dotted_human_int_is_a_string_an_int_field_refuses_up_to_0120(root, version):
+    data = _snap(root, f"{BASE} {_CC}=1k", version)["vllm"]
+    assert "max_cudagraph_capture_size" in data["cudagraph"]["refused"], data["cudagraph"]
+    assert _verdict(root, f"{BASE} {_CC}=1k", f"{BASE} {_CC}=1000", version)[0] == "invalidating"
+
+
+def test_a_dotted_human_int_on_0120_short_spelling(root):
+    assert "max_cudagraph_capture_size" in _snap(root, f"{BASE} -cc.max_cudagraph_capture_size=1k",
+                                                 "0.12.0")["vllm"]["cudagraph"]["refused"]
+
+
+def test_a_dotted_human_int_is_read_on_0330(root):
+    assert _parsed(f"{BASE} {_CC}=1k", "0.33.0").args["compilation_config"] == {"max_cudagraph_capture_size": 1000}
+    assert _verdict(root, f"{BASE} -cc.max_cudagraph_capture_size=1k", f"{BASE} {_CC}=1000", "0.33.0")[0] == "clean"
+    assert _parsed(f"{BASE} {_CC}=1T", "0.33.0").args["compilation_config"] == {"max_cudagraph_capture_size": 2**40}
+    assert _parsed(f"{BASE} {_CC}=1.5K", "0.33.0").refusals  # human_readable_int raises: the string stays, refused
+
+
+@pytest.mark.parametrize("version", ("0.11.1", "0.12.0", "0.33.0"))
+@pytest.mark.parametrize("value", ["'\"1000\"'", "1000.0", "'\" 1_000 \"'"])
+def test_a_numeric_string_is_the_number_pydantic_makes_of_it(root, version, value):
+    assert _verdict(root, f"{BASE} {_CC}={value}", f"{BASE} {_CC}=1000", version)[0] == "clean"
+
+
+@pytest.mark.parametrize("version", ("0.10.2", "0.11.0"))
+def test_a_key_the_version_lacks_is_ignored_whatever_its_value(version):
+    parsed = _parsed(f"{BASE} {_CC}=1k", version)
+    assert not parsed.refusals and any("ignores it" in note for note in parsed.notes)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_plus_list_items_are_strings_in_every_version(version):
+    assert _parsed(f"{BASE} --compilation-config.cudagraph_capture_sizes+ 8,1k", version).refusals
+    parsed = _parsed(f"{BASE} --compilation-config.cudagraph_capture_sizes+ 8,16", version)
+    assert not parsed.refusals and parsed.args["compilation_config"]["cudagraph_capture_sizes"] == [8, 16]

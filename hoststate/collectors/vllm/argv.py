@@ -356,8 +356,9 @@ class _Pass1:
     dups: list[str] = field(default_factory=list)
 
 
-def _dotted(tokens: list[str], i: int, tok: str, state: _Pass1, out: Normalised) -> int:
-    """One ``--x.a.b v`` / ``-cc.a=v`` / ``key+ a,b`` token merged into its root; the next index."""
+def _dotted(tokens: list[str], i: int, tok: str, state: _Pass1, out: Normalised, rules: Rules) -> int:
+    """One ``--x.a.b v`` / ``-cc.a=v`` / ``key+ a,b`` token merged into its root; the next index. A value that is not
+    JSON is a human int only where the version tries one (dotted_human_ints), else the string."""
     key_part, eq, value_str = tok.partition("=")
     nxt = i + 1
     if not eq:
@@ -368,9 +369,9 @@ def _dotted(tokens: list[str], i: int, tok: str, state: _Pass1, out: Normalised)
     value: Any
     if key_part.endswith("+"):
         key_part = key_part[:-1]
-        value = [loose_value(v) for v in value_str.split(",")]
+        value = [loose_value(v, human=False) for v in value_str.split(",")]
     else:
-        value = loose_value(value_str)
+        value = loose_value(value_str, human=rules.dotted_human_ints, tera=rules.human_int_tera)
     root, *keys = key_part.split(".")
     for k in reversed(keys):
         value = {k: value}
@@ -394,7 +395,7 @@ def _pass1(tokens: list[str], rules: Rules, out: Normalised) -> list[str]:
         elif tok.startswith("-O."):
             tok = _o_dotted(tok, rules, out)
         if _is_option(tok) and "." in tok.split("=", 1)[0]:
-            i = _dotted(tokens, i, tok, state, out)
+            i = _dotted(tokens, i, tok, state, out, rules)
             continue
         state.processed.append(tok)
         i += 1
@@ -683,6 +684,35 @@ def _compilation_mode_refusals(cc: Mapping[str, Any], rules: Rules) -> list[str]
     return refusals
 
 
+def _as_int(item: Any) -> Any:
+    """An integral float or _INT_TEXT string as the int pydantic's lax mode makes of it; anything else as it is."""
+    if isinstance(item, float) and item.is_integer():
+        return int(item)
+    if isinstance(item, str) and _INT_TEXT.fullmatch(item):
+        return int(re.sub(r"\.0*$", "", item.strip()))
+    return item
+
+
+def _compilation_ints(cc: dict[str, Any], rules: Rules) -> list[str]:
+    """The version's CompilationConfig int fields (compilation_int_keys) as pydantic's lax int reads them: an int, an
+    integral float or a string of _INT_TEXT (a list field, each item) is the int, so ``"1000"`` is held as 1000;
+    anything else is refused (returned), so a dotted ``"1k"`` that stayed a string (up to 0.12.0) is no integer."""
+    refusals = []
+    for key in sorted(rules.compilation_int_keys):
+        head, _, sub = key.partition(".")
+        here = cc.get(head) if sub else cc
+        if not isinstance(here, dict) or (value := here.get(sub or head)) is None:
+            continue
+        items = value if isinstance(value, list) else [value]
+        bad = [item for item in items if isinstance(item, (str, float)) and not _integer(item)]
+        if bad:
+            refusals.append(f"compilation_config.{key}: Input should be a valid integer, unable to parse "
+                            f"{bad[0]!r} as an integer (vLLM {rules.version})")
+        else:
+            here[sub or head] = [_as_int(i) for i in value] if isinstance(value, list) else _as_int(value)
+    return refusals
+
+
 def _compilation_keys(out: Normalised, rules: Rules) -> None:
     cc = out.args.get("compilation_config")
     if not isinstance(cc, dict):
@@ -702,6 +732,7 @@ def _compilation_keys(out: Normalised, rules: Rules) -> None:
         out.refusals.append(f"compilation_config.cudagraph_mode: unknown mode {cc['cudagraph_mode']!r}")
     if rules.compilation_mode_checked:
         out.refusals.extend(_compilation_mode_refusals(cc, rules))
+    out.refusals.extend(_compilation_ints(cc, rules))
     if "cudagraph_mode" in cc and rules.family == "v10.0":
         out.notes.append(f"compilation_config.cudagraph_mode does not exist in vLLM {rules.version}; ignored")
 

@@ -201,14 +201,18 @@ def human_int(text: str, *, tera: bool = False) -> int:
     return int(text)
 
 
-def loose_value(text: str) -> Any:
-    """A dotted or unknown option's value as vLLM reads it: JSON, then a human int, else the string."""
+def loose_value(text: str, *, human: bool = True, tera: bool = False) -> Any:
+    """A dotted or unknown option's value as vLLM reads it: JSON, then (``human``: 0.33's dotted keys) a human int with
+    or without t/T (``tera``), else the string. Up to 0.12.0 FlexibleArgumentParser keeps a dotted value that is not
+    JSON as the string (``human`` False), which an int field of the config then refuses."""
     try:
         return json.loads(text)
     except ValueError:
         pass
+    if not human:
+        return text
     try:
-        return human_int(text)
+        return human_int(text, tera=tera)
     except ValueError:
         return text
 

@@ -286,6 +286,15 @@ class Rules:
     #: for ``--max-model-len``); before, its pattern matches them but no multiplier does, so ``int()`` refuses them
     #: (human_readable_int in vllm/engine/arg_utils.py of 0.10.2-0.12.0).
     human_int_tera: bool = False
+    #: A dotted value (``-cc.max_cudagraph_capture_size=1k``) that is not JSON is tried as a human-readable int before
+    #: it is kept as a string (FlexibleArgumentParser.parse_args, vllm/utils/argparse_utils.py ~478-486 of 0.33.0); up
+    #: to 0.12.0 it stays a string (0.12.0 ~340-344), which an int field of the config refuses (compilation_int_keys).
+    #: In no version are the items of ``key+ a,b`` read so: they are JSON-dumped as strings, a list of strings.
+    dotted_human_ints: bool = False
+    #: compilation_config keys (``pass_config.x`` for PassConfig's) typed int or a list of ints in the version's
+    #: CompilationConfig, ``level`` aside (compilation_mode_checked): a pydantic dataclass in lax mode, so a string
+    #: that is not an integer (``"1k"``) is refused, a numeric one (``"1000"``) read as the number. Empty: not checked.
+    compilation_int_keys: frozenset[str] = frozenset()
 
 
 _ALIASES_010 = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
@@ -405,6 +414,16 @@ _NEW_033 = frozenset({"allow_deprecated_quantization", "anthropic_disabled_think
 _NEW_AFTER_0111 = _NEW_0120 | _NEW_033
 _NEW_AFTER_0110 = _NEW_0111 | _NEW_AFTER_0111
 _NEW_AFTER_0102 = _NEW_0110 | _NEW_AFTER_0110
+#: CompilationConfig's int fields that take a value (vllm/config/compilation.py; level aside): 0.11.1 adds
+#: max_cudagraph_capture_size and PassConfig loses fi_allreduce_fusion_max_token_num; 0.33.0 adds the encoder and
+#: decoder-replay sizes, the compile range endpoints and PassConfig's rope_kvcache_fusion_max_token_num.
+_CC_INTS_0102 = frozenset({"cudagraph_num_of_warmups", "cudagraph_capture_sizes",
+                           "pass_config.fi_allreduce_fusion_max_token_num"})
+_CC_INTS_0111 = frozenset({"cudagraph_num_of_warmups", "cudagraph_capture_sizes", "max_cudagraph_capture_size"})
+_CC_INTS_033 = _CC_INTS_0111 | {"encoder_cudagraph_token_budgets", "encoder_cudagraph_max_vision_items_per_batch",
+                                "encoder_cudagraph_max_frames_per_batch", "decoder_replay_cudagraph_capture_sizes",
+                                "decoder_replay_trim_threshold", "compile_ranges_endpoints",
+                                "pass_config.rope_kvcache_fusion_max_token_num"}
 
 #: Boolean flags without a ``--no-`` spelling (store_true), from each version's parser.
 _NO_NEGATION_0102 = frozenset({"disable_async_output_proc", "disable_log_stats", "disable_mm_preprocessor_cache",
@@ -484,6 +503,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "kv_cache_dtypes": _KV_0102, "quantization_methods": _QUANT_0102, "chunked_prefill_off_checked": "pooling",
      "chunked_prefill_forced": True, "prefix_caching_default_on": True, "engine_defaults_at": "_set_default_args_v1",
      "defaults_v1_only": True, "v0_only_architectures": _V0_ONLY_0102, "compilation_mode_checked": True,
+     "compilation_int_keys": _CC_INTS_0102,
      "block_size_unset": 16, "capture_sizes_unset": "single",
      "capture_size_architectures": frozenset({"GptOssForCausalLM"}),
      "spec_pp_refused_methods": frozenset({"eagle", "eagle3"}), "eagle3_targets": ("llama", "qwen"),
@@ -516,6 +536,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "chunked_prefill_forced": False, "batch_defaults": "clamped", "capture_sizes_unset": "ladder",
      "engine_defaults_at": "get_chunked_prefill_prefix_caching_defaults", "executor_mp_unset": True,
      "kv_cache_dtypes": _KV_012, "quantization_methods": _QUANT_0111, "partial_prefills_refused": True,
+     "compilation_int_keys": _CC_INTS_0111,
      "spec_self_drafting": frozenset({"ngram", "suffix"}) | (_EAGLE_MTP - {"eagle", "eagle3"}),
      "aliases": {**_ALIASES_0102, "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
                  "-n": "nnodes", "-r": "node_rank"},
@@ -559,7 +580,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "spec_detects_new_names": True, "kv_cache_dtypes": _KV_033, "quantization_methods": _QUANT_033,
      "kv_dtype_matches_model": True, "spec_pp_refused_methods": frozenset(), "eagle3_targets": (),
      "deprecated_quantization": frozenset({"fbgemm_fp8", "fp_quant"}),
-     "human_int_tera": True,
+     "human_int_tera": True, "dotted_human_ints": True, "compilation_int_keys": _CC_INTS_033,
      "human_int_options": frozenset({"max_num_batched_tokens", "kv_cache_memory_bytes", "max_num_scheduled_tokens",
                                      "max_num_queued_tokens", "safetensors_prefetch_block_size"}),
      "none_default_flags": frozenset({"async_scheduling", "disable_cascade_attn", "disable_hybrid_kv_cache_manager",
