@@ -18,6 +18,11 @@ pure, checked by running vLLM's own function outside the repository:
   JSON goes to ``TypeAdapter(CompilationConfig).validate_json`` (parse_dataclass), a pydantic dataclass in lax mode
   (checked with pydantic 2.14 outside the repository): ``"1k"`` for an int field is refused ("unable to parse string as
   an integer"), ``"1000"`` and ``"1000.0"`` are 1000. ``key+ a,b`` items are JSON-dumped as strings in every version.
+- JSON config values: only 0.33.0's ``parse_dataclass`` (vllm/engine/arg_utils.py ~369-374) runs
+  ``_expand_json_human_readable_numbers`` (~302-320) first, replacing each bare ``\\b\\d+(?:\\.\\d+)?[kKmMgGtT]\\b``
+  outside JSON strings by human_readable_int's digits (run outside the repository: ``{"a": 1k}`` -> ``{"a": 1000}``,
+  ``"1k"`` in quotes unchanged, ``1.5K`` raises, so argparse refuses the option). ``--speculative-config`` is
+  ``optional_type(json.loads)`` there (~1864), so a bare ``1k`` in it is invalid JSON, as in every earlier version.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from hoststate.collectors.vllm.argv import locate, normalise
+from hoststate.collectors.vllm.argv import locate, normalise, split_command
 from tests.vllm_lines import BASE, VERSIONS, model_root
 from tests.vllm_lines import snap as _snap
 from tests.vllm_lines import verdict as _verdict
@@ -38,7 +43,7 @@ def root(tmp_path: Path) -> Path:
 
 
 def _parsed(cmd: str, version: str | None):
-    command = locate(cmd.split())
+    command = locate(split_command(cmd))
     return normalise(command.args, version, program=command.program or "")
 
 
@@ -149,3 +154,34 @@ def test_plus_list_items_are_strings_in_every_version(version):
     assert _parsed(f"{BASE} --compilation-config.cudagraph_capture_sizes+ 8,1k", version).refusals
     parsed = _parsed(f"{BASE} --compilation-config.cudagraph_capture_sizes+ 8,16", version)
     assert not parsed.refusals and parsed.args["compilation_config"]["cudagraph_capture_sizes"] == [8, 16]
+
+
+# -- 4. bare human-readable numbers inside 0.33's dataclass-typed JSON options ----------------------------------------
+
+_JSON_1K = """--compilation-config '{"max_cudagraph_capture_size": 1k}'"""
+_JSON_1000 = """--compilation-config '{"max_cudagraph_capture_size": 1000}'"""
+
+
+def test_0330_expands_bare_human_numbers_in_a_config_object(root):
+    assert _parsed(f"{BASE} {_JSON_1K}", "0.33.0").args["compilation_config"] == {"max_cudagraph_capture_size": 1000}
+    assert _verdict(root, f"{BASE} {_JSON_1K}", f"{BASE} {_JSON_1000}", "0.33.0")[0] == "clean"
+    assert _verdict(root, f"{BASE} {_JSON_1K}", f"{BASE} -cc.max_cudagraph_capture_size=1k", "0.33.0")[0] == "clean"
+
+
+def test_0330_leaves_quoted_text_and_refuses_a_binary_fraction():
+    parsed = _parsed("""vllm serve m --kv-transfer-config '{"kv_connector": "1k", "kv_role": "kv_both", """
+                     """"kv_buffer_size": 2G}'""", "0.33.0")
+    assert parsed.args["kv_transfer_config"] == {"kv_connector": "1k", "kv_role": "kv_both", "kv_buffer_size": 2**31}
+    assert _parsed(f"""{BASE} --compilation-config '{{"max_cudagraph_capture_size": 1.5K}}'""", "0.33.0").refusals
+
+
+@pytest.mark.parametrize("version", ("0.10.2", "0.11.0", "0.11.1", "0.12.0"))
+def test_a_bare_human_number_is_invalid_json_before_0330(root, version):
+    data = _snap(root, f"{BASE} {_JSON_1K}", version)["vllm"]
+    assert "--compilation-config" in data["cudagraph"]["refused"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_speculative_config_is_plain_json_in_every_version(version):
+    spec = """--speculative-config '{"method": "ngram", "num_speculative_tokens": 1k, "prompt_lookup_max": 4}'"""
+    assert any("--speculative-config" in r for r in _parsed(f"{BASE} {spec}", version).refusals)

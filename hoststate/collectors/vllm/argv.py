@@ -459,7 +459,8 @@ def _take_value(tokens: list[str], i: int, dest: str, option: str, eq: str, inli
         out.args[dest] = None
         return nxt
     try:
-        out.args[dest] = convert(dest, kind, text, human_ints=rules.human_int_options, tera=rules.human_int_tera)
+        out.args[dest] = convert(dest, kind, text, human_ints=rules.human_int_options, tera=rules.human_int_tera,
+                                 json_human=rules.json_human_ints)
     except ValueError as err:
         out.refusals.append(str(err))
     return nxt

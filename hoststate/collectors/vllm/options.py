@@ -201,6 +201,28 @@ def human_int(text: str, *, tera: bool = False) -> int:
     return int(text)
 
 
+#: A JSON string literal, and a bare human-readable number outside one (0.33's JSON config values).
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BARE_HUMAN = re.compile(r"\b\d+(?:\.\d+)?[kKmMgGtT]\b")
+
+
+def expand_human_numbers(text: str, *, tera: bool = True) -> str:
+    """``text`` (a JSON value) with each bare human-readable number outside a JSON string replaced by its digits, as
+    0.33 does before pydantic reads a dataclass-typed option (``{"max_cudagraph_capture_size": 1k}`` -> 1000;
+    ``"1k"`` in quotes is left alone). ValueError for one human_readable_int refuses (``1.5K``)."""
+    def digits(m: re.Match[str]) -> str:
+        try:
+            return str(human_int(m.group(), tera=tera))
+        except ValueError:
+            raise ValueError(f"{m.group()}: decimals are not allowed with a binary suffix") from None
+    pieces, last = [], 0
+    for m in _JSON_STRING.finditer(text):
+        pieces += [_BARE_HUMAN.sub(digits, text[last:m.start()]), m.group()]
+        last = m.end()
+    pieces.append(_BARE_HUMAN.sub(digits, text[last:]))
+    return "".join(pieces)
+
+
 def loose_value(text: str, *, human: bool = True, tera: bool = False) -> Any:
     """A dotted or unknown option's value as vLLM reads it: JSON, then (``human``: 0.33's dotted keys) a human int with
     or without t/T (``tera``), else the string. Up to 0.12.0 FlexibleArgumentParser keeps a dotted value that is not
@@ -217,9 +239,11 @@ def loose_value(text: str, *, human: bool = True, tera: bool = False) -> Any:
         return text
 
 
-def convert(dest: str, kind: str, text: str, *, human_ints: frozenset[str] = HUMAN_INTS, tera: bool = False) -> Any:
+def convert(dest: str, kind: str, text: str, *, human_ints: frozenset[str] = HUMAN_INTS, tera: bool = False,
+            json_human: frozenset[str] = frozenset()) -> Any:
     """One option value converted by its type; raises ValueError with a message for a bad value. ``human_ints``: the
-    integer options the version reads with human_readable_int; ``tera``: whether its human_readable_int has t/T."""
+    integer options the version reads with human_readable_int; ``tera``: whether its human_readable_int has t/T;
+    ``json_human``: the JSON options whose bare human-readable numbers it expands (expand_human_numbers)."""
     if kind == INT:
         try:
             return human_int(text, tera=tera) if dest in human_ints else int(text)
@@ -245,12 +269,19 @@ def convert(dest: str, kind: str, text: str, *, human_ints: frozenset[str] = HUM
     if kind == DICTSTR and not re.fullmatch(r"(?s)\s*\{.*\}\s*", text):
         return text
     if kind in (JSON, DICTSTR):
-        stripped = text.strip()
-        try:
-            value = json.loads(stripped)
-        except ValueError as err:
-            raise ValueError(f"--{dest.replace('_', '-')}: invalid JSON ({err.msg} at column {err.colno})") from None
-        if not isinstance(value, dict):
-            raise ValueError(f"--{dest.replace('_', '-')}: expected a JSON object, got {type(value).__name__}")
-        return value
+        return _json_object(dest, text.strip(), dest in json_human, tera)
     return text
+
+
+def _json_object(dest: str, text: str, expand: bool, tera: bool) -> dict[str, Any]:
+    """A JSON-object option's value; ``expand``: its bare human-readable numbers first (expand_human_numbers)."""
+    option = f"--{dest.replace('_', '-')}"
+    try:
+        value = json.loads(expand_human_numbers(text, tera=tera) if expand else text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{option}: invalid JSON ({err.msg} at column {err.colno})") from None
+    except ValueError as err:
+        raise ValueError(f"{option}: {err}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{option}: expected a JSON object, got {type(value).__name__}")
+    return value

@@ -291,6 +291,11 @@ class Rules:
     #: to 0.12.0 it stays a string (0.12.0 ~340-344), which an int field of the config refuses (compilation_int_keys).
     #: In no version are the items of ``key+ a,b`` read so: they are JSON-dumped as strings, a list of strings.
     dotted_human_ints: bool = False
+    #: Options whose JSON value has its bare (unquoted) human-readable numbers expanded before pydantic reads it
+    #: (``_expand_json_human_readable_numbers`` in the ``parse_dataclass`` type of a dataclass-typed option,
+    #: vllm/engine/arg_utils.py ~302-320 and ~369-374 of 0.33.0): ``{"max_cudagraph_capture_size": 1k}`` is 1000
+    #: there; elsewhere, and for ``--speculative-config`` (``json.loads``), it is invalid JSON.
+    json_human_ints: frozenset[str] = frozenset()
     #: compilation_config keys (``pass_config.x`` for PassConfig's) typed int or a list of ints in the version's
     #: CompilationConfig, ``level`` aside (compilation_mode_checked): a pydantic dataclass in lax mode, so a string
     #: that is not an integer (``"1k"``) is refused, a numeric one (``"1000"``) read as the number. Empty: not checked.
@@ -417,6 +422,12 @@ _NEW_AFTER_0102 = _NEW_0110 | _NEW_AFTER_0110
 #: CompilationConfig's int fields that take a value (vllm/config/compilation.py; level aside): 0.11.1 adds
 #: max_cudagraph_capture_size and PassConfig loses fi_allreduce_fusion_max_token_num; 0.33.0 adds the encoder and
 #: decoder-replay sizes, the compile range endpoints and PassConfig's rope_kvcache_fusion_max_token_num.
+#: 0.33.0's dataclass-typed options (type ``parse_dataclass``, or ``optional_type`` of it: the recorded parser's types
+#: and vllm/engine/arg_utils.py's annotations) that hoststate reads as JSON.
+_JSON_HUMAN_033 = frozenset({
+    "compilation_config", "attention_config", "eplb_config", "structured_outputs_config", "kernel_config",
+    "profiler_config", "logging_config", "ir_op_priority", "aux_output_config", "ec_manager_config",
+    "fault_tolerance_config", "watchdog_config", "pooler_config", "kv_transfer_config", "kv_events_config"})
 _CC_INTS_0102 = frozenset({"cudagraph_num_of_warmups", "cudagraph_capture_sizes",
                            "pass_config.fi_allreduce_fusion_max_token_num"})
 _CC_INTS_0111 = frozenset({"cudagraph_num_of_warmups", "cudagraph_capture_sizes", "max_cudagraph_capture_size"})
@@ -581,6 +592,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "kv_dtype_matches_model": True, "spec_pp_refused_methods": frozenset(), "eagle3_targets": (),
      "deprecated_quantization": frozenset({"fbgemm_fp8", "fp_quant"}),
      "human_int_tera": True, "dotted_human_ints": True, "compilation_int_keys": _CC_INTS_033,
+     "json_human_ints": _JSON_HUMAN_033,
      "human_int_options": frozenset({"max_num_batched_tokens", "kv_cache_memory_bytes", "max_num_scheduled_tokens",
                                      "max_num_queued_tokens", "safetensors_prefetch_block_size"}),
      "none_default_flags": frozenset({"async_scheduling", "disable_cascade_attn", "disable_hybrid_kv_cache_manager",
