@@ -23,6 +23,11 @@ pure, checked by running vLLM's own function outside the repository:
   outside JSON strings by human_readable_int's digits (run outside the repository: ``{"a": 1k}`` -> ``{"a": 1000}``,
   ``"1k"`` in quotes unchanged, ``1.5K`` raises, so argparse refuses the option). ``--speculative-config`` is
   ``optional_type(json.loads)`` there (~1864), so a bare ``1k`` in it is invalid JSON, as in every earlier version.
+- ``--all2all-backend``: ParallelConfig.all2all_backend is a Literal (``| None`` in 0.11.1 and 0.12.0,
+  vllm/config/parallel.py ~120-130 and ~125-135; 0.33.0's All2AllBackend ~45-60 without None), which literal_to_kwargs
+  turns into argparse choices; _compute_kwargs appends the string "None" where the field admits None, but optional_type
+  returns None for "None" and "", not among them: argparse refuses both ("invalid choice: None", checked with argparse
+  itself), as it refuses any name outside the Literal.
 """
 
 from __future__ import annotations
@@ -185,3 +190,24 @@ def test_a_bare_human_number_is_invalid_json_before_0330(root, version):
 def test_the_speculative_config_is_plain_json_in_every_version(version):
     spec = """--speculative-config '{"method": "ngram", "num_speculative_tokens": 1k, "prompt_lookup_max": 4}'"""
     assert any("--speculative-config" in r for r in _parsed(f"{BASE} {spec}", version).refusals)
+
+
+# -- 5. --all2all-backend: argparse choices ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("version", ("0.11.1", "0.12.0", "0.33.0"))
+@pytest.mark.parametrize("value", ["None", "''", "bogus"])
+def test_all2all_backend_outside_its_choices_is_refused(root, version, value):
+    data = _snap(root, f"{BASE} --all2all-backend {value}", version)["vllm"]
+    assert "--all2all-backend" in data["cudagraph"]["refused"], data["cudagraph"]
+
+
+@pytest.mark.parametrize("version", ("0.11.1", "0.12.0", "0.33.0"))
+def test_all2all_backend_choices_are_kept(root, version):
+    assert not _parsed(f"{BASE} --all2all-backend deepep_low_latency", version).refusals
+    assert _verdict(root, f"{BASE} --all2all-backend naive", f"{BASE} --all2all-backend pplx", version)[0] \
+        == "invalidating"
+
+
+def test_moonep_is_a_choice_of_0330_only():
+    assert not _parsed(f"{BASE} --all2all-backend moonep", "0.33.0").refusals
+    assert _parsed(f"{BASE} --all2all-backend moonep", "0.12.0").refusals

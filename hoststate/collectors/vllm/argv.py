@@ -544,6 +544,15 @@ def _model(positionals: list[str], program: str, out: Normalised) -> None:
         out.notes.append("no --model: the api_server default (facebook/opt-125m) applies")
 
 
+def _all2all_choice(out: Normalised, rules: Rules) -> None:
+    """``--all2all-backend`` outside the version's choices (all2all_backends) is refused by argparse; where the field
+    admits None its type reads "None" and "" as None, which is no choice either (so neither is kept as a setting)."""
+    backend = out.args.get("all2all_backend")
+    if rules.all2all_backends and backend is not None and backend not in rules.all2all_backends:
+        out.refusals.append(f"--all2all-backend: invalid choice: {backend!r} (choose from "
+                            f"{', '.join(sorted(rules.all2all_backends))})")
+
+
 def _version_values(out: Normalised, rules: Rules) -> None:
     """Values this version's parser refuses although the option exists."""
     if out.args.get("max_model_len") == "auto" and not rules.max_model_len_auto:
@@ -561,6 +570,7 @@ def _version_values(out: Normalised, rules: Rules) -> None:
     quant = out.args.get("quantization")
     if rules.quantization_methods and quant is not None and quant not in rules.quantization_methods:
         out.refusals.append(f"--quantization: Unknown quantization method: {quant!r} (vLLM {rules.version})")
+    _all2all_choice(out, rules)
     for dest, allowed in CHOICES.items():
         if dest in out.args and out.args[dest] not in allowed:
             out.refusals.append(f"--{dest.replace('_', '-')}: invalid choice: {out.args[dest]!r} "

@@ -296,6 +296,11 @@ class Rules:
     #: vllm/engine/arg_utils.py ~302-320 and ~369-374 of 0.33.0): ``{"max_cudagraph_capture_size": 1k}`` is 1000
     #: there; elsewhere, and for ``--speculative-config`` (``json.loads``), it is invalid JSON.
     json_human_ints: frozenset[str] = frozenset()
+    #: ``--all2all-backend`` choices: ParallelConfig's Literal, which literal_to_kwargs turns into argparse choices.
+    #: Where the field admits None (0.11.1, 0.12.0) vLLM appends the string "None" to them, but optional_type returns
+    #: None for "None" and "", which is not among them, so both are refused as well (as ``--quantization None`` up to
+    #: 0.12.0); 0.33.0's field takes no None (type str). Empty: not checked.
+    all2all_backends: frozenset[str] = frozenset()
     #: compilation_config keys (``pass_config.x`` for PassConfig's) typed int or a list of ints in the version's
     #: CompilationConfig, ``level`` aside (compilation_mode_checked): a pydantic dataclass in lax mode, so a string
     #: that is not an integer (``"1k"``) is refused, a numeric one (``"1000"``) read as the number. Empty: not checked.
@@ -424,6 +429,12 @@ _NEW_AFTER_0102 = _NEW_0110 | _NEW_AFTER_0110
 #: decoder-replay sizes, the compile range endpoints and PassConfig's rope_kvcache_fusion_max_token_num.
 #: 0.33.0's dataclass-typed options (type ``parse_dataclass``, or ``optional_type`` of it: the recorded parser's types
 #: and vllm/engine/arg_utils.py's annotations) that hoststate reads as JSON.
+#: ``--all2all-backend`` choices: ParallelConfig.all2all_backend's Literal (vllm/config/parallel.py ~125-135 of 0.12.0,
+#: the same in 0.11.1) and 0.33.0's All2AllBackend (~45-60).
+_ALL2ALL_0111 = frozenset({"naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "allgather_reducescatter",
+                           "flashinfer_all2allv"})
+_ALL2ALL_033 = _ALL2ALL_0111 | {"deepep_v2", "mori_high_throughput", "mori_low_latency", "moonep", "nixl_ep",
+                                "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided", "passthrough"}
 _JSON_HUMAN_033 = frozenset({
     "compilation_config", "attention_config", "eplb_config", "structured_outputs_config", "kernel_config",
     "profiler_config", "logging_config", "ir_op_priority", "aux_output_config", "ec_manager_config",
@@ -547,7 +558,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "chunked_prefill_forced": False, "batch_defaults": "clamped", "capture_sizes_unset": "ladder",
      "engine_defaults_at": "get_chunked_prefill_prefix_caching_defaults", "executor_mp_unset": True,
      "kv_cache_dtypes": _KV_012, "quantization_methods": _QUANT_0111, "partial_prefills_refused": True,
-     "compilation_int_keys": _CC_INTS_0111,
+     "compilation_int_keys": _CC_INTS_0111, "all2all_backends": _ALL2ALL_0111,
      "spec_self_drafting": frozenset({"ngram", "suffix"}) | (_EAGLE_MTP - {"eagle", "eagle3"}),
      "aliases": {**_ALIASES_0102, "-dph": "data_parallel_hybrid_lb", "-dpe": "data_parallel_external_lb",
                  "-n": "nnodes", "-r": "node_rank"},
@@ -592,7 +603,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "kv_dtype_matches_model": True, "spec_pp_refused_methods": frozenset(), "eagle3_targets": (),
      "deprecated_quantization": frozenset({"fbgemm_fp8", "fp_quant"}),
      "human_int_tera": True, "dotted_human_ints": True, "compilation_int_keys": _CC_INTS_033,
-     "json_human_ints": _JSON_HUMAN_033,
+     "json_human_ints": _JSON_HUMAN_033, "all2all_backends": _ALL2ALL_033,
      "human_int_options": frozenset({"max_num_batched_tokens", "kv_cache_memory_bytes", "max_num_scheduled_tokens",
                                      "max_num_queued_tokens", "safetensors_prefetch_block_size"}),
      "none_default_flags": frozenset({"async_scheduling", "disable_cascade_attn", "disable_hybrid_kv_cache_manager",
