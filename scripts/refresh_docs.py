@@ -1,6 +1,8 @@
-"""Rewrite the outputs README.md, docs/tutorial.md and docs/recipes.md show, from a fresh run of their commands.
+"""Rewrite the outputs README.md, docs/tutorial.md and docs/recipes.md show, from a fresh run of their commands, and
+the seed sweep's outputs docs/watch.md shows, from a fresh run of its scripts (tests/test_results_docs.py).
 
-Run it after a change of ratings, wording or digests makes tests/test_docs.py fail, then review the diff:
+Run it after a change of ratings, wording or digests makes tests/test_docs.py or tests/test_results_docs.py fail,
+then review the diff:
     python scripts/refresh_docs.py            # rewrite in place
     python scripts/refresh_docs.py --check    # only list what is stale (exit 1 if anything is)
 """
@@ -15,6 +17,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests import docexec  # noqa: E402
 from tests.test_docs import DOCS, PRELUDE, docs_env  # noqa: E402
+from tests.test_results_docs import run_blocks  # noqa: E402
+
+WATCH = Path(__file__).resolve().parent.parent / "docs" / "watch.md"
+
+
+def sweep_outputs(check: bool, page: Path = WATCH) -> int:
+    """The seed sweep's shown outputs (docs/watch.md, or ``page``) against a run of its scripts: how many are stale,
+    each rewritten unless ``check``."""
+    text, stale = page.read_text(), 0
+    with tempfile.TemporaryDirectory(prefix="hoststate-sweep-") as tmp:
+        runs = run_blocks(Path(tmp), text)
+    for script, shown, proc in runs:
+        if proc.stdout == shown:
+            continue
+        stale += 1
+        print(f"{page.name}: {script.splitlines()[0]}")
+        block = f"{script}```\n\n```\n{shown}```"
+        assert text.count(block) == 1, "the script and its output are one block pair in docs/watch.md"
+        text = text.replace(block, f"{script}```\n\n```\n{proc.stdout}```")
+    if not check:
+        page.write_text(text)
+    return stale
 
 
 def main(argv: list[str]) -> int:
@@ -37,6 +61,7 @@ def main(argv: list[str]) -> int:
             lines[c.out_start:c.out_end] = docexec.refreshed(c.shown, c.actual)
         if not check:
             doc.write_text("\n".join(lines) + "\n")
+    stale += sweep_outputs(check)
     print(f"{stale} stale output(s)" + ("" if check else " rewritten"))
     return 1 if check and stale else 0
 

@@ -31,9 +31,9 @@ json.dump(result, open(os.path.join(a.result_dir, a.result_filename), "w"))
 """
 
 
-def _blocks() -> list[tuple[str, str]]:
-    """(script, the output block after it) for each ``# seed-*.sh`` block of docs/watch.md."""
-    text = (REPO / "docs" / "watch.md").read_text()
+def _blocks(text: str | None = None) -> list[tuple[str, str]]:
+    """(script, the output block after it) for each ``# seed-*.sh`` block of docs/watch.md (or of ``text``)."""
+    text = (REPO / "docs" / "watch.md").read_text() if text is None else text
     return re.findall(r"```sh\n(# seed-[a-z-]+\.sh\n.*?)```\n\n```\n(.*?)```", text, re.S)
 
 
@@ -45,7 +45,27 @@ def _workdir(tmp_path: pathlib.Path) -> dict[str, str]:
     (bindir / "vllm").write_text(VLLM.replace("PYTHON", sys.executable))
     for stub in bindir.iterdir():
         stub.chmod(0o755)
-    return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": PYTHONPATH}
+    return _env(tmp_path)
+
+
+def _env(tmp_path: pathlib.Path) -> dict[str, str]:
+    """The environment the blocks run in once _workdir has set ``tmp_path`` up."""
+    return {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "PYTHONPATH": PYTHONPATH}
+
+
+def run_blocks(tmp_path: pathlib.Path,
+               text: str | None = None) -> list[tuple[str, str, subprocess.CompletedProcess[str]]]:
+    """Each ``# seed-*.sh`` block of docs/watch.md (or of ``text``) run in turn in ``tmp_path``, as a reader runs
+    them: (script, the output the page shows after it, the run). scripts/refresh_docs.py rewrites the shown outputs
+    from these runs."""
+    env = _workdir(tmp_path)
+    runs = []
+    for script, shown in _blocks(text):
+        name = script.splitlines()[0][2:]
+        (tmp_path / name).write_text(script)
+        proc = subprocess.run(["bash", name], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        runs.append((script, shown, proc))
+    return runs
 
 
 def _schema(name: str) -> jsonschema.Draft202012Validator:
@@ -56,16 +76,14 @@ def _schema(name: str) -> jsonschema.Draft202012Validator:
 
 def test_the_seed_sweep_replayed_end_to_end(tmp_path: pathlib.Path) -> None:
     require(shutil.which("bash") is not None, "bash")
-    blocks = _blocks()
-    assert [b[0].splitlines()[0] for b in blocks] == ["# seed-sweep.sh", "# seed-separate.sh"]
-    env = _workdir(tmp_path)
-    for script, shown in blocks:
-        name = script.splitlines()[0][2:]
-        (tmp_path / name).write_text(script)
-        proc = subprocess.run(["bash", name], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    runs = run_blocks(tmp_path)
+    assert [script.splitlines()[0] for script, _, _ in runs] == ["# seed-sweep.sh", "# seed-separate.sh"]
+    for _script, shown, proc in runs:
         assert proc.returncode == 1, proc.stderr  # results refuses the mixed sweep
-        assert proc.stdout == shown, proc.stderr
+        assert proc.stdout == shown, proc.stderr  # stale: python scripts/refresh_docs.py
         assert "hoststate guard: run clean" in proc.stderr
+    blocks = [(script, shown) for script, shown, _ in runs]
+    env = _env(tmp_path)
     first, second = blocks[0][1], blocks[1][1]
     # both changes named, their shift, and that this sweep cannot part them ...
     assert "  B                   1355   3 cell(s), 1350-1362  output_throughput 1005 -> 1355 (+34.8 %)" in first
@@ -108,3 +126,20 @@ def test_the_records_the_watch_writes_validate(tmp_path: pathlib.Path, monkeypat
             assert "attach_error" in side
     broken = dict(run.record, verdict="fine")
     assert not record.is_valid(broken)
+
+
+def test_the_refresh_script_rewrites_a_stale_sweep_output(tmp_path: pathlib.Path) -> None:
+    """A digest the page shows that a run no longer prints is found by ``--check`` and rewritten to what the run
+    prints (scripts/refresh_docs.py sweep_outputs), leaving the rest of the page as it was."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import refresh_docs
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    page = tmp_path / "watch.md"
+    real = (REPO / "docs" / "watch.md").read_text()
+    digest = re.search(r"reference \(baseline base\.toml\): sha256:([0-9a-f]{12})", real).group(1)
+    page.write_text(real.replace(digest, "0" * 12))
+    assert refresh_docs.sweep_outputs(True, page) == 2 and page.read_text() != real
+    assert refresh_docs.sweep_outputs(False, page) == 2
+    assert page.read_text() == real
