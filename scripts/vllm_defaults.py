@@ -22,26 +22,37 @@ RECORDED = REPO / "fixtures" / "vllm" / "oracle" / "options"
 OUT = REPO / "hoststate" / "data" / "vllm_defaults.json"
 
 
-#: ``_optional_type`` dests whose argparse action also has ``choices`` (a Literal type without ``str``, which
-#: vllm/engine/arg_utils.py literal_to_kwargs turns into choices, to which _compute_kwargs appends the string "None"):
-#: the None the type returns for "None" or "" is not among them, so argparse refuses it. Read from each version's
-#: config annotations (the recordings do not hold choices); the versions where it holds, None for every version.
-NONE_REFUSED: dict[str, frozenset[str] | None] = {
-    "quantization": frozenset({"0.10.2", "0.11.0", "0.11.1", "0.12.0"}),  # 0.33: QuantizationMethods | str | None
-    "task": None, "preemption_mode": None, "kv_offloading_backend": None, "dcp_comm_backend": None,
-    "mamba_ssu_algorithm": None, "safetensors_load_strategy": None, "tool_strict_level": None,
-    "mm_encoder_attn_dtype": None, "all2all_backend": None,
+CHOICES = REPO / "hoststate" / "data" / "vllm_choices.json"
+
+#: ``_optional_type`` dests whose "None" / "" argparse refuses although hoststate/data/vllm_choices.json (derived by
+#: scripts/vllm_choices.py from each version's source) does not say so: kept by hand as hoststate read them before.
+#: The versions where it holds, None for every version. ``quantization``: the earlier hand list said argparse has
+#: choices up to 0.12.0, but at run time its config module binds ``QuantizationMethods = Any`` (the Literal is
+#: imported under TYPE_CHECKING only), so the derivation finds no choices; left as it was, to be settled.
+NONE_REFUSED_BY_HAND: dict[str, frozenset[str] | None] = {
+    "quantization": frozenset({"0.10.2", "0.11.0", "0.11.1", "0.12.0"}),
+    "tool_strict_level": None,  # a FrontendArgs option: vllm_choices.py reads EngineArgs only
     # enum-typed (AttentionBackendEnum): not read here, so kept as hoststate read them before
     "attention_backend": None, "mm_encoder_attn_backend": None,
 }
 
 
+def _none_refused(dest: str, version: str) -> bool:
+    """argparse refuses optional_type's None: the version's derived choices hold no None object (the string "None"
+    that 0.10.2-0.12.0 append is never equal to it), or NONE_REFUSED_BY_HAND says so."""
+    choices = json.loads(CHOICES.read_text())["versions"].get(version, {}).get(dest)
+    if choices is not None:
+        return None not in choices
+    hand = NONE_REFUSED_BY_HAND.get(dest, frozenset())
+    return hand is None or version in hand
+
+
 def _none_is_unset(dest: str, info: dict[str, Any], version: str) -> bool:
     """vLLM's optional_type (vllm/engine/arg_utils.py) reads "None" and "" as None, which is the parser default of
     these dests: a single value-taking action typed ``_optional_type`` whose default is None and that has no
-    choices (NONE_REFUSED)."""
+    choices that refuse it (_none_refused)."""
     actions = info["actions"]
-    refused = dest in NONE_REFUSED and (NONE_REFUSED[dest] is None or version in NONE_REFUSED[dest])  # type: ignore[operator]
+    refused = _none_refused(dest, version)
     return (len(actions) == 1 and actions[0]["type"] == "_optional_type" and actions[0]["nargs"] is None
             and actions[0]["default"] is None and not refused)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hoststate.collectors.vllm.configfile import ConfigError, check_path, config_tokens, parse_config_text
-from hoststate.collectors.vllm.defaults import defaults_for, drop_defaults, none_is_unset
+from hoststate.collectors.vllm.defaults import choices_for, defaults_for, drop_defaults, none_is_unset
 from hoststate.collectors.vllm.modes import COMP_NAMES, parse_cg_mode, parse_comp_mode
 from hoststate.collectors.vllm.options import (
     BOOL,
@@ -32,7 +32,6 @@ from hoststate.collectors.vllm.options import (
     OPTIONS,
     STR,
     convert,
-    human_int,
     loose_value,
 )
 from hoststate.collectors.vllm.versions import Rules, rules_for
@@ -431,9 +430,11 @@ def _take_list(tokens: list[str], i: int, dest: str, option: str, eq: str, inlin
         out.refusals.append(f"{option}: expected at least one argument")
     elif _kind(dest) == INTLIST:
         try:
-            out.args[dest] = [human_int(v) for part in values for v in part.split(",") if v]
-        except ValueError:
-            out.refusals.append(f"{option}: invalid int list {' '.join(values)!r}")
+            # argparse ``type=int, nargs="+"`` (optional_type(int) where the field admits None) in every
+            # recorded version: each token is Python's int(), so neither "1k" nor "1,2" is read
+            out.args[dest] = [int(v) for v in values]
+        except ValueError as err:
+            out.refusals.append(f"{option}: invalid int value: {str(err).rpartition(': ')[2]}")
     else:
         out.args[dest] = values
     return j
@@ -544,6 +545,30 @@ def _model(positionals: list[str], program: str, out: Normalised) -> None:
         out.notes.append("no --model: the api_server default (facebook/opt-125m) applies")
 
 
+def _derived_choices(out: Normalised, rules: Rules, version: str | None) -> bool:
+    """Every option with argparse ``choices`` in exactly ``version`` (defaults.choices_for, derived from vLLM's
+    source by scripts/vllm_choices.py): argparse refuses a value outside them (each item of a list option); an
+    optional option's "None" / "" is optional_type's None, accepted only where None itself is a choice (0.33). A dest
+    already refused by a check of its own is left to it. False where the version's choices are not recorded."""
+    table = choices_for(version)
+    for dest, choices in table.items():
+        if dest not in out.args or out.args[dest] is None:
+            continue
+        option = f"--{dest.replace('_', '-')}"
+        if any(r.startswith(option + ":") for r in out.refusals):
+            continue
+        optional = bool(choices) and choices[-1] in (None, "None")
+        value = out.args[dest]
+        for item in value if isinstance(value, list) else [value]:
+            if optional and item in ("None", ""):
+                item = None
+            if item not in choices:
+                shown = ", ".join(str(c) for c in choices)
+                out.refusals.append(f"{option}: invalid choice: {item!r} (choose from {shown})")
+                break
+    return bool(table)
+
+
 def _all2all_choice(out: Normalised, rules: Rules) -> None:
     """``--all2all-backend`` outside the version's choices (all2all_backends) is refused by argparse; where the field
     admits None its type reads "None" and "" as None, which is no choice either (so neither is kept as a setting)."""
@@ -553,7 +578,7 @@ def _all2all_choice(out: Normalised, rules: Rules) -> None:
                             f"{', '.join(sorted(rules.all2all_backends))})")
 
 
-def _version_values(out: Normalised, rules: Rules) -> None:
+def _version_values(out: Normalised, rules: Rules, version: str | None = None) -> None:
     """Values this version's parser refuses although the option exists."""
     if out.args.get("max_model_len") == "auto" and not rules.max_model_len_auto:
         out.refusals.append(f"--max-model-len: invalid human_readable_int value: 'auto' (vLLM {rules.version})")
@@ -570,7 +595,8 @@ def _version_values(out: Normalised, rules: Rules) -> None:
     quant = out.args.get("quantization")
     if rules.quantization_methods and quant is not None and quant not in rules.quantization_methods:
         out.refusals.append(f"--quantization: Unknown quantization method: {quant!r} (vLLM {rules.version})")
-    _all2all_choice(out, rules)
+    if not _derived_choices(out, rules, version):
+        _all2all_choice(out, rules)  # a version whose choices are not recorded: the rule's own list
     for dest, allowed in CHOICES.items():
         if dest in out.args and out.args[dest] not in allowed:
             out.refusals.append(f"--{dest.replace('_', '-')}: invalid choice: {out.args[dest]!r} "
@@ -762,7 +788,7 @@ def normalise(
     tokens = _config_file(tokens, program, rules, config_loader, out)
     tokens = _pass1(tokens, rules, out)
     _model(_pass2(tokens, rules, out, none_is_unset(version)), program, out)
-    _version_values(out, rules)
+    _version_values(out, rules, version)
     _compilation_keys(out, rules)
     known = defaults_for(version)
     out.defaults_source = known.source

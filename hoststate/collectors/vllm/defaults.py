@@ -29,6 +29,7 @@ from hoststate.collectors.vllm.versions import Rules, version_key
 from hoststate.collectors.vllm_release import data_path
 
 DATA = "vllm_defaults.json"
+CHOICES_DATA = "vllm_choices.json"
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,6 +51,24 @@ def none_is_unset(version: str | None) -> frozenset[str]:
         if key is not None and version_key(recorded) == key:
             return frozenset(dests)
     return frozenset()
+
+
+@functools.lru_cache(maxsize=1)
+def _choices_data() -> dict[str, Any]:
+    with open(data_path(CHOICES_DATA), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def choices_for(version: str | None) -> dict[str, list[Any]]:
+    """The argparse ``choices`` of exactly ``version``'s options by dest (hoststate/data/vllm_choices.json, derived
+    by scripts/vllm_choices.py from vLLM's source): None in a list is the None object 0.33 appends for an optional
+    Literal (so "None" and "" are accepted there), "None" the string earlier versions append (which the None that
+    optional_type returns never equals). Empty for a version not recorded."""
+    key = version_key(version or "")
+    for recorded, table in _choices_data()["versions"].items():
+        if key is not None and version_key(recorded) == key:
+            return table
+    return {}
 
 
 @dataclass(frozen=True)
