@@ -26,11 +26,10 @@ CHOICES = REPO / "hoststate" / "data" / "vllm_choices.json"
 
 #: ``_optional_type`` dests whose "None" / "" argparse refuses although hoststate/data/vllm_choices.json (derived by
 #: scripts/vllm_choices.py from each version's source) does not say so: kept by hand as hoststate read them before.
-#: The versions where it holds, None for every version. ``quantization``: the earlier hand list said argparse has
-#: choices up to 0.12.0, but at run time its config module binds ``QuantizationMethods = Any`` (the Literal is
-#: imported under TYPE_CHECKING only), so the derivation finds no choices; left as it was, to be settled.
+#: The versions where it holds, None for every version. Not ``quantization``: its config module binds
+#: ``QuantizationMethods = Any`` at run time in 0.10.2-0.12.0 (the Literal is imported under TYPE_CHECKING only:
+#: vllm/config/__init__.py of 0.10.2, vllm/config/model.py after), so argparse has no choices for it and takes None.
 NONE_REFUSED_BY_HAND: dict[str, frozenset[str] | None] = {
-    "quantization": frozenset({"0.10.2", "0.11.0", "0.11.1", "0.12.0"}),
     "tool_strict_level": None,  # a FrontendArgs option: vllm_choices.py reads EngineArgs only
     # enum-typed (AttentionBackendEnum): not read here, so kept as hoststate read them before
     "attention_backend": None, "mm_encoder_attn_backend": None,
