@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from hoststate.collectors.vllm.argv import locate, normalise
 from tests.vllm_lines import BASE, VERSIONS, model_root
+from tests.vllm_lines import parsed as _parsed
 from tests.vllm_lines import snap as _snap
 from tests.vllm_lines import verdict as _verdict
 
@@ -29,11 +29,6 @@ from tests.vllm_lines import verdict as _verdict
 @pytest.fixture()
 def root(tmp_path: Path) -> Path:
     return model_root(tmp_path)
-
-
-def _parsed(cmd: str, version: str | None):
-    command = locate(cmd.split())
-    return normalise(command.args, version, program=command.program or "")
 
 
 # -- optional_type: "None" and "" are None, the parser default ------------------------------------------------------

@@ -36,8 +36,9 @@ from pathlib import Path
 
 import pytest
 
-from hoststate.collectors.vllm.argv import locate, normalise, split_command
+from hoststate.collectors.vllm.argv import normalise
 from tests.vllm_lines import BASE, VERSIONS, model_root
+from tests.vllm_lines import parsed as _parsed
 from tests.vllm_lines import snap as _snap
 from tests.vllm_lines import verdict as _verdict
 
@@ -45,11 +46,6 @@ from tests.vllm_lines import verdict as _verdict
 @pytest.fixture()
 def root(tmp_path: Path) -> Path:
     return model_root(tmp_path)
-
-
-def _parsed(cmd: str, version: str | None):
-    command = locate(split_command(cmd))
-    return normalise(command.args, version, program=command.program or "")
 
 
 # -- 1. the integer options each version reads with human_readable_int -------------------------------------------------

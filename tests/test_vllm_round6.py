@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from hoststate.collectors.vllm.argv import locate, normalise, split_command
 from hoststate.collectors.vllm.defaults import choices_for
 from tests.vllm_lines import BASE, VERSIONS, model_root
+from tests.vllm_lines import parsed as _parsed
 from tests.vllm_lines import snap as _snap
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,11 +31,6 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture()
 def root(tmp_path: Path) -> Path:
     return model_root(tmp_path)
-
-
-def _parsed(cmd: str, version: str | None):
-    command = locate(split_command(cmd))
-    return normalise(command.args, version, program=command.program or "")
 
 
 def _refused(cmd: str, version: str, option: str) -> bool:

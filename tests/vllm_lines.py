@@ -10,6 +10,7 @@ from typing import Any
 
 from hoststate.collectors import Context
 from hoststate.collectors import vllm as vllm_collector
+from hoststate.collectors.vllm.argv import Normalised, locate, normalise, split_command
 from hoststate.diff import compare
 from tests.conftest import FIXTURES
 
@@ -24,6 +25,12 @@ def model_root(tmp_path: Path) -> Path:
     (tmp_path / "models" / "llama").mkdir(parents=True)
     (tmp_path / "models" / "llama" / "config.json").write_text(json.dumps(CONFIG))
     return tmp_path
+
+
+def parsed(cmd: str, version: str | None) -> Normalised:
+    """``cmd`` split as a shell would and read as ``version``'s parser reads it (argv.normalise)."""
+    command = locate(split_command(cmd))
+    return normalise(command.args, version, program=command.program or "")
 
 
 def snap(root: Path, cmd: str, version: str) -> dict[str, Any]:
