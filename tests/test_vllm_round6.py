@@ -21,11 +21,10 @@ from pathlib import Path
 import pytest
 
 from hoststate.collectors.vllm.defaults import choices_for
+from hoststate.collectors.vllm_release import data_path
 from tests.vllm_lines import BASE, VERSIONS, model_root
 from tests.vllm_lines import parsed as _parsed
 from tests.vllm_lines import snap as _snap
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture()
@@ -38,7 +37,7 @@ def _refused(cmd: str, version: str, option: str) -> bool:
 
 
 def _cases() -> list[tuple[str, str, list]]:
-    data = json.loads((REPO / "hoststate" / "data" / "vllm_choices.json").read_text())["versions"]
+    data = json.loads(Path(data_path("vllm_choices.json")).read_text())["versions"]  # the installed package's
     return [(version, dest, choices) for version, table in sorted(data.items())
             for dest, choices in sorted(table.items())]
 
