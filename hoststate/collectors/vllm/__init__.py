@@ -267,7 +267,7 @@ def _host_gpus(ctx: Context) -> int | None:
 
 def _gpu_models(ctx: Context) -> list[tuple[Any, Any]] | None:
     """The host's GPUs as (name, memory total bytes), for the batch sizes vLLM takes by its device 0
-    (defaults.large_gpu); None when not collected, and where a GPU runs MIG (vLLM then sees an instance)."""
+    (sizes.large_gpu); None when not collected, and where a GPU runs MIG (vLLM then sees an instance)."""
     devices = _gpu_data(ctx).get("devices")
     if not isinstance(devices, dict) or not devices:
         return None
@@ -367,8 +367,9 @@ def _resolved(ctx: Context, parsed: _Args, version: str | None) -> dict[str, Any
     ``args_resolved`` says what and why, so a spelling-only change leaves ``args`` alone."""
     from hoststate.collectors.vllm.argv import compilation_held
     from hoststate.collectors.vllm.cudagraph import v1_engine_sure
-    from hoststate.collectors.vllm.defaults import capture_given, defaults_for, resolve
+    from hoststate.collectors.vllm.defaults import defaults_for, resolve
     from hoststate.collectors.vllm.model import UNKNOWN
+    from hoststate.collectors.vllm.sizes import capture_given
     from hoststate.collectors.vllm.versions import rules_for
 
     assert parsed.args is not None

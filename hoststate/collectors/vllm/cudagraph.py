@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hoststate.collectors.vllm.defaults import DTYPE_NAMES, derived_max_len
-from hoststate.collectors.vllm.model import UNKNOWN, ModelFacts
+from hoststate.collectors.vllm.defaults import DTYPE_NAMES
+from hoststate.collectors.vllm.model import UNKNOWN, ModelFacts, derived_max_len
 from hoststate.collectors.vllm.modes import COMP_NAMES, has_full, has_piecewise, parse_cg_mode, parse_comp_mode
 from hoststate.collectors.vllm.speculative import MTP_LAYER_KEYS, detect, is_mtp
 from hoststate.collectors.vllm.versions import DEFAULT_OPT_LEVEL, OPT_LEVEL_CUDAGRAPH, Rules, rules_for

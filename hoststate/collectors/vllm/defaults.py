@@ -7,7 +7,7 @@ version's own parser recorded (fixtures/vllm/oracle/options). A version without 
 defaults: its arguments are kept as spelled, and ``DefaultsFor.source`` says so.
 
 Beyond the parser, a few arguments resolve against the model or the engine (``resolve``): a ``--dtype`` that names
-the checkpoint's own dtype, a ``--max-model-len`` at the length derived from config.json (``derived_max_len``, the
+the checkpoint's own dtype, a ``--max-model-len`` at the length derived from config.json (``model.derived_max_len``, the
 same derivation the refusal of a longer one uses), ``--served-model-name`` equal to the model,
 ``--trust-remote-code`` for a model whose config.json names no remote code, ``--seed 0`` where the V1 engine seeds 0
 when none is given (0.10-0.11).
@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hoststate.collectors.vllm.model import ModelFacts
+from hoststate.collectors.vllm.model import ModelFacts, derived_max_len, generative
+from hoststate.collectors.vllm.sizes import batch, capture_sizes
 from hoststate.collectors.vllm.versions import Rules, version_key
 from hoststate.collectors.vllm_release import data_path
 
@@ -322,24 +323,6 @@ def _engine_unused(args: Mapping[str, Any], rules: Rules) -> dict[str, str]:
     return why
 
 
-def derived_max_len(model: ModelFacts, args: Mapping[str, Any], rules: Rules) -> float | None:
-    """The maximum length vLLM derives from config.json (``_get_and_verify_max_len``), which it takes when no
-    ``--max-model-len`` is given; None when it has none."""
-    limits = model.limits
-    derived: float | None = limits.max_positions
-    if derived is None:
-        return None
-    window = limits.sliding_window
-    if args.get("disable_sliding_window") and window is not None and window < derived:
-        derived = window
-    rope = limits.rope_type
-    if rope and rope not in rules.rope_unscaled_types and "gemma3" not in (limits.model_type or ""):
-        if rope == "yarn" and rules.rope_yarn_from_original:
-            derived = limits.rope_original
-        derived = None if derived is None else derived * (limits.rope_factor or 1.0)
-    return derived
-
-
 #: RoPE types for which vLLM, given no length, takes ``original_max_position_embeddings`` rather than the derived
 #: length (``_get_and_verify_max_len``, 0.12 and 0.33: "to avoid performance degradation for shorter sequences").
 SHORT_UNSET_ROPE = ("longrope", "su")
@@ -362,17 +345,11 @@ def _max_len(args: Mapping[str, Any], model: ModelFacts, rules: Rules) -> str | 
             "none is given (_get_and_verify_max_len)")
 
 
-def _generative(args: Mapping[str, Any], model: ModelFacts) -> bool:
-    """A decoder-only model run as a generative one (config.json read, the runner and conversion left as given)."""
-    return (model.known and model.pooling is False and model.encoder_decoder is False
-            and args.get("runner", "generate") == "generate" and args.get("convert", "none") == "none")
-
-
 def _engine_defaults(args: Mapping[str, Any], model: ModelFacts, rules: Rules, v1_engine: bool) -> bool:
     """Whether vLLM sets its generative defaults (chunked prefill, prefix caching) for this command line: a
     generative decoder model, and on 0.10.2 only where the V1 engine surely runs (``rules.defaults_v1_only``,
     ``v1_engine``: cudagraph.v1_engine_sure)."""
-    return _generative(args, model) and (v1_engine or not rules.defaults_v1_only)
+    return generative(args, model) and (v1_engine or not rules.defaults_v1_only)
 
 
 def _chunked_prefill(args: Mapping[str, Any], model: ModelFacts, rules: Rules, v1_engine: bool) -> str | None:
@@ -478,7 +455,7 @@ def _async_scheduling(args: Mapping[str, Any], model: ModelFacts, rules: Rules) 
     model known from its config.json, an executor that supports it (given as one, or picked by ParallelConfig without
     Ray: a ``vllm serve`` process is in no Ray placement group), no speculative decoding and no pipeline parallelism
     (Model Runner V1's incompatibilities; the ROCm-only DeepEP DBO case does not arise on CUDA)."""
-    if args.get("async_scheduling") is not True or not rules.async_scheduling_unset_on or not _generative(args, model):
+    if args.get("async_scheduling") is not True or not rules.async_scheduling_unset_on or not generative(args, model):
         return None
     backend = args.get("distributed_executor_backend")
     if (backend is not None and backend not in ASYNC_EXECUTORS) or (backend is None
@@ -503,207 +480,6 @@ def _quantization(args: Mapping[str, Any], model: ModelFacts) -> str | None:
         return (f"the checkpoint's own quantization ({given}; {model.source}): what ModelConfig takes when none is "
                 "given (_verify_quantization)")
     return None
-
-
-#: The OpenAI server's (max_num_seqs, max_num_batched_tokens) where neither is given, by whether vLLM's device 0
-#: holds 70 GiB or more (NVML's memory total) and its lower-cased name has no "a100" (vllm/engine/arg_utils.py:
-#: get_batch_defaults, 0.11.1-0.12.0).
-BATCH_SIZES = {True: (1024, 8192), False: (256, 2048)}
-LARGE_GPU_BYTES = 70 * 2**30
-BATCH_DESTS = ("max_num_seqs", "max_num_batched_tokens")
-
-
-def large_gpu(gpus: Sequence[tuple[Any, Any]] | None) -> bool | None:
-    """Whether vLLM's device 0 counts as a large GPU, from the host's GPUs as (name, memory total bytes); None
-    unless every GPU answers alike (which is device 0 is CUDA_VISIBLE_DEVICES's choice) and each is readable."""
-    answers = set()
-    for name, total in gpus or ():
-        if not isinstance(name, str) or not isinstance(total, int) or isinstance(total, bool) or total <= 0:
-            return None
-        answers.add(total >= LARGE_GPU_BYTES and "a100" not in name.lower())
-    return answers.pop() if len(answers) == 1 else None
-
-
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _model_len(args: Mapping[str, Any], model: ModelFacts, rules: Rules) -> int | None:
-    """The model length the batch sizes are clamped by: as given, or derived from config.json where no RoPE scaling
-    can make vLLM take another length when none is given; None otherwise."""
-    given = args.get("max_model_len")
-    if given is not None:
-        return given if _count(given) else None
-    derived = derived_max_len(model, args, rules) if model.limits.rope_type is None else None
-    return int(derived) if derived and derived > 0 else None
-
-
-def batch_sizes(args: Mapping[str, Any], model: ModelFacts, rules: Rules, large: bool | None) -> tuple[int, int] | None:
-    """(max_num_seqs, max_num_batched_tokens) the OpenAI server takes for ``args`` on a GPU that is ``large`` or not
-    (vllm/engine/arg_utils.py of the version, rules.batch_defaults); None where that is not known here: another
-    version, a model not known to be a generative decoder, prefill context parallel, a length or size that is not
-    a count."""
-    if rules.batch_defaults is None or large is None or not _generative(args, model):
-        return None
-    seqs, tokens = args.get("max_num_seqs"), args.get("max_num_batched_tokens")
-    pcp = args.get("prefill_context_parallel_size", 1)
-    if any(v is not None and not _count(v) for v in (seqs, tokens)) or pcp not in (1, None):
-        return None
-    seqs_default, tokens_default = BATCH_SIZES[large]
-    max_len = _model_len(args, model, rules)
-    chunked = args.get("enable_chunked_prefill")
-    if max_len is None or not isinstance(chunked, bool | None):
-        return None
-    seqs_out = seqs if seqs is not None else seqs_default
-    tokens_out = tokens if tokens is not None else tokens_default
-    if tokens is None:
-        if chunked is False:
-            tokens_out = max(max_len, tokens_out)
-        tokens_out = min(seqs_out * max_len, tokens_out)
-    if seqs is None:
-        seqs_out = min(seqs_out, tokens_out)
-    return seqs_out, tokens_out
-
-
-def _batch(args: Mapping[str, Any], model: ModelFacts, rules: Rules,
-           gpus: Sequence[tuple[Any, Any]] | None) -> dict[str, str]:
-    """``--max-num-seqs`` / ``--max-num-batched-tokens`` at what the server takes without them (both sizes the same
-    either way, and with all such left out together), each with why."""
-    given = [dest for dest in BATCH_DESTS if dest in args]
-    large = large_gpu(gpus) if given else None
-    sizes = batch_sizes(args, model, rules, large)
-    if sizes is None:
-        return {}
-    same = [d for d in given if batch_sizes({k: v for k, v in args.items() if k != d}, model, rules, large) == sizes]
-    if not same or batch_sizes({k: v for k, v in args.items() if k not in same}, model, rules, large) != sizes:
-        return {}
-    names = sorted({str(name) for name, _total in gpus or ()})
-    kind = "70 GiB or more and not an A100" if large else "under 70 GiB or an A100"
-    return {dest: (f"{args[dest]}: what the OpenAI server of vLLM {rules.version} takes when it is not given, with "
-                   f"the rest of this command line, on this host's GPUs ({', '.join(names)}: {kind}; "
-                   "vllm/engine/arg_utils.py get_batch_defaults)") for dest in same}
-
-
-#: The largest batch vLLM captures a CUDA graph for where no size is given: min(max_num_seqs x 2, 512)
-#: (vllm/config/scheduler.py of 0.10.2-0.11.0, VllmConfig._set_cudagraph_sizes of 0.11.1-0.12.0).
-CAPTURE_CEILING = 512
-#: The options and compilation_config keys that set capture sizes (read with the host's GPUs: capture_sizes).
-CAPTURE_DESTS = ("cuda_graph_sizes", "cudagraph_capture_sizes", "max_cudagraph_capture_size")
-
-
-def capture_given(args: Mapping[str, Any]) -> bool:
-    """Whether ``args`` set a capture size, as an option or a compilation_config key."""
-    cc = args.get("compilation_config")
-    return any(d in args or (isinstance(cc, Mapping) and d in cc) for d in CAPTURE_DESTS)
-
-
-def _sizes(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, int) and not isinstance(v, bool)
-                                                           for v in value)
-
-
-def expanded_sizes(sizes: Sequence[int]) -> list[int]:
-    """The batch sizes 0.10.2 and 0.11.0 capture for ``cuda_graph_sizes`` (VllmConfig._set_cudagraph_sizes: one value
-    N is [1, 2, 4] + range(8, N + 1, 8), several are sorted)."""
-    if len(sizes) == 1:
-        return [1, 2, 4] + list(range(8, sizes[0] + 1, 8))
-    return sorted(sizes)
-
-
-def size_ladder(largest: int) -> list[int]:
-    """The batch sizes 0.11.1 and 0.12.0 capture up to ``largest`` where no list is given
-    (VllmConfig._set_cudagraph_sizes): 1, 2, 4, the multiples of 8 below 256, then the multiples of 16."""
-    return ([n for n in (1, 2, 4) if n <= largest] + list(range(8, min(largest + 1, 256), 8))
-            + list(range(256, largest + 1, 16)))
-
-
-def _capture_seqs(args: Mapping[str, Any], model: ModelFacts, rules: Rules,
-                  gpus: Sequence[tuple[Any, Any]] | None) -> tuple[int, str] | None:
-    """max_num_seqs as the engine holds it when the capture sizes are set, and whence: as given (every version keeps
-    a given value), else what the OpenAI server takes on these GPUs (batch_sizes); None where not known here."""
-    seqs = args.get("max_num_seqs")
-    if seqs is not None:
-        return (seqs, "as given") if _count(seqs) else None
-    sizes = batch_sizes(args, model, rules, large_gpu(gpus))
-    if sizes is None:
-        return None
-    return sizes[0], "what the OpenAI server takes on this host's GPUs (vllm/engine/arg_utils.py get_batch_defaults)"
-
-
-def _capture_model(args: Mapping[str, Any], model: ModelFacts, rules: Rules) -> bool:
-    """The model is read and no architecture of it sizes its own captures (rules.capture_size_architectures;
-    ``--hf-overrides`` could name another architecture)."""
-    return (model.known and bool(model.architectures) and "hf_overrides" not in args
-            and not set(model.architectures) & rules.capture_size_architectures)
-
-
-def capture_sizes(normal: dict[str, Any], model: ModelFacts, rules: Rules,
-                  gpus: Sequence[tuple[Any, Any]] | None) -> tuple[dict[str, str], dict[str, str]]:
-    """Capture sizes that vLLM resolves to the sizes it captures without them, left out of ``normal`` (in place), and
-    0.10.2/0.11.0's single ``cuda_graph_sizes`` value written as the list vLLM expands it to: (same_as_unset,
-    spelled), each by dest or ``compilation_config.KEY``. Only on the versions whose default is read
-    (rules.capture_sizes_unset), for a model read whose architecture keeps vLLM's default, and only where
-    max_num_seqs is known (_capture_seqs) for a comparison with the default."""
-    if rules.capture_sizes_unset is None or not _capture_model(normal, model, rules) \
-            or normal.get("enforce_eager") is True:  # no graphs: _engine_unused says so
-        return {}, {}
-    if rules.capture_sizes_unset == "single":
-        return _single_sizes(normal, model, rules, gpus)
-    return _ladder_sizes(normal, model, rules, gpus)
-
-
-def _single_sizes(normal: dict[str, Any], model: ModelFacts, rules: Rules,
-                  gpus: Sequence[tuple[Any, Any]] | None) -> tuple[dict[str, str], dict[str, str]]:
-    """0.10.2 and 0.11.0: ``--cuda-graph-sizes`` as the sizes _set_cudagraph_sizes captures. A compilation_config
-    with its own cudagraph_capture_sizes overrides them (CompilationConfig.init_with_cudagraph_sizes): kept as given."""
-    sizes, cc = normal.get("cuda_graph_sizes"), normal.get("compilation_config")
-    if not _sizes(sizes) or (isinstance(cc, Mapping) and cc.get("cudagraph_capture_sizes") is not None):
-        return {}, {}
-    captured, seqs = expanded_sizes(sizes), _capture_seqs(normal, model, rules, gpus)
-    if seqs is not None and captured == expanded_sizes([min(seqs[0] * 2, CAPTURE_CEILING)]):
-        return {"cuda_graph_sizes": (
-            f"{sizes}: the sizes vLLM {rules.version} captures when none are given, [min(max_num_seqs x 2, "
-            f"{CAPTURE_CEILING})] for max_num_seqs {seqs[0]} ({seqs[1]}) expanded to [1, 2, 4, 8, 16, ..., "
-            f"{captured[-1]}] (SchedulerConfig.__post_init__, VllmConfig._set_cudagraph_sizes; {model.source})")}, {}
-    if captured == sizes:
-        return {}, {}
-    normal["cuda_graph_sizes"] = captured
-    return {}, {"cuda_graph_sizes": f"{sizes} is {captured}: VllmConfig._set_cudagraph_sizes of vLLM {rules.version} "
-                                    "captures one value N as [1, 2, 4] + range(8, N + 1, 8)"}
-
-
-def _ladder_sizes(normal: dict[str, Any], model: ModelFacts, rules: Rules,
-                  gpus: Sequence[tuple[Any, Any]] | None) -> tuple[dict[str, str], dict[str, str]]:
-    """0.11.1 and 0.12.0: a maximum capture size, or a list of sizes, alone in compilation_config (where the options
-    are moved: argv.compilation_held) that _set_cudagraph_sizes resolves to the sizes it captures with neither.
-    Both given: the list decides and the maximum must match it (cudagraph._capture_sizes); kept as given."""
-    cc = normal.get("compilation_config")
-    if not isinstance(cc, Mapping):
-        return {}, {}
-    sizes, largest = cc.get("cudagraph_capture_sizes"), cc.get("max_cudagraph_capture_size")
-    seqs = _capture_seqs(normal, model, rules, gpus) if (sizes is None) != (largest is None) else None
-    if seqs is None:
-        return {}, {}
-    unset = min(seqs[0] * 2, CAPTURE_CEILING)
-    if largest is not None:
-        key = "max_cudagraph_capture_size"
-        same = isinstance(largest, int) and not isinstance(largest, bool) and largest == unset
-    else:
-        key = "cudagraph_capture_sizes"
-        same = _sizes(sizes) and sorted(set(sizes)) == size_ladder(unset)
-    if not same:
-        return {}, {}
-    rest = {k: v for k, v in cc.items() if k != key}
-    if rest:
-        normal["compilation_config"] = rest
-    else:
-        del normal["compilation_config"]
-    what = (f"{largest}: the largest size" if largest is not None
-            else "the sizes given are the sizes (1, 2, 4, multiples of 8 below 256, then of 16)")
-    return {f"compilation_config.{key}": (
-        f"{what} vLLM {rules.version} captures when neither sizes nor a maximum is given, up to min(max_num_seqs x 2, "
-        f"{CAPTURE_CEILING}) = {unset} for max_num_seqs {seqs[0]} ({seqs[1]}) (VllmConfig._set_cudagraph_sizes, "
-        f"vllm/config/vllm.py; {model.source})")}, {}
 
 
 def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], rules: Rules,
@@ -735,7 +511,7 @@ def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], 
                "max_cpu_loras": _max_cpu_loras(normal, defaults),
                "block_size": _block_size(normal, facts, rules),
                "distributed_executor_backend": _executor(normal, rules, len(gpus) if gpus is not None else None),
-               **_engine_unused(normal, rules), **_batch(normal, facts, rules, gpus)}
+               **_engine_unused(normal, rules), **batch(normal, facts, rules, gpus)}
     same.update({dest: why for dest, why in reasons.items() if why is not None and dest in normal and dest not in same})
     kept = {k: v for k, v in normal.items() if k not in same}
     return Resolved(kept, same, {w: why for w, why in spelled.items() if w.partition(".")[0] in kept})

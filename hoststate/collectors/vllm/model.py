@@ -25,6 +25,7 @@ from typing import Any
 
 from hoststate.collectors.vllm.limits import ConfigLimits, config_limits
 from hoststate.collectors.vllm.speculative import has_mtp_layers
+from hoststate.collectors.vllm.versions import Rules
 
 #: Largest config file read.
 MAX_BYTES = 1 << 20
@@ -239,3 +240,27 @@ def read_facts(model: str | None, env: Mapping[str, str], read: Read, revision: 
         reasons.append(why or f"{directory}/config.json: not a JSON object")
     why = (reasons[1:] or reasons)[0]  # a hub id's cache says more than the same name as a directory
     return ModelFacts(source=f"{model}'s config.json could not be read ({why})")
+
+
+def derived_max_len(model: ModelFacts, args: Mapping[str, Any], rules: Rules) -> float | None:
+    """The maximum length vLLM derives from config.json (``_get_and_verify_max_len``), which it takes when no
+    ``--max-model-len`` is given; None when it has none."""
+    limits = model.limits
+    derived: float | None = limits.max_positions
+    if derived is None:
+        return None
+    window = limits.sliding_window
+    if args.get("disable_sliding_window") and window is not None and window < derived:
+        derived = window
+    rope = limits.rope_type
+    if rope and rope not in rules.rope_unscaled_types and "gemma3" not in (limits.model_type or ""):
+        if rope == "yarn" and rules.rope_yarn_from_original:
+            derived = limits.rope_original
+        derived = None if derived is None else derived * (limits.rope_factor or 1.0)
+    return derived
+
+
+def generative(args: Mapping[str, Any], model: ModelFacts) -> bool:
+    """A decoder-only model run as a generative one (config.json read, the runner and conversion left as given)."""
+    return (model.known and model.pooling is False and model.encoder_decoder is False
+            and args.get("runner", "generate") == "generate" and args.get("convert", "none") == "none")

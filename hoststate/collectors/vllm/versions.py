@@ -181,7 +181,7 @@ class Rules:
     #: the V1 engine's ModelConfig.__post_init__ sets 0 (0.10-0.11; from 0.12 the parser default is 0 itself).
     seed_unset: int | None = None
     #: How the OpenAI server sizes its batches where ``--max-num-seqs`` / ``--max-num-batched-tokens`` are not given
-    #: (defaults.batch_sizes): "clamped" (chunked prefill as given, the token budget clamped by the model length,
+    #: (sizes.batch_sizes): "clamped" (chunked prefill as given, the token budget clamped by the model length,
     #: 0.11.1-0.12.0: get_batch_defaults and what follows it); None: not read from this version's code, or one
     #: whose V0 engine (VLLM_USE_V1=0, or a feature V1 lacks) sizes them otherwise (up to 0.11.0).
     batch_defaults: str | None = None
@@ -264,7 +264,7 @@ class Rules:
     omp_one_under_mp: bool = False
     #: Concurrent partial prefills (max_num_partial_prefills / max_long_partial_prefills other than 1) refused (0.12).
     partial_prefills_refused: bool = False
-    #: How vLLM sizes its CUDA graph captures where no size is given, read by defaults.capture_sizes: "single"
+    #: How vLLM sizes its CUDA graph captures where no size is given, read by sizes.capture_sizes: "single"
     #: (SchedulerConfig.__post_init__ fills an empty cuda_graph_sizes with [min(max_num_seqs x 2, 512)], and
     #: VllmConfig._set_cudagraph_sizes expands one value N to [1, 2, 4] + range(8, N + 1, 8), several sorted; 0.10.2
     #: and 0.11.0), "ladder" (VllmConfig._set_cudagraph_sizes takes max_cudagraph_capture_size = min(max_num_seqs x 2,
