@@ -140,7 +140,12 @@ def row_guard_vs_snap(runs: int) -> list[Row]:
         _snap_to(baseline)
         times = alternate({"guard": _hs("guard", "--baseline", baseline, "--", true), "snap": _hs("snap")}, runs)
     a, b = median_ms(times["guard"]), median_ms(times["snap"])
-    return [["guard -- true, live host", f"{a:.0f} ms", "snap", f"{b:.0f} ms", _ratio(a, b), "<= 1.1"]]
+    # Each round ran both, side by side: the median of the rounds' own ratios is not moved by which of a host's two
+    # speeds more of one command's runs happened to land on (the H100's snap: about 140 or about 165 ms).
+    paired = statistics.median(g / s for g, s in zip(times["guard"], times["snap"], strict=True))
+    return [["guard -- true, live host", f"{a:.0f} ms", "snap", f"{b:.0f} ms", _ratio(a, b), "<= 1.1"],
+            ["guard -- true, round by round", f"{runs} rounds", "snap, same round", "-", f"{paired:.2f}",
+             "<= 1.1"]]
 
 
 def row_guard(runs: int) -> list[Row]:
