@@ -43,5 +43,10 @@ EVENT_REASONS = (
 #: The reasons that are settings, not events: clocks held by applications clocks or a lock (nvml.h aliases
 #: nvmlClocksThrottleReasonUserDefinedClocks to the applications bit) or by display clocks.
 SETTING_REASONS = ("applications_clocks_setting", "display_clocks_setting")
+#: The reasons that are hardware holding the clocks down: nvml.h documents HW slowdown, HW thermal and HW power-brake
+#: slowdown as "reducing the core clocks by a factor of 2 or more" (too hot, the power supply's brake, power draw over
+#: Fast Trigger protection), SW thermal slowdown as clocks kept under the maximum operating temperature. Neither idle
+#: (gpu_idle) nor a GPU at its power limit under load (sw_power_cap) is one of them.
+HARDWARE_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 #: The reasons a watched run samples: those that hold clocks down while it runs (the two settings are not events).
 SAMPLED_REASONS = tuple(r for r in EVENT_REASONS if r[1] not in SETTING_REASONS)

@@ -516,3 +516,50 @@ def test_memory_affinity_is_read_from_sysfs_where_it_says_plainly(tmp_path, numa
     section = gpu_collector._collect(load_data(data), sysfs=Reader(str(tmp_path)))
     (dev,) = section.data["devices"].values()
     assert dev["memory_affinity"] == ("7" if expected == "nvml" else expected)
+
+
+# -- the clock-event reasons that are the hardware holding the clocks down ----------------------------------------
+
+
+def _with_mask(mask: int) -> dict[str, Any]:
+    data = _replay_data("h200.json")
+    data["devices"][0]["calls"]["nvmlDeviceGetCurrentClocksEventReasons"] = mask
+    return snap_of(load_data(data))
+
+
+@pytest.mark.parametrize(("mask", "held"), [(0x8, ["hw_slowdown"]), (0x1 | 0x40, ["hw_thermal_slowdown"]),
+                                            (0x80 | 0x8, ["hw_slowdown", "hw_power_brake_slowdown"]),
+                                            (0x20 | 0x4, ["sw_thermal_slowdown"])])
+def test_the_hardware_holding_the_clocks_down_is_a_warning(mask, held):
+    """nvml.h: HW slowdown, HW thermal and power-brake slowdown cut the core clocks "by a factor of 2 or more"; a
+    snapshot taken in that state is reviewed, not silently passed as one more volatile reading (observed.**)."""
+    from hoststate.diff import compare
+
+    idle, hot = _with_mask(0x1), _with_mask(mask)
+    assert "clocks_held_by_hardware" not in idle["gpu"]["devices"][H200_UUID]
+    assert hot["gpu"]["devices"][H200_UUID]["clocks_held_by_hardware"] == held
+    rated = {f.path.rsplit(".", 1)[-1]: f.severity for f in compare(idle, hot).findings if f.path.startswith("gpu.")}
+    assert rated == {"clocks_held_by_hardware": "warning"}
+    assert {f.severity for f in compare(hot, idle).findings if f.path.startswith("gpu.")} == {"warning"}
+
+
+@pytest.mark.parametrize("mask", [0x0, 0x4, 0x1 | 0x4, 0x10])
+def test_idle_load_and_a_power_cap_are_not_the_hardware(mask):
+    """What a healthy H200 shows sampled every second, idle (0x1) and under a dense matmul (0x4, sw_power_cap;
+    fixtures/watch/h200-*.json), and a sync-boost group: no leaf, and nothing above ignore."""
+    from hoststate.diff import compare
+
+    other = _with_mask(mask)
+    assert "clocks_held_by_hardware" not in other["gpu"]["devices"][H200_UUID]
+    assert {f.severity for f in compare(_with_mask(0x1), other).findings if f.path.startswith("gpu.")} <= {"ignore"}
+
+
+def test_no_healthy_sample_recorded_on_the_h200_has_a_hardware_reason():
+    """The watch traces of a real H200 (idle, dense matmul, a foreign process): the bits HARDWARE_REASONS names
+    never show, so the warning does not wobble between idle and load."""
+    from hoststate.nvml import EVENT_REASONS, HARDWARE_REASONS
+
+    bits = sum(bit for bit, name in EVENT_REASONS if name in HARDWARE_REASONS)
+    masks = [row[0] for name in ("h200-idle", "h200-dense-a", "h200-dense-b", "h200-foreign")
+             for _t, rows in json.loads((FIXTURES / "watch" / f"{name}.json").read_text())["samples"] for row in rows]
+    assert len(masks) == 118 and {m & bits for m in masks} == {0} and {1, 4} <= set(masks)

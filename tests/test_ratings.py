@@ -331,7 +331,9 @@ def test_a_graph_setting_that_moves_what_vllm_resolves_still_refuses(changed):
 
 
 def test_a_narrower_pcie_link_is_a_warning_its_idle_generation_is_not(h200):
-    """The link's generation drops with the performance state at idle; its width stays what the link trained to."""
+    """nvidia-smi(1): the current generation and width "may be reduced when the GPU is not in use". The generation
+    is a reading (ignored); a narrower width is reviewed, not refused: it may be an idle GPU's power saving or a link
+    that trained narrower, which halves host-to-GPU bandwidth (the reason says how to tell them apart)."""
     gpu = next(iter(h200["gpu"]["devices"]))
     width = ("gpu", "devices", gpu, "observed", "pcie_link_width")
     gen = ("gpu", "devices", gpu, "observed", "pcie_link_gen")

@@ -20,7 +20,7 @@ from typing import Any
 from hoststate.collectors import Context, Section, gpu_occupancy
 from hoststate.coverage import source
 from hoststate.io import Reader
-from hoststate.nvml import DRIVER_MARKERS, EVENT_REASONS, NVML_REPLAY_ENV, SETTING_REASONS
+from hoststate.nvml import DRIVER_MARKERS, EVENT_REASONS, HARDWARE_REASONS, NVML_REPLAY_ENV, SETTING_REASONS
 
 REPLAY_ENV = NVML_REPLAY_ENV
 
@@ -721,10 +721,16 @@ def _occupancy(r: _Reader, h: Any, uid: str, observed: dict[str, Any], server_pi
 def _held_by_setting(r: _Reader, uid: str, dev: dict[str, Any]) -> None:
     """The clock-event reasons that are settings (SETTING_REASONS: applications clocks, a clock lock, display
     clocks), kept beside the settings: NVML has no query for a lock set with ``nvidia-smi -lgc``, and this bit of
-    the volatile mask is how it shows."""
+    the volatile mask is how it shows. The reasons that are the hardware holding the clocks down (HARDWARE_REASONS:
+    HW slowdown, HW thermal and power-brake slowdown, SW thermal slowdown) as ``clocks_held_by_hardware``, written
+    only when there is one (a healthy GPU's snapshot reads as before it was recorded); the rest of the mask wobbles
+    between idle and load (gpu_idle, sw_power_cap) and stays a volatile reading."""
     reasons = dev["observed"].get("clocks_event_reasons")
     if isinstance(reasons, list):
         dev["clocks_held_by_setting"] = [x for x in reasons if x in SETTING_REASONS]
+        hardware = [x for x in reasons if x in HARDWARE_REASONS]
+        if hardware:
+            dev["clocks_held_by_hardware"] = hardware
     elif (why := r.unreadable.get(f"{uid}/observed/clocks_event_reasons")) is not None:
         r.unreadable[f"{uid}/clocks_held_by_setting"] = why
 
