@@ -31,6 +31,7 @@ from hoststate.collectors.vllm_release import data_path
 
 DATA = "vllm_defaults.json"
 CHOICES_DATA = "vllm_choices.json"
+COMPILATION_FIELDS_DATA = "vllm_compilation_fields.json"
 
 
 @functools.lru_cache(maxsize=1)
@@ -52,6 +53,24 @@ def none_is_unset(version: str | None) -> frozenset[str]:
         if key is not None and version_key(recorded) == key:
             return frozenset(dests)
     return frozenset()
+
+
+@functools.lru_cache(maxsize=1)
+def _compilation_fields_data() -> dict[str, Any]:
+    with open(data_path(COMPILATION_FIELDS_DATA), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def compilation_fields_for(version: str | None) -> dict[str, Any] | None:
+    """Exactly ``version``'s CompilationConfig input fields (``fields``), those of the config classes it nests by
+    field name (``nested``) and whether pydantic ignores or forbids another key (``extra``), from
+    hoststate/data/vllm_compilation_fields.json (scripts/vllm_compilation_fields.py); None for a version not
+    recorded."""
+    key = version_key(version or "")
+    for recorded, table in _compilation_fields_data()["versions"].items():
+        if key is not None and version_key(recorded) == key:
+            return table
+    return None
 
 
 @functools.lru_cache(maxsize=1)
