@@ -17,13 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hoststate.collectors.vllm.configfile import ConfigError, check_path, config_tokens, parse_config_text
-from hoststate.collectors.vllm.defaults import (
-    choices_for,
-    compilation_fields_for,
-    defaults_for,
-    drop_defaults,
-    none_is_unset,
-)
+from hoststate.collectors.vllm.defaults import choices_for, defaults_for, drop_defaults, none_is_unset
+from hoststate.collectors.vllm.fields import unknown_keys
 from hoststate.collectors.vllm.modes import COMP_NAMES, parse_cg_mode, parse_comp_mode
 from hoststate.collectors.vllm.options import (
     BOOL,
@@ -617,26 +612,11 @@ PASS_RENAMES = {"enable_attn_fusion": "fuse_attn_quant", "enable_noop": "elimina
                 "enable_fi_allreduce_fusion": "fuse_allreduce_rms", "enable_fusion": "fuse_norm_quant"}
 
 
-def _not_fields(cc: Mapping[str, Any], version: str) -> tuple[str, ...]:
-    """The keys of ``cc`` (dotted below a nested config such as pass_config) that are no input field of exactly
-    ``version``'s CompilationConfig (hoststate/data/vllm_compilation_fields.json, read from vLLM's source by
-    scripts/vllm_compilation_fields.py): a misspelt or foreign key (``cudagraph-mode``, ``bogus``) is never a
-    setting. Empty for a version not recorded."""
-    table = compilation_fields_for(version)
-    if table is None:
-        return ()
-    fields, nested = set(table["fields"]), table["nested"]
-    keys = [key for key in cc if key not in fields]
-    for head, known in nested.items():
-        if isinstance(cc.get(head), Mapping):
-            keys += [f"{head}.{key}" for key in cc[head] if key not in known]
-    return tuple(keys)
-
-
 def ignored_compilation_keys(rules: Rules, cc: Mapping[str, Any] | None = None) -> tuple[str, ...]:
     """compilation_config keys (dotted below pass_config) that are not fields of this version's
     CompilationConfig: accepted and ignored, or refused where ``unknown_compilation_keys`` says so. With ``cc``,
-    also each key of it that the version's recorded field table lacks (_not_fields)."""
+    also each key of it that is no field of the version's CompilationConfig (fields.unknown_keys: a misspelt or
+    foreign key such as ``cudagraph-mode`` is never a setting)."""
     keys: tuple[str, ...] = () if rules.legacy_graph_flags else LEGACY_GRAPH_KEYS
     if rules.mode_key == "level":
         keys += ("mode",)
@@ -649,7 +629,7 @@ def ignored_compilation_keys(rules: Rules, cc: Mapping[str, Any] | None = None) 
     if "max_cudagraph_capture_size" in rules.missing_options:
         keys += ("max_cudagraph_capture_size",)  # the option and the field came together (0.11.1)
     if cc is not None:
-        keys += tuple(key for key in _not_fields(cc, rules.version) if key not in keys)
+        keys += tuple(key for key in unknown_keys(cc, rules.version, "compilation_config") if key not in keys)
     return keys
 
 

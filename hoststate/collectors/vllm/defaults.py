@@ -26,12 +26,12 @@ from typing import Any
 
 from hoststate.collectors.vllm.model import ModelFacts, derived_max_len, generative
 from hoststate.collectors.vllm.sizes import batch, capture_sizes
+from hoststate.collectors.vllm.speculative import as_built
 from hoststate.collectors.vllm.versions import Rules, version_key
 from hoststate.collectors.vllm_release import data_path
 
 DATA = "vllm_defaults.json"
 CHOICES_DATA = "vllm_choices.json"
-COMPILATION_FIELDS_DATA = "vllm_compilation_fields.json"
 
 
 @functools.lru_cache(maxsize=1)
@@ -53,24 +53,6 @@ def none_is_unset(version: str | None) -> frozenset[str]:
         if key is not None and version_key(recorded) == key:
             return frozenset(dests)
     return frozenset()
-
-
-@functools.lru_cache(maxsize=1)
-def _compilation_fields_data() -> dict[str, Any]:
-    with open(data_path(COMPILATION_FIELDS_DATA), encoding="utf-8") as f:
-        return json.load(f)
-
-
-def compilation_fields_for(version: str | None) -> dict[str, Any] | None:
-    """Exactly ``version``'s CompilationConfig input fields (``fields``), those of the config classes it nests by
-    field name (``nested``) and whether pydantic ignores or forbids another key (``extra``), from
-    hoststate/data/vllm_compilation_fields.json (scripts/vllm_compilation_fields.py); None for a version not
-    recorded."""
-    key = version_key(version or "")
-    for recorded, table in _compilation_fields_data()["versions"].items():
-        if key is not None and version_key(recorded) == key:
-            return table
-    return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -501,6 +483,22 @@ def _quantization(args: Mapping[str, Any], model: ModelFacts) -> str | None:
     return None
 
 
+def _speculative_built(args: Mapping[str, Any], rules: Rules) -> tuple[Mapping[str, Any], str | None]:
+    """``args`` with ``--speculative-config`` as EngineArgs.create_speculative_config builds SpeculativeConfig from
+    it (speculative.as_built), and why where that changed it."""
+    spec = args.get("speculative_config")
+    if not isinstance(spec, Mapping):
+        return args, None
+    built, unknown = as_built(spec, rules)
+    if built == spec:
+        return args, None
+    why = (f"as vLLM {rules.version} builds SpeculativeConfig from it"
+           + (" (key dashes as underscores)" if rules.spec_keys_dashed else "")
+           + (f"; {', '.join(unknown)} no field of it, ignored" if unknown and len(built) < len(spec) else "")
+           + " (EngineArgs.create_speculative_config)")
+    return {**args, "speculative_config": built}, why
+
+
 def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], rules: Rules,
             defaults: Mapping[str, Any] | None = None, gpus: Sequence[tuple[Any, Any]] | None = None,
             v1_engine: bool = False) -> Resolved:
@@ -512,7 +510,10 @@ def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], 
     total bytes), capture sizes at what vLLM captures without them: capture_sizes). A version that takes any
     tokenizer mode lower-cases it. ``v1_engine``: the V1 engine surely runs (cudagraph.v1_engine_sure), read only
     where the version sets its defaults on V1 alone (0.10.2)."""
+    args, built = _speculative_built(args, rules)
     normal, spelled = canonical(args, None if rules.tokenizer_modes else LOWERED_WHERE_FREE)
+    if built and "speculative_config" not in spelled:
+        spelled["speculative_config"] = built
     same, expanded = capture_sizes(normal, facts, rules, gpus)
     spelled.update(expanded)
     for where, why in spelled.items():

@@ -17,6 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hoststate.collectors.vllm.fields import forbids, unknown_keys
+from hoststate.collectors.vllm.versions import Rules
+
 #: config.json keys that count a model's MTP layers (hf_config_override: DeepSeek, GLM, Ernie, Qwen3-Next/3.5,
 #: MiMo, Bailing, ExaOne, Nemotron-H, Kimi ...: ``num_nextn_predict_layers``; Qwen3.5/Qwen4: ``mtp_num_hidden_layers``;
 #: MiniMax-M3: ``num_mtp_modules``).
@@ -62,3 +65,15 @@ def has_mtp_layers(config: Mapping[str, Any]) -> bool:
     model_type = str(config.get("model_type", ""))
     archs = [a for a in config.get("architectures") or () if isinstance(a, str)]
     return model_type.startswith(MTP_BY_FAMILY) or any(a.startswith(MTP_BY_ARCHITECTURE) for a in archs)
+
+
+def as_built(spec: Mapping[str, Any], rules: Rules) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The mapping EngineArgs.create_speculative_config builds SpeculativeConfig from, and its keys that are no field
+    of the version's SpeculativeConfig (fields.unknown_keys): 0.33 writes each key's dashes as underscores first
+    (rules.spec_keys_dashed); a key that is no field is dropped where pydantic ignores it (up to 0.12.0) and kept
+    where it forbids it (0.33.0: the config is refused)."""
+    built = {(k.replace("-", "_") if rules.spec_keys_dashed and isinstance(k, str) else k): v for k, v in spec.items()}
+    unknown = unknown_keys(built, rules.version, "speculative_config")
+    if unknown and not forbids(rules.version, "speculative_config"):
+        built = {k: v for k, v in built.items() if k not in unknown}
+    return built, unknown

@@ -305,6 +305,10 @@ class Rules:
     #: CompilationConfig, ``level`` aside (compilation_mode_checked): a pydantic dataclass in lax mode, so a string
     #: that is not an integer (``"1k"``) is refused, a numeric one (``"1000"``) read as the number. Empty: not checked.
     compilation_int_keys: frozenset[str] = frozenset()
+    #: EngineArgs.create_speculative_config writes each ``--speculative-config`` key's dashes as underscores before
+    #: it builds SpeculativeConfig (``{k.replace("-", "_"): v ...}``, vllm/engine/arg_utils.py of 0.33.0), so
+    #: ``num-speculative-tokens`` is ``num_speculative_tokens``; before, a dashed key is no field (ignored).
+    spec_keys_dashed: bool = False
 
 
 _ALIASES_010 = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
@@ -603,7 +607,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "kv_dtype_matches_model": True, "spec_pp_refused_methods": frozenset(), "eagle3_targets": (),
      "deprecated_quantization": frozenset({"fbgemm_fp8", "fp_quant"}),
      "human_int_tera": True, "dotted_human_ints": True, "compilation_int_keys": _CC_INTS_033,
-     "json_human_ints": _JSON_HUMAN_033, "all2all_backends": _ALL2ALL_033,
+     "json_human_ints": _JSON_HUMAN_033, "all2all_backends": _ALL2ALL_033, "spec_keys_dashed": True,
      "human_int_options": frozenset({"max_num_batched_tokens", "kv_cache_memory_bytes", "max_num_scheduled_tokens",
                                      "max_num_queued_tokens", "safetensors_prefetch_block_size"}),
      "none_default_flags": frozenset({"async_scheduling", "disable_cascade_attn", "disable_hybrid_kv_cache_manager",

@@ -1,4 +1,5 @@
-"""Write hoststate/data/vllm_compilation_fields.json: each recorded vLLM version's CompilationConfig input fields.
+"""Write hoststate/data/vllm_config_fields.json: the input fields of each recorded vLLM version's config classes
+that dict-valued options are built into (CompilationConfig, SpeculativeConfig).
 
 ``--compilation-config`` (its JSON, ``-O.KEY`` / ``--compilation-config.KEY``, a ``--config`` file's mapping) is
 validated by pydantic into ``CompilationConfig`` (vllm/engine/arg_utils.py ``parse_dataclass``:
@@ -7,15 +8,16 @@ config classes. A key that is no input field of the class (not declared, or decl
 dropped silently where the class is a plain ``pydantic.dataclasses.dataclass`` (pydantic's default
 ``extra="ignore"``: 0.10.2-0.12.0), and refused where ``vllm.config.utils.config`` makes it one with
 ``ConfigDict(extra="forbid")`` (0.33.0). So a misspelt or foreign key is the server without it, or a server that
-does not start, never a setting.
+does not start, never a setting. ``--speculative-config`` is a plain dict up to EngineArgs.create_speculative_config,
+which builds ``SpeculativeConfig(**value)``: the same rule, applied when the engine's config is built.
 
 This script reads the fields with ``ast`` from each version's unpacked source (nothing of vLLM is imported or run):
 class-level annotated names of ``vllm/config/compilation.py``'s CompilationConfig and of the config classes its
 fields are typed as, less ``ClassVar``/``InitVar`` and ``field(init=False)``; and the extra policy from
 ``vllm/config/utils.py``'s ``config`` decorator.
 
-    python scripts/vllm_compilation_fields.py --src /tmp/rtb            # rewrite from /tmp/rtb/vllm-<version>/
-    python scripts/vllm_compilation_fields.py --src /tmp/rtb --check    # exit 1 when the file is stale
+    python scripts/vllm_config_fields.py --src /tmp/rtb            # rewrite from /tmp/rtb/vllm-<version>/
+    python scripts/vllm_config_fields.py --src /tmp/rtb --check    # exit 1 when the file is stale
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-OUT = REPO / "hoststate" / "data" / "vllm_compilation_fields.json"
+OUT = REPO / "hoststate" / "data" / "vllm_config_fields.json"
 VERSIONS = ("0.10.2", "0.11.0", "0.11.1", "0.12.0", "0.33.0")
 
 
@@ -52,20 +54,38 @@ def _decorated_config(node: ast.ClassDef) -> bool:
     return any(ast.unparse(d).split("(")[0] in ("config", "dataclass") for d in node.decorator_list)
 
 
+#: The dict-valued options checked, by dest: the module (under vllm/config/) and the class pydantic builds from them
+#: (``--speculative-config`` is a plain dict that EngineArgs.create_speculative_config passes as
+#: ``SpeculativeConfig(**...)``; 0.10.2 keeps SpeculativeConfig in vllm/config/__init__.py).
+CLASSES = {"compilation_config": (("compilation.py",), "CompilationConfig"),
+           "speculative_config": (("speculative.py", "__init__.py"), "SpeculativeConfig")}
+
+
+def _fields_of(root: Path, modules: tuple[str, ...], name: str) -> dict[str, Any]:
+    for module_name in modules:
+        path = root / "vllm" / "config" / module_name
+        if not path.exists():
+            continue
+        module = ast.parse(path.read_text())
+        classes = {n.name: n for n in module.body if isinstance(n, ast.ClassDef) and _decorated_config(n)}
+        if name not in classes:
+            continue
+        top = _input_fields(classes[name])
+        nested = {field: sorted(_input_fields(classes[ann])) for field, ann in top.items() if ann in classes}
+        return {"fields": sorted(top), "nested": nested}
+    raise LookupError(f"{name} not found under {root}")
+
+
 def derive_version(root: Path) -> dict[str, Any]:
-    module = ast.parse((root / "vllm" / "config" / "compilation.py").read_text())
-    classes = {n.name: n for n in module.body if isinstance(n, ast.ClassDef) and _decorated_config(n)}
-    top = _input_fields(classes["CompilationConfig"])
-    nested = {name: sorted(_input_fields(classes[ann])) for name, ann in top.items() if ann in classes}
     utils = (root / "vllm" / "config" / "utils.py").read_text()
     extra = "forbid" if 'ConfigDict(extra="forbid")' in utils else "ignore"
-    return {"extra": extra, "fields": sorted(top), "nested": nested}
+    return {dest: {"extra": extra, **_fields_of(root, modules, name)} for dest, (modules, name) in CLASSES.items()}
 
 
 def derive(src: Path) -> dict[str, Any]:
     return {
-        "about": "CompilationConfig input fields per vLLM version (scripts/vllm_compilation_fields.py, from "
-                 "vllm/config/compilation.py and vllm/config/utils.py): a key that is none of them is ignored "
+        "about": "input fields of the config classes pydantic builds from dict-valued options, per vLLM version "
+                 "(scripts/vllm_config_fields.py, from vllm/config/*.py): a key that is none of them is ignored "
                  "(extra=ignore) or refused (extra=forbid)",
         "versions": {v: derive_version(src / f"vllm-{v}") for v in VERSIONS if (src / f"vllm-{v}").is_dir()},
     }
