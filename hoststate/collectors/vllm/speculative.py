@@ -67,6 +67,25 @@ def has_mtp_layers(config: Mapping[str, Any]) -> bool:
     return model_type.startswith(MTP_BY_FAMILY) or any(a.startswith(MTP_BY_ARCHITECTURE) for a in archs)
 
 
+#: 0.33's ``--spec-method`` / ``--spec-model`` / ``--spec-tokens`` and the speculative_config key each sets.
+SPEC_FLAGS = (("spec_method", "method"), ("spec_model", "model"), ("spec_tokens", "num_speculative_tokens"))
+
+
+def fold_flags(args: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """The speculative config with the ``--spec-*`` flags folded in as EngineArgs.create_speculative_config does
+    (vllm/engine/arg_utils.py of 0.33.0: each flag given sets its key), and vLLM's refusal where a flag meets the same
+    key of ``--speculative-config``; the config as given where no flag is."""
+    given = {key: args[dest] for dest, key in SPEC_FLAGS if args.get(dest) is not None}
+    spec = args.get("speculative_config")
+    if not given:
+        return spec, None
+    spec = dict(spec) if isinstance(spec, Mapping) else {}
+    for dest, key in SPEC_FLAGS:
+        if key in given and key in spec:
+            return spec, f"--{dest.replace('_', '-')} and --speculative-config['{key}'] are mutually exclusive"
+    return {**spec, **given}, None
+
+
 def as_built(spec: Mapping[str, Any], rules: Rules) -> tuple[dict[str, Any], tuple[str, ...]]:
     """The mapping EngineArgs.create_speculative_config builds SpeculativeConfig from, and its keys that are no field
     of the version's SpeculativeConfig (fields.unknown_keys): 0.33 writes each key's dashes as underscores first
