@@ -182,8 +182,10 @@ class Rules:
     seed_unset: int | None = None
     #: How the OpenAI server sizes its batches where ``--max-num-seqs`` / ``--max-num-batched-tokens`` are not given
     #: (sizes.batch_sizes): "clamped" (chunked prefill as given, the token budget clamped by the model length,
-    #: 0.11.1-0.12.0: get_batch_defaults and what follows it); None: not read from this version's code, or one
-    #: whose V0 engine (VLLM_USE_V1=0, or a feature V1 lacks) sizes them otherwise (up to 0.11.0).
+    #: 0.11.1-0.12.0: get_batch_defaults and what follows it; "tiered": as "clamped" with 0.33.0's 160 GiB tier,
+    #: its GB10 exception and --performance-mode throughput doubling the unset sizes); None: not read from this
+    #: version's code, or one whose V0 engine (VLLM_USE_V1=0, or a feature V1 lacks) sizes them otherwise (up to
+    #: 0.11.0).
     batch_defaults: str | None = None
     #: ``--tokenizer-mode`` values the parser takes (ModelConfig's TokenizerMode Literal, so argparse has choices, up
     #: to 0.11.1); empty: any string, which ModelConfig lower-cases (``TokenizerMode | str``, 0.12+).
@@ -581,7 +583,8 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "max_seq_len_to_capture", "num_scheduler_steps", "rope_scaling",
                                    "guided_decoding_backend", "override_pooler_config"}) | _GONE_0120 | _NEW_033},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
-     "batch_defaults": None, "block_size_unset": None, "executor_mp_unset": False,  # not read from this version's code
+     "batch_defaults": "tiered",
+     "block_size_unset": None, "executor_mp_unset": False,  # not read from this version's code
      "capture_sizes_unset": None, "capture_size_architectures": frozenset(),  # 0.33 sizes by more than max_num_seqs
      "omp_one_under_mp": False, "eager_overrides_opt_level": False, "async_scheduling_unset_on": True,
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
