@@ -629,7 +629,8 @@ def ignored_compilation_keys(rules: Rules, cc: Mapping[str, Any] | None = None) 
     if "max_cudagraph_capture_size" in rules.missing_options:
         keys += ("max_cudagraph_capture_size",)  # the option and the field came together (0.11.1)
     if cc is not None:
-        keys += tuple(key for key in unknown_keys(cc, rules.version, "compilation_config") if key not in keys)
+        own = ("level",) if not rules.level_accepted else ()  # refused in its own words (_compilation_keys)
+        keys += tuple(key for key in unknown_keys(cc, rules.version, "compilation_config") if key not in keys + own)
     return keys
 
 
