@@ -101,18 +101,21 @@ def test_a_servers_pythonpath_with_an_undecodable_dist_info_name(tmp_path, child
 def test_very_deep_json_in_vllm_cmd(tmp_path, levels: int) -> None:
     """A JSON option nested hundreds deep (any user's server argv can hold one) parses, then is cut at
     hoststate.text.MAX_NESTING (by the redaction pass first, which would otherwise exhaust the stack past ~500):
-    the TOML writer never recurses that deep, the vllm section is kept and the snapshot stays readable."""
+    the TOML writer never recurses that deep, the vllm section is kept and the snapshot stays readable. The deep
+    value sits in inductor_compile_config, a free-form mapping field of CompilationConfig (a key that is no field
+    is refused by 0.33, whose rules an unknown version gets, and ignored before)."""
     deep = "[" * levels + "]" * levels
     out = tmp_path / "out.toml"
+    value = f'{{"mode": 3, "inductor_compile_config": {{"x": {deep}}}}}'
     proc = hoststate("snap", "-q", "--root", str(ROOT), "--only", "vllm", "-o", str(out),
-                     "--vllm-cmd", f"vllm serve m --compilation-config '{{\"mode\": 3, \"x\": {deep}}}'")
+                     "--vllm-cmd", f"vllm serve m --compilation-config '{value}'")
     assert proc.returncode == 0, proc.stderr
     assert written(out)["collectors"]["vllm"]["status"] == "ok", written(out)["collectors"]["vllm"]
-    x = written(out)["vllm"]["args"]["compilation_config"]["x"]
+    x = written(out)["vllm"]["args"]["compilation_config"]["inductor_compile_config"]["x"]
     depth = 0
     while isinstance(x, list):
         x, depth = x[0], depth + 1
-    assert x == NESTED_TOO_DEEPLY and depth == MAX_NESTING - 4  # vllm.args.compilation_config.x are the first 4
+    assert x == NESTED_TOO_DEEPLY and depth == MAX_NESTING - 5  # vllm.args.compilation_config.inductor_...x: 5
 
 
 #: vLLM log records whose values are no JSON or plain repr: what each becomes in the snapshot.

@@ -903,13 +903,22 @@ def test_only_vllms_human_readable_options_take_a_suffix(option, value, read):
     ("0.12.0", None, "--max-model-len 4", "--max-num-seqs 1024", True),  # 1024 either way, 4096 tokens either way
     ("0.12.0", None, "--no-enable-chunked-prefill", "--max-num-batched-tokens 8192", False),  # max(131072, 8192)
     ("0.10.2", None, "", "--max-num-seqs 1024", False),  # may fall back to V0: not read from its code here
-    ("0.33.0", None, "", "--max-num-seqs 1024", False),
+    # 0.33.0 (get_batch_defaults and _set_default_max_num_seqs_and_batched_tokens_args of its arg_utils.py): the same
+    # sizes below 160 GiB, the unset ones doubled under --performance-mode throughput, batched DP MoE not read here
+    ("0.33.0", None, "", "--max-num-seqs 1024", True), ("0.33.0", None, "", "--max-num-batched-tokens 8192", True),
+    ("0.33.0", None, "", "--max-num-seqs 512", False),
+    ("0.33.0", "NVIDIA A100-SXM4-80GB", "", "--max-num-seqs 256 --max-num-batched-tokens 2048", True),
+    ("0.33.0", None, "--performance-mode throughput", "--max-num-seqs 2048 --max-num-batched-tokens 16384", True),
+    ("0.33.0", None, "--performance-mode throughput", "--max-num-seqs 1024", False),
+    ("0.33.0", None, "--no-enable-chunked-prefill", "--max-num-batched-tokens 8192", False),  # max(131072, 8192)
+    ("0.33.0", None, "--enable-expert-parallel -dp 2", "--max-num-batched-tokens 8192", False),
 ])
 def test_batch_sizes_at_what_the_server_takes_on_these_gpus_are_its_default(tmp_path, version, gpu, base, extra,
                                                                              alike):
     """vLLM's OpenAI server takes 1024 sequences and 8192 batched tokens on a GPU of 70 GiB or more that is not an
     A100, 256 and 2048 on any other, clamped by each other and the model length (vllm/engine/arg_utils.py:
-    get_batch_defaults and _set_default_max_num_seqs_and_batched_tokens_args of 0.11.1-0.12.0): spelling that out
+    get_batch_defaults and _set_default_max_num_seqs_and_batched_tokens_args of 0.11.1-0.12.0 and 0.33.0, which adds
+    a 160 GiB tier and doubles the unset sizes under --performance-mode throughput): spelling that out
     is the same server; another value, another GPU or a clamp that bites is not, and a version whose code was not
     read (or whose V0 engine sizes otherwise) is compared as given."""
     plain = f"{_llama(tmp_path)} {base}".strip()
@@ -949,3 +958,19 @@ def test_a_default_applications_clock_is_rated_by_the_clocks_in_force(h200, cloc
     found = rate(h200, both)
     assert found[at + field][0] == "warning"
     assert found[at + f"clocks_applications_{clock}_mhz"][0] == "invalidating"
+
+
+def test_0330_sizes_batches_by_a_160_gib_tier():
+    """0.33.0's get_batch_defaults: 160 GiB or more takes (1024, 16384) for the OpenAI server; a GB10 (capability
+    12.1, not recorded here) is not sized; 0.12.0 has no such tier."""
+    from hoststate.collectors.vllm.model import facts_from_config
+    from hoststate.collectors.vllm.sizes import HUGE, batch_sizes, large_gpu
+    from hoststate.collectors.vllm.versions import rules_for
+    from tests.vllm_lines import CONFIG
+
+    b200 = [("NVIDIA B200", 180 * 2**30)]
+    assert large_gpu(b200, tiered=True) == HUGE and large_gpu(b200) is True
+    assert large_gpu([("NVIDIA GB10", 120 * 2**30)], tiered=True) is None
+    facts = facts_from_config(CONFIG)
+    assert batch_sizes({}, facts, rules_for("0.33.0")[0], HUGE) == (1024, 16384)
+    assert batch_sizes({}, facts, rules_for("0.12.0")[0], large_gpu(b200)) == (1024, 8192)

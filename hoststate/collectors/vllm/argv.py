@@ -18,6 +18,7 @@ from typing import Any
 
 from hoststate.collectors.vllm.configfile import ConfigError, check_path, config_tokens, parse_config_text
 from hoststate.collectors.vllm.defaults import choices_for, defaults_for, drop_defaults, none_is_unset
+from hoststate.collectors.vllm.fields import unknown_keys
 from hoststate.collectors.vllm.modes import COMP_NAMES, parse_cg_mode, parse_comp_mode
 from hoststate.collectors.vllm.options import (
     BOOL,
@@ -611,9 +612,11 @@ PASS_RENAMES = {"enable_attn_fusion": "fuse_attn_quant", "enable_noop": "elimina
                 "enable_fi_allreduce_fusion": "fuse_allreduce_rms", "enable_fusion": "fuse_norm_quant"}
 
 
-def ignored_compilation_keys(rules: Rules) -> tuple[str, ...]:
+def ignored_compilation_keys(rules: Rules, cc: Mapping[str, Any] | None = None) -> tuple[str, ...]:
     """compilation_config keys (dotted below pass_config) that are not fields of this version's
-    CompilationConfig: accepted and ignored, or refused where ``unknown_compilation_keys`` says so."""
+    CompilationConfig: accepted and ignored, or refused where ``unknown_compilation_keys`` says so. With ``cc``,
+    also each key of it that is no field of the version's CompilationConfig (fields.unknown_keys: a misspelt or
+    foreign key such as ``cudagraph-mode`` is never a setting)."""
     keys: tuple[str, ...] = () if rules.legacy_graph_flags else LEGACY_GRAPH_KEYS
     if rules.mode_key == "level":
         keys += ("mode",)
@@ -625,6 +628,9 @@ def ignored_compilation_keys(rules: Rules) -> tuple[str, ...]:
         keys += ("use_inductor_graph_partition",)  # a field from 0.11.0
     if "max_cudagraph_capture_size" in rules.missing_options:
         keys += ("max_cudagraph_capture_size",)  # the option and the field came together (0.11.1)
+    if cc is not None:
+        own = ("level",) if not rules.level_accepted else ()  # refused in its own words (_compilation_keys)
+        keys += tuple(key for key in unknown_keys(cc, rules.version, "compilation_config") if key not in keys + own)
     return keys
 
 
@@ -633,7 +639,7 @@ def compilation_config_view(cc: Mapping[str, Any], rules: Rules) -> dict[str, An
     dropped, ``level`` also setting ``mode`` (0.11.1+), mode names as numbers, the legacy flags converted
     (up to 0.11.0), old pass_config spellings renamed (0.12+), graph modes by name. This is what vLLM's "non-default
     args" show, so it is what tests/test_vllm_oracle.py compares."""
-    ignored = ignored_compilation_keys(rules)
+    ignored = ignored_compilation_keys(rules, cc)
     out = {k: v for k, v in cc.items() if k not in ignored}
     if isinstance(out.get("pass_config"), Mapping):
         passes = {k: v for k, v in out["pass_config"].items() if f"pass_config.{k}" not in ignored}
@@ -754,7 +760,7 @@ def _compilation_keys(out: Normalised, rules: Rules) -> None:
     cc = out.args.get("compilation_config")
     if not isinstance(cc, dict):
         return
-    for key in ignored_compilation_keys(rules):
+    for key in ignored_compilation_keys(rules, cc):
         head, _, sub = key.partition(".")
         here = cc.get(head) if sub else cc
         if not (isinstance(here, Mapping) and (sub or head) in here):

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hoststate.collectors.vllm.defaults import DTYPE_NAMES
+from hoststate.collectors.vllm.fields import forbids
 from hoststate.collectors.vllm.model import UNKNOWN, ModelFacts, derived_max_len
 from hoststate.collectors.vllm.modes import COMP_NAMES, has_full, has_piecewise, parse_cg_mode, parse_comp_mode
-from hoststate.collectors.vllm.speculative import MTP_LAYER_KEYS, detect, is_mtp
+from hoststate.collectors.vllm.speculative import MTP_LAYER_KEYS, as_built, detect, fold_flags, is_mtp
 from hoststate.collectors.vllm.versions import DEFAULT_OPT_LEVEL, OPT_LEVEL_CUDAGRAPH, Rules, rules_for
 
 VLLM_COMPILE = 3
@@ -272,22 +273,22 @@ def _model_runner(r: Resolution) -> None:
 
 # -- steps that check the arguments against the model and the host ------------------------------
 
-#: 0.33's ``--spec-method`` / ``--spec-model`` / ``--spec-tokens`` and the speculative_config key each sets.
-SPEC_FLAGS = (("spec_method", "method"), ("spec_model", "model"), ("spec_tokens", "num_speculative_tokens"))
-
-
 def _speculative_flags(r: Resolution) -> None:
-    """The ``--spec-*`` flags are folded into the speculative config (EngineArgs.create_speculative_config), so
-    every later step sees one config; a flag next to the same key of ``--speculative-config`` is refused."""
-    given = {key: r.args[dest] for dest, key in SPEC_FLAGS if r.args.get(dest) is not None}
-    if not given:
+    """The speculative config as EngineArgs.create_speculative_config builds SpeculativeConfig from it, so every
+    later step sees that: the ``--spec-*`` flags folded in (a flag next to the same key of ``--speculative-config``
+    is refused), then its keys as the version reads them (speculative.as_built: 0.33's dashes as underscores; a
+    key that is no field dropped, or refused where the version forbids it)."""
+    spec, refusal = fold_flags(r.args)
+    if refusal:
+        raise Refused(refusal)
+    if not isinstance(spec, Mapping):
         return
-    spec = r.args.get("speculative_config")
-    spec = dict(spec) if isinstance(spec, Mapping) else {}
-    for dest, key in SPEC_FLAGS:
-        if key in given and key in spec:
-            raise Refused(f"--{dest.replace('_', '-')} and --speculative-config['{key}'] are mutually exclusive")
-    r.args = {**r.args, "speculative_config": {**spec, **given}}
+    built, unknown = as_built(spec, r.rules)
+    if unknown and forbids(r.rules.version, "speculative_config"):
+        raise Refused(f"speculative_config.{unknown[0]}: extra inputs are not permitted (SpeculativeConfig)")
+    if unknown:
+        r.why.append(f"speculative_config {', '.join(unknown)}: no field of {r.tag}'s SpeculativeConfig, ignored")
+    r.args = {**r.args, "speculative_config": built}
 
 
 def _visible_gpus(r: Resolution) -> int | None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from hoststate.collectors.vllm.model import ModelFacts, derived_max_len, generative
 from hoststate.collectors.vllm.sizes import batch, capture_sizes
+from hoststate.collectors.vllm.speculative import SPEC_FLAGS, as_built, fold_flags
 from hoststate.collectors.vllm.versions import Rules, version_key
 from hoststate.collectors.vllm_release import data_path
 
@@ -135,6 +136,30 @@ _LOOKUP = ("prompt_lookup_min", "prompt_lookup_max")
 _WINDOW_METHODS = ("ngram", "[ngram]", "ngram_gpu", "suffix")
 
 
+#: The draft "model" names SpeculativeConfig.__post_init__ reads as the ngram method (vllm/config/speculative.py of
+#: 0.11.0-0.33.0, vllm/config/__init__.py of 0.10.2).
+NGRAM_MODELS = ("ngram", "[ngram]")
+
+
+def _ngram_named(value: Any) -> Any:
+    """A speculative config that names the ngram method by its draft ``model``, as the method: __post_init__ sets
+    ``method`` "ngram" where none is given and ``model`` is ngram / [ngram], and ``model`` "ngram" where none is given
+    and the method is ngram ("Automatically configure the method for ngram when model is used instead of method",
+    0.10.2-0.33.0); the ngram proposer reads neither name again (draft_model_config is the target's). So
+    ``{"model": "ngram"}`` and ``{"method": "ngram"}`` are one setting, written as the method alone. ``method``
+    "[ngram]" is not rewritten: pydantic refuses it (not in SpeculativeMethod)."""
+    if not isinstance(value, Mapping) or value.get("model") not in NGRAM_MODELS:
+        return value
+    if value.get("method") not in (None, "ngram"):
+        return value
+    out = {k: v for k, v in value.items() if k not in ("model", "method")}
+    return {"method": "ngram", **out}
+
+
+def _speculative_normal(value: Any) -> Any:
+    return _ngram_lookup(_ngram_named(value))
+
+
 def _ngram_lookup(value: Any) -> Any:
     """A speculative config with its n-gram lookup window as SpeculativeConfig.__post_init__ fills it in: for the ngram
     method (``method`` ngram / [ngram] / 0.33's ngram_gpu, or no method and ``model`` ngram / [ngram]), a missing end
@@ -175,9 +200,10 @@ NORMAL_FORMS: dict[str, tuple[Callable[[Any], Any], str]] = {
                                   "cudagraph_capture_sizes)"),
     "cudagraph_capture_sizes": (_sorted, "vLLM sorts the sizes it captures (vllm/config/vllm.py)"),
     "compilation_config.cudagraph_capture_sizes": (_sorted, "vLLM sorts the sizes it captures (vllm/config)"),
-    "speculative_config": (_ngram_lookup, "the n-gram lookup window as SpeculativeConfig.__post_init__ fills it in "
-                                          "(a missing end is the other end, neither given is 5 and 5; another "
-                                          "method's window is set to 0, left out)"),
+    "speculative_config": (_speculative_normal, "the ngram method as SpeculativeConfig.__post_init__ names it (a draft "
+                                                "model ngram / [ngram] is the method ngram) and its lookup window as "
+                                                "it fills it in (a missing end is the other end, neither given is 5 "
+                                                "and 5; another method's window is set to 0, left out)"),
 }
 
 
@@ -482,6 +508,27 @@ def _quantization(args: Mapping[str, Any], model: ModelFacts) -> str | None:
     return None
 
 
+def _speculative_built(args: Mapping[str, Any], rules: Rules) -> tuple[Mapping[str, Any], str | None]:
+    """``args`` with ``--speculative-config`` as EngineArgs.create_speculative_config builds SpeculativeConfig from
+    it: 0.33's ``--spec-*`` flags folded in (speculative.fold_flags; left as given where vLLM refuses them), then
+    speculative.as_built; and why where that changed it."""
+    spec, refusal = fold_flags(args)
+    if refusal or not isinstance(spec, Mapping):
+        return args, None
+    flags = [dest for dest, _key in SPEC_FLAGS if dest in args]
+    built, unknown = as_built(spec, rules)
+    if built == args.get("speculative_config") and not flags:
+        return args, None
+    why = (f"as vLLM {rules.version} builds SpeculativeConfig from it"
+           + (f", {', '.join('--' + f.replace('_', '-') for f in flags)} folded in" if flags else "")
+           + ("; key dashes as underscores" if rules.spec_keys_dashed else "")
+           + (f"; {', '.join(unknown)} no field of it, ignored" if unknown and len(built) < len(spec) else "")
+           + " (EngineArgs.create_speculative_config)")
+    out = {k: v for k, v in args.items() if k not in flags}
+    out["speculative_config"] = built
+    return out, why
+
+
 def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], rules: Rules,
             defaults: Mapping[str, Any] | None = None, gpus: Sequence[tuple[Any, Any]] | None = None,
             v1_engine: bool = False) -> Resolved:
@@ -493,7 +540,10 @@ def resolve(args: Mapping[str, Any], facts: ModelFacts, env: Mapping[str, str], 
     total bytes), capture sizes at what vLLM captures without them: capture_sizes). A version that takes any
     tokenizer mode lower-cases it. ``v1_engine``: the V1 engine surely runs (cudagraph.v1_engine_sure), read only
     where the version sets its defaults on V1 alone (0.10.2)."""
+    args, built = _speculative_built(args, rules)
     normal, spelled = canonical(args, None if rules.tokenizer_modes else LOWERED_WHERE_FREE)
+    if built and "speculative_config" not in spelled:
+        spelled["speculative_config"] = built
     same, expanded = capture_sizes(normal, facts, rules, gpus)
     spelled.update(expanded)
     for where, why in spelled.items():

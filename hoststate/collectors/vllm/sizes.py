@@ -15,17 +15,28 @@ from hoststate.collectors.vllm.versions import Rules
 #: get_batch_defaults, 0.11.1-0.12.0).
 BATCH_SIZES = {True: (1024, 8192), False: (256, 2048)}
 LARGE_GPU_BYTES = 70 * 2**30
+#: 0.33.0's get_batch_defaults adds a tier: a device of 160 GiB or more (B200, B300) takes (1024, 16384), and a GB10
+#: (DGX Spark, capability 12.1) stays on the small one whatever its memory (rules.batch_defaults "tiered").
+HUGE_GPU_BYTES = 160 * 2**30
+HUGE = "160 GiB or more"
+TIERED_BATCH_SIZES = {HUGE: (1024, 16384), **BATCH_SIZES}
 BATCH_DESTS = ("max_num_seqs", "max_num_batched_tokens")
 
 
-def large_gpu(gpus: Sequence[tuple[Any, Any]] | None) -> bool | None:
-    """Whether vLLM's device 0 counts as a large GPU, from the host's GPUs as (name, memory total bytes); None
-    unless every GPU answers alike (which is device 0 is CUDA_VISIBLE_DEVICES's choice) and each is readable."""
-    answers = set()
+def large_gpu(gpus: Sequence[tuple[Any, Any]] | None, tiered: bool = False) -> bool | str | None:
+    """Whether vLLM's device 0 counts as a large GPU (``tiered``: or HUGE, 0.33.0), from the host's GPUs as (name,
+    memory total bytes); None unless every GPU answers alike (which is device 0 is CUDA_VISIBLE_DEVICES's choice) and
+    each is readable, and for a GB10 under ``tiered`` (vLLM reads its compute capability, not recorded here)."""
+    answers: set[bool | str] = set()
     for name, total in gpus or ():
         if not isinstance(name, str) or not isinstance(total, int) or isinstance(total, bool) or total <= 0:
             return None
-        answers.add(total >= LARGE_GPU_BYTES and "a100" not in name.lower())
+        if tiered and "gb10" in name.lower():
+            return None
+        if tiered and total >= HUGE_GPU_BYTES:
+            answers.add(HUGE)
+        else:
+            answers.add(total >= LARGE_GPU_BYTES and "a100" not in name.lower())
     return answers.pop() if len(answers) == 1 else None
 
 
@@ -43,18 +54,44 @@ def _model_len(args: Mapping[str, Any], model: ModelFacts, rules: Rules) -> int 
     return int(derived) if derived and derived > 0 else None
 
 
-def batch_sizes(args: Mapping[str, Any], model: ModelFacts, rules: Rules, large: bool | None) -> tuple[int, int] | None:
+#: Architectures 0.33.0 may read as multimodal prefix LMs, whose unset token budget it raises to hold one multimodal
+#: item (_set_default_max_num_seqs_and_batched_tokens_args; MM_PREFIX_LM_MODELS of
+#: transformers_utils/model_arch_config_convertor.py), and the multimodal architecture suffix: not sized here.
+MM_PREFIX_NAMES = ("bagel", "gemma3", "molmo", "moondream", "paligemma")
+
+
+def _tiered_unknown(args: Mapping[str, Any], model: ModelFacts) -> bool:
+    """What 0.33.0's sizing reads that is not read here: batched data-parallel MoE (expert parallel over DP ranks
+    with a deepep_low_latency / nixl_ep all2all: a fixed token budget), a performance mode not among its three, a
+    multimodal (prefix-LM) architecture."""
+    if args.get("enable_expert_parallel") and args.get("data_parallel_size", 1) != 1:
+        return True
+    if args.get("performance_mode", "balanced") not in ("balanced", "interactivity", "throughput"):
+        return True
+    names = [a.lower() for a in model.architectures]
+    return not names or any(a.endswith("forconditionalgeneration") or any(m in a for m in MM_PREFIX_NAMES)
+                            for a in names)
+
+
+def batch_sizes(args: Mapping[str, Any], model: ModelFacts, rules: Rules,
+                large: bool | str | None) -> tuple[int, int] | None:
     """(max_num_seqs, max_num_batched_tokens) the OpenAI server takes for ``args`` on a GPU that is ``large`` or not
-    (vllm/engine/arg_utils.py of the version, rules.batch_defaults); None where that is not known here: another
-    version, a model not known to be a generative decoder, prefill context parallel, a length or size that is not
-    a count."""
+    (or HUGE: large_gpu) (vllm/engine/arg_utils.py of the version, rules.batch_defaults: "clamped" 0.11.1-0.12.0,
+    "tiered" 0.33.0, which also doubles an unset size under ``--performance-mode throughput``); None where that is
+    not known here: another version, a model not known to be a generative decoder, prefill context parallel, a
+    length or size that is not a count, what _tiered_unknown lists."""
     if rules.batch_defaults is None or large is None or not generative(args, model):
+        return None
+    tiered = rules.batch_defaults == "tiered"
+    if (large == HUGE and not tiered) or (tiered and _tiered_unknown(args, model)):
         return None
     seqs, tokens = args.get("max_num_seqs"), args.get("max_num_batched_tokens")
     pcp = args.get("prefill_context_parallel_size", 1)
     if any(v is not None and not _count(v) for v in (seqs, tokens)) or pcp not in (1, None):
         return None
-    seqs_default, tokens_default = BATCH_SIZES[large]
+    seqs_default, tokens_default = TIERED_BATCH_SIZES[large]
+    if tiered and args.get("performance_mode") == "throughput":
+        seqs_default, tokens_default = seqs_default * 2, tokens_default * 2
     max_len = _model_len(args, model, rules)
     chunked = args.get("enable_chunked_prefill")
     if max_len is None or not isinstance(chunked, bool | None):
@@ -75,7 +112,7 @@ def batch(args: Mapping[str, Any], model: ModelFacts, rules: Rules,
     """``--max-num-seqs`` / ``--max-num-batched-tokens`` at what the server takes without them (both sizes the same
     either way, and with all such left out together), each with why."""
     given = [dest for dest in BATCH_DESTS if dest in args]
-    large = large_gpu(gpus) if given else None
+    large = large_gpu(gpus, rules.batch_defaults == "tiered") if given else None
     sizes = batch_sizes(args, model, rules, large)
     if sizes is None:
         return {}
@@ -83,7 +120,7 @@ def batch(args: Mapping[str, Any], model: ModelFacts, rules: Rules,
     if not same or batch_sizes({k: v for k, v in args.items() if k not in same}, model, rules, large) != sizes:
         return {}
     names = sorted({str(name) for name, _total in gpus or ()})
-    kind = "70 GiB or more and not an A100" if large else "under 70 GiB or an A100"
+    kind = HUGE if large == HUGE else "70 GiB or more and not an A100" if large else "under 70 GiB or an A100"
     return {dest: (f"{args[dest]}: what the OpenAI server of vLLM {rules.version} takes when it is not given, with "
                    f"the rest of this command line, on this host's GPUs ({', '.join(names)}: {kind}; "
                    "vllm/engine/arg_utils.py get_batch_defaults)") for dest in same}
@@ -129,7 +166,7 @@ def _capture_seqs(args: Mapping[str, Any], model: ModelFacts, rules: Rules,
     seqs = args.get("max_num_seqs")
     if seqs is not None:
         return (seqs, "as given") if _count(seqs) else None
-    sizes = batch_sizes(args, model, rules, large_gpu(gpus))
+    sizes = batch_sizes(args, model, rules, large_gpu(gpus, rules.batch_defaults == "tiered"))
     if sizes is None:
         return None
     return sizes[0], "what the OpenAI server takes on this host's GPUs (vllm/engine/arg_utils.py get_batch_defaults)"

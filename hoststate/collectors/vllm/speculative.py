@@ -17,6 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hoststate.collectors.vllm.fields import forbids, unknown_keys
+from hoststate.collectors.vllm.versions import Rules
+
 #: config.json keys that count a model's MTP layers (hf_config_override: DeepSeek, GLM, Ernie, Qwen3-Next/3.5,
 #: MiMo, Bailing, ExaOne, Nemotron-H, Kimi ...: ``num_nextn_predict_layers``; Qwen3.5/Qwen4: ``mtp_num_hidden_layers``;
 #: MiniMax-M3: ``num_mtp_modules``).
@@ -62,3 +65,34 @@ def has_mtp_layers(config: Mapping[str, Any]) -> bool:
     model_type = str(config.get("model_type", ""))
     archs = [a for a in config.get("architectures") or () if isinstance(a, str)]
     return model_type.startswith(MTP_BY_FAMILY) or any(a.startswith(MTP_BY_ARCHITECTURE) for a in archs)
+
+
+#: 0.33's ``--spec-method`` / ``--spec-model`` / ``--spec-tokens`` and the speculative_config key each sets.
+SPEC_FLAGS = (("spec_method", "method"), ("spec_model", "model"), ("spec_tokens", "num_speculative_tokens"))
+
+
+def fold_flags(args: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """The speculative config with the ``--spec-*`` flags folded in as EngineArgs.create_speculative_config does
+    (vllm/engine/arg_utils.py of 0.33.0: each flag given sets its key), and vLLM's refusal where a flag meets the same
+    key of ``--speculative-config``; the config as given where no flag is."""
+    given = {key: args[dest] for dest, key in SPEC_FLAGS if args.get(dest) is not None}
+    spec = args.get("speculative_config")
+    if not given:
+        return spec, None
+    spec = dict(spec) if isinstance(spec, Mapping) else {}
+    for dest, key in SPEC_FLAGS:
+        if key in given and key in spec:
+            return spec, f"--{dest.replace('_', '-')} and --speculative-config['{key}'] are mutually exclusive"
+    return {**spec, **given}, None
+
+
+def as_built(spec: Mapping[str, Any], rules: Rules) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The mapping EngineArgs.create_speculative_config builds SpeculativeConfig from, and its keys that are no field
+    of the version's SpeculativeConfig (fields.unknown_keys): 0.33 writes each key's dashes as underscores first
+    (rules.spec_keys_dashed); a key that is no field is dropped where pydantic ignores it (up to 0.12.0) and kept
+    where it forbids it (0.33.0: the config is refused)."""
+    built = {(k.replace("-", "_") if rules.spec_keys_dashed and isinstance(k, str) else k): v for k, v in spec.items()}
+    unknown = unknown_keys(built, rules.version, "speculative_config")
+    if unknown and not forbids(rules.version, "speculative_config"):
+        built = {k: v for k, v in built.items() if k not in unknown}
+    return built, unknown

@@ -182,8 +182,10 @@ class Rules:
     seed_unset: int | None = None
     #: How the OpenAI server sizes its batches where ``--max-num-seqs`` / ``--max-num-batched-tokens`` are not given
     #: (sizes.batch_sizes): "clamped" (chunked prefill as given, the token budget clamped by the model length,
-    #: 0.11.1-0.12.0: get_batch_defaults and what follows it); None: not read from this version's code, or one
-    #: whose V0 engine (VLLM_USE_V1=0, or a feature V1 lacks) sizes them otherwise (up to 0.11.0).
+    #: 0.11.1-0.12.0: get_batch_defaults and what follows it; "tiered": as "clamped" with 0.33.0's 160 GiB tier,
+    #: its GB10 exception and --performance-mode throughput doubling the unset sizes); None: not read from this
+    #: version's code, or one whose V0 engine (VLLM_USE_V1=0, or a feature V1 lacks) sizes them otherwise (up to
+    #: 0.11.0).
     batch_defaults: str | None = None
     #: ``--tokenizer-mode`` values the parser takes (ModelConfig's TokenizerMode Literal, so argparse has choices, up
     #: to 0.11.1); empty: any string, which ModelConfig lower-cases (``TokenizerMode | str``, 0.12+).
@@ -305,6 +307,10 @@ class Rules:
     #: CompilationConfig, ``level`` aside (compilation_mode_checked): a pydantic dataclass in lax mode, so a string
     #: that is not an integer (``"1k"``) is refused, a numeric one (``"1000"``) read as the number. Empty: not checked.
     compilation_int_keys: frozenset[str] = frozenset()
+    #: EngineArgs.create_speculative_config writes each ``--speculative-config`` key's dashes as underscores before
+    #: it builds SpeculativeConfig (``{k.replace("-", "_"): v ...}``, vllm/engine/arg_utils.py of 0.33.0), so
+    #: ``num-speculative-tokens`` is ``num_speculative_tokens``; before, a dashed key is no field (ignored).
+    spec_keys_dashed: bool = False
 
 
 _ALIASES_010 = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
@@ -577,7 +583,8 @@ ROWS: tuple[dict[str, Any], ...] = (
                                    "max_seq_len_to_capture", "num_scheduler_steps", "rope_scaling",
                                    "guided_decoding_backend", "override_pooler_config"}) | _GONE_0120 | _NEW_033},
     {"version": "0.33.0", "o_dotted": "error", "level_accepted": False, "aliases": _ALIASES_033,
-     "batch_defaults": None, "block_size_unset": None, "executor_mp_unset": False,  # not read from this version's code
+     "batch_defaults": "tiered",
+     "block_size_unset": None, "executor_mp_unset": False,  # not read from this version's code
      "capture_sizes_unset": None, "capture_size_architectures": frozenset(),  # 0.33 sizes by more than max_num_seqs
      "omp_one_under_mp": False, "eager_overrides_opt_level": False, "async_scheduling_unset_on": True,
      "graphs_without_compile": "downgrade", "context_parallel_piecewise": False, "torch_compile_disable": True,
@@ -603,7 +610,7 @@ ROWS: tuple[dict[str, Any], ...] = (
      "kv_dtype_matches_model": True, "spec_pp_refused_methods": frozenset(), "eagle3_targets": (),
      "deprecated_quantization": frozenset({"fbgemm_fp8", "fp_quant"}),
      "human_int_tera": True, "dotted_human_ints": True, "compilation_int_keys": _CC_INTS_033,
-     "json_human_ints": _JSON_HUMAN_033, "all2all_backends": _ALL2ALL_033,
+     "json_human_ints": _JSON_HUMAN_033, "all2all_backends": _ALL2ALL_033, "spec_keys_dashed": True,
      "human_int_options": frozenset({"max_num_batched_tokens", "kv_cache_memory_bytes", "max_num_scheduled_tokens",
                                      "max_num_queued_tokens", "safetensors_prefetch_block_size"}),
      "none_default_flags": frozenset({"async_scheduling", "disable_cascade_attn", "disable_hybrid_kv_cache_manager",
