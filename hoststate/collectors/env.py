@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hoststate.collectors import Context, Section
-from hoststate.collectors.env_reads import SAME_AS_UNSET, settle
+from hoststate.collectors.env_reads import SAME_AS_UNSET, SPELLED, settle
 from hoststate.redact import Own, redact_env
 
 #: It reads this process's own environment (os.environ) and no file: nothing it reads can fail.
@@ -71,17 +71,28 @@ def _vllm_here(ctx: Context, data: Mapping[str, Any]) -> tuple[str | None, str]:
 def settle_vllm(data: dict[str, Any], version: str | None, origin: str) -> None:
     """The VLLM_* variables ``version`` reads as if they were not set (collectors/vllm_release.py) move to
     ``same_as_unset`` with why, as a server's own move to ``vllm.env_same_as_unset``: a diff then rates alike what
-    this process passes on and what the server it starts reads."""
+    this process passes on and what the server it starts reads. A switch spelled another way than vLLM reads it
+    (``true`` for ``1``) is recorded as read, the value as given under ``spelled``."""
     if not version:
         return
-    from hoststate.collectors.vllm_release import same_as_unset
+    from hoststate.collectors.vllm_release import same_as_unset, spelled
 
     given = {name: value for name, value in data.items() if name.startswith("VLLM_") and isinstance(value, str)}
     try:
         alike = same_as_unset(given, version) if given else {}
+        switches = spelled({k: v for k, v in given.items() if k not in alike}, version) if given else {}
     except (OSError, ValueError):  # the shipped table unreadable: nothing is said, the variables stay as they are
         return
     if alike:
         apart = data.setdefault(SAME_AS_UNSET, {})
         for name, why in sorted(alike.items()):
             apart[name] = {"value": data.pop(name), "because": Own(f"{why}; vLLM {version} is {origin}")}
+    respell(data, switches, f"; vLLM {version} is {origin}")
+
+
+def respell(data: dict[str, Any], switches: Mapping[str, tuple[str, str]], note: str = "") -> None:
+    """Each switch of ``switches`` (vllm_release.spelled) recorded as vLLM reads it, the value as given kept under
+    ``spelled`` with why, as env_reads.settle does for the readers it knows."""
+    for name, (read, why) in sorted(switches.items()):
+        data.setdefault(SPELLED, {})[name] = {"value": data[name], "because": Own(f"{why}{note}")}
+        data[name] = read
