@@ -283,6 +283,13 @@ def test_parsers() -> None:
     assert parse_meminfo("MemTotal:  1024 kB\nHugePages_Total:   4\n") == {"MemTotal": 1048576, "HugePages_Total": 4}
     assert parse_cmdline("ro isolcpus=2-5 nohz_full=2-5 quiet nosmt") == {
         "isolcpus": "2-5", "nohz_full": "2-5", "nosmt": ""}
+    # The kernel's reading (kernel-parameters.rst, lib/cmdline.c next_arg, kernel/params.c parse_args): dashes are
+    # underscores in a name, quotes around a value or a whole parameter go, a bare -- ends the kernel's parameters.
+    assert parse_cmdline('nohz-full=2-5 intel-idle.max-cstate=1 isolcpus="2-5" "nosmt" "iommu=pt" rcu_nocbs="2-5 '
+                         '-- mitigations=off') == {"nohz_full": "2-5", "intel_idle.max_cstate": "1", "isolcpus": "2-5",
+                                                   "nosmt": "", "iommu": "pt", "rcu_nocbs": "2-5 -- mitigations=off"}
+    assert parse_cmdline("quiet -- mitigations=off nosmt") == {}
+    assert parse_cmdline("mitigations=off mitigations=auto pti=") == {"mitigations": "auto", "pti": ""}
     info = parse_cpuinfo("processor : 0\nvendor_id : X\ncpu family : 6\nmodel : 7\n\nprocessor : 1\nvendor_id : Y\n")
     assert info == {"vendor": "X", "family": 6, "model": 7}
 

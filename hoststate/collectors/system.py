@@ -205,13 +205,55 @@ def parse_meminfo(text: str) -> dict[str, int]:
     return out
 
 
+def cmdline_args(text: str) -> list[tuple[str, str | None]]:
+    """The kernel's own split of a boot command line (lib/cmdline.c next_arg): (name, value or None) per parameter,
+    ``"`` around spaces, the quotes around a value dropped, and nothing after a bare ``--`` (kernel/params.c
+    parse_args: the rest goes to init)."""
+    out: list[tuple[str, str | None]] = []
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i].isspace():
+            i += 1
+        if i == n:
+            break
+        quoted = text[i] == '"'
+        start = i + quoted
+        in_quote, equals, j = quoted, -1, start
+        while j < n and (in_quote or not text[j].isspace()):
+            if equals < 0 and j > start and text[j] == "=":  # next_arg: an "=" first in the parameter is its name's
+                equals = j
+            if text[j] == '"':
+                in_quote = not in_quote
+            j += 1
+        arg = text[start:j]
+        if quoted and arg.endswith('"'):
+            arg = arg[:-1]
+        name, value = (arg, None) if equals < 0 else (text[start:equals], arg[equals - start + 1:])
+        if value is not None and value.startswith('"'):
+            value = value[1:]  # next_arg: "Don't include quotes in value." (the closing one went with the arg's)
+            if not quoted and value.endswith('"'):
+                value = value[:-1]
+        if value is None and name == "--":
+            break
+        out.append((name, value))
+        i = j + 1
+    return out
+
+
+#: The recorded parameters by the name the kernel matches: "Hyphens (dashes) and underscores are equivalent in
+#: parameter names" (Documentation/admin-guide/kernel-parameters.rst; kernel/params.c parameq, dash2underscore).
+_CMDLINE_NAMES = {key.replace("-", "_"): key for key in CMDLINE_KEYS}
+
+
 def parse_cmdline(text: str) -> dict[str, str]:
-    """Boot parameters that change performance, as given (a bare flag maps to "")."""
+    """Boot parameters that change performance, by the name the kernel reads them as (``nohz-full`` is
+    ``nohz_full``), each with its value as the kernel passes it on (a bare flag maps to ""; the last one given
+    wins). The line as written is kept in ``kernel.cmdline``."""
     out: dict[str, str] = {}
-    for token in text.split():
-        key, _, value = token.partition("=")
-        if key in CMDLINE_KEYS:
-            out[key] = value
+    for name, value in cmdline_args(text):
+        key = _CMDLINE_NAMES.get(name.replace("-", "_"))
+        if key is not None:
+            out[key] = value or ""
     return out
 
 
