@@ -333,3 +333,15 @@ def test_a_huge_cpulist_in_a_tree_is_recorded_not_expanded(tmp_path, possible) -
     assert sec.unreadable["sys/devices/system/node/online"].startswith("not a node list: CPU 99999999 beyond")
     assert "threads" not in sec.data["cpu"] and "nodes" not in sec.data.get("numa", {})
     assert sec.data["kernel"]["release"] == "5.15.0-131-generic"  # the rest is still read
+
+
+def test_every_recorded_boot_parameter_has_a_rule_of_its_own() -> None:
+    """A parameter parse_cmdline records is rated by a rule that names it, with the reason and source of that
+    parameter, never by the catch-all ``system.kernel.params.*`` (a review of unknown effect)."""
+    from hoststate.collectors.system import CMDLINE_KEYS
+    from hoststate.diff import compare
+
+    base = {"system": {"kernel": {"params": {}}}}
+    for key in CMDLINE_KEYS:
+        found = compare(base, {"system": {"kernel": {"params": {key: "1"}}}}).findings
+        assert [f.rule for f in found] != ["system.kernel.params.*"], key

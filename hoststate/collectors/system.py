@@ -46,12 +46,17 @@ MITIGATION_KEYS = ("spectre_v1", "nospectre_v1", "spectre_v2", "nospectre_v2", "
 #: Boot parameters that change scheduling, interrupts, timekeeping or how much of the machine the kernel uses.
 SCHEDULING_KEYS = ("preempt", "nohz", "skew_tick", "rcu_nocb_poll", "irqaffinity", "threadirqs", "kthread_cpus",
                    "clocksource", "tsc", "numa", "mem", "maxcpus", "nr_cpus", "cpufreq.default_governor")
-#: Boot parameters recorded for review (power management of links, watchdogs, PCI and cgroup options).
-REVIEW_KEYS = ("pcie_aspm", "nmi_watchdog", "pci", "cgroup_disable", "audit")
+#: Boot parameters that switch off or narrow CPU idle and frequency management (kernel-parameters.txt;
+#: Documentation/admin-guide/pm/cpuidle.rst, intel_idle.rst): what idle CPUs do and how fast they wake.
+POWER_KEYS = ("cpuidle.off", "cpuidle.governor", "intel_idle.states_off", "cpufreq.off")
+#: Boot parameters recorded for review (power management of links, watchdogs, PCI and cgroup options, page
+#: zeroing, split-lock handling).
+REVIEW_KEYS = ("pcie_aspm", "nmi_watchdog", "nowatchdog", "nosoftlockup", "pci", "cgroup_disable", "audit",
+               "init_on_alloc", "init_on_free", "split_lock_detect")
 CMDLINE_KEYS = ("isolcpus", "nohz_full", "rcu_nocbs", "intel_iommu", "amd_iommu", "iommu", "iommu.passthrough",
                 "iommu.strict", "intel_pstate", "amd_pstate", "transparent_hugepage", "default_hugepagesz",
                 "hugepages", "hugepagesz", "numa_balancing", "processor.max_cstate", "intel_idle.max_cstate",
-                "idle", "mitigations", "nosmt", *MITIGATION_KEYS, *SCHEDULING_KEYS, *REVIEW_KEYS)
+                "idle", "mitigations", "nosmt", *MITIGATION_KEYS, *SCHEDULING_KEYS, *POWER_KEYS, *REVIEW_KEYS)
 
 _CPU = "sys/devices/system/cpu"
 _IOMMU_PARAMS = ("iommu.intel_iommu", "iommu.amd_iommu", "iommu.iommu", "iommu.iommu_passthrough", "iommu.iommu_strict")
