@@ -276,3 +276,17 @@ def test_every_recorded_vllm_switch_form_is_one_hoststate_reads():
 
     forms = {form for table in vllm_release._forms().values() for form in table.values()}
     assert forms and all(vllm_release._switch(f, "1") in (True, False) for f in forms)
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("CUDA_DRIVER_VERSION", "580.95.05"), ("CUDA_ARCH_LIST", "8.0 8.6 9.0 10.0 11.0 12.0"),
+    ("CUBLAS_VERSION", "13.1.0.3"), ("CUDNN_FRONTEND_VERSION", "1.14.1"), ("NVIDIA_PYTORCH_VERSION", "25.10"),
+    ("PYTORCH_VERSION", "2.9.0a0+145a3a7"), ("PYTORCH_BUILD_VERSION", "2.9.0a0+145a3a7"),
+    ("PYTORCH_BUILD_NUMBER", "0"), ("PYTORCH_HOME", "/opt/pytorch/pytorch"),
+])
+def test_an_nvidia_container_images_labels_are_info(monkeypatch, name, value):
+    """The NGC PyTorch image's Dockerfile sets these ENV to describe the image (beside CUDA_VERSION, NCCL_VERSION,
+    CUDNN_VERSION); no library reads them at run time, and what they describe is rated where it runs (packages,
+    vllm.libraries, gpu.driver_version). Their families' globs (CUDA_*, PYTORCH_*, NVIDIA_*) refused them."""
+    found = rated(snap_env(monkeypatch, {}), snap_env(monkeypatch, {name: value}))
+    assert found[f"env.{name}"][0] == "info"
