@@ -290,6 +290,12 @@ def test_parsers() -> None:
                                                    "nosmt": "", "iommu": "pt", "rcu_nocbs": "2-5 -- mitigations=off"}
     assert parse_cmdline("quiet -- mitigations=off nosmt") == {}
     assert parse_cmdline("mitigations=off mitigations=auto pti=") == {"mitigations": "auto", "pti": ""}
+    # A CPU list is the CPUs it names (lib/bitmap.c bitmap_parselist); isolcpus's flags are OR'd in any order
+    # (kernel/sched/isolation.c housekeeping_isolcpus_setup); other forms are kept as given.
+    assert parse_cmdline("isolcpus=2,3,4-5 nohz_full=2-3,4,5 rcu_nocbs=5,4,3,2 irqaffinity=0-1 rcu_nocbs") == {
+        "isolcpus": "2-5", "nohz_full": "2-5", "rcu_nocbs": "", "irqaffinity": "0-1"}
+    assert parse_cmdline("isolcpus=managed_irq,domain,3,2 nohz_full=1-7:2/4 kthread_cpus=5-2 irqaffinity=N") == {
+        "isolcpus": "domain,managed_irq,2-3", "nohz_full": "1-7:2/4", "kthread_cpus": "5-2", "irqaffinity": "N"}
     info = parse_cpuinfo("processor : 0\nvendor_id : X\ncpu family : 6\nmodel : 7\n\nprocessor : 1\nvendor_id : Y\n")
     assert info == {"vendor": "X", "family": 6, "model": 7}
 

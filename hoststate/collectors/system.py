@@ -250,15 +250,39 @@ def cmdline_args(text: str) -> list[tuple[str, str | None]]:
 _CMDLINE_NAMES = {key.replace("-", "_"): key for key in CMDLINE_KEYS}
 
 
+#: Parameters whose value is a CPU list (kernel-parameters.rst, "cpu lists"; lib/bitmap.c bitmap_parselist), isolcpus
+#: after its flags (kernel/sched/isolation.c housekeeping_isolcpus_setup: nohz, domain, managed_irq, in any order).
+CPULIST_KEYS = frozenset({"isolcpus", "nohz_full", "rcu_nocbs", "irqaffinity", "kthread_cpus"})
+_PLAIN_CPULIST = re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*")
+
+
+def cpulist_value(value: str) -> str:
+    """A CPU-list parameter's value as the set of CPUs it names, with maximal ranges (``2,3,4-5`` is ``2-5``), and
+    isolcpus's flags in one order; anything else (``N``, ``all``, a ``:used/group`` stride, a reversed range) as
+    given."""
+    parts = value.split(",")
+    flags = []
+    while parts and parts[0] and (parts[0].replace("_", "").isalpha()):
+        flags.append(parts.pop(0))
+    rest = ",".join(parts)
+    if not _PLAIN_CPULIST.fullmatch(rest):
+        return value
+    try:
+        cpus = format_cpulist(parse_cpulist(rest))
+    except ValueError:
+        return value
+    return ",".join([*sorted(set(flags)), cpus])
+
+
 def parse_cmdline(text: str) -> dict[str, str]:
     """Boot parameters that change performance, by the name the kernel reads them as (``nohz-full`` is
     ``nohz_full``), each with its value as the kernel passes it on (a bare flag maps to ""; the last one given
-    wins). The line as written is kept in ``kernel.cmdline``."""
+    wins), a CPU list as the CPUs it names. The line as written is kept in ``kernel.cmdline``."""
     out: dict[str, str] = {}
     for name, value in cmdline_args(text):
         key = _CMDLINE_NAMES.get(name.replace("-", "_"))
         if key is not None:
-            out[key] = value or ""
+            out[key] = cpulist_value(value) if key in CPULIST_KEYS and value else value or ""
     return out
 
 
