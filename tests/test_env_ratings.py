@@ -290,3 +290,17 @@ def test_an_nvidia_container_images_labels_are_info(monkeypatch, name, value):
     vllm.libraries, gpu.driver_version). Their families' globs (CUDA_*, PYTORCH_*, NVIDIA_*) refused them."""
     found = rated(snap_env(monkeypatch, {}), snap_env(monkeypatch, {name: value}))
     assert found[f"env.{name}"][0] == "info"
+
+
+@pytest.mark.parametrize(("name", "value", "expect"), [
+    ("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1", "invalidating"),
+    ("MALLOC_ARENA_MAX", "2", "invalidating"),
+    ("MALLOC_TRIM_THRESHOLD_", "0", "invalidating"),
+    ("MALLOC_PERTURB_", "165", "invalidating"),
+    ("MALLOC_CHECK_", "3", "warning"),
+])
+def test_glibc_malloc_tuning_is_recorded_and_rated(monkeypatch, name, value, expect):
+    """glibc malloc reads these (mallopt(3) ENVIRONMENT; tunables(7)) as jemalloc reads MALLOC_CONF: the host
+    threads allocate differently. They were not recorded, so setting one passed the guard as clean."""
+    found = rated(snap_env(monkeypatch, {}), snap_env(monkeypatch, {name: value}))
+    assert found[f"env.{name}"][0] == expect

@@ -27,14 +27,17 @@ ALLOW_PREFIXES: tuple[str, ...] = (
     "ARCTIC_", "OMP_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NVIDIA_", "NVSHMEM_", "KMP_", "MKL_", "OPENBLAS_", "UCX_",
     "GLOO_",
 )
-#: And these by name: the dynamic loader's library path and preloads (another libnccl or allocator runs), and
-#: switches of the Hugging Face stack and extension builds.
+#: And these by name: the dynamic loader's library path and preloads (another libnccl or allocator runs), the C
+#: library's malloc and tunables (mallopt(3) ENVIRONMENT, tunables(7)), and switches of the Hugging Face stack and
+#: extension builds.
 ALLOW_NAMES: frozenset[str] = frozenset(
     {
         "TORCH_COMPILE_DISABLE", "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF",
         "CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING", "ARCTIC_INFERENCE_ENABLED", "VLLM_PLUGINS",
         "TOKENIZERS_PARALLELISM", "LD_PRELOAD", "LD_LIBRARY_PATH", "MALLOC_CONF", "HF_HUB_OFFLINE",
         "TRANSFORMERS_OFFLINE", "HF_HUB_ENABLE_HF_TRANSFER", "MAX_JOBS",
+        "GLIBC_TUNABLES", "MALLOC_ARENA_MAX", "MALLOC_ARENA_TEST", "MALLOC_MMAP_THRESHOLD_", "MALLOC_MMAP_MAX_",
+        "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_PERTURB_", "MALLOC_CHECK_",
     }
 )
 
