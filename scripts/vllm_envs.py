@@ -94,8 +94,48 @@ def read_wheel(path: str) -> tuple[str, dict[str, str | None]]:
     return version.group(1), dict(sorted(names.items()))
 
 
+def form(name: str, node: ast.AST) -> str | None:
+    """How an entry turns its value into a switch, with the read written ``v``: ``bool(int(v))``,
+    ``v.lower() in ('1', 'true')``, ``v.strip().lower() in ('1', 'true')``, ``v == '1'``; None for any other entry
+    (a number, a name, a path: compared as given)."""
+    body = node.body if isinstance(node, ast.Lambda) else node
+    reads = _reads(body)
+    if len(reads) != 1 or reads[0][0] != name:
+        return None
+    text = ast.unparse(body)
+    for sub in ast.walk(body):
+        if isinstance(sub, ast.Call) and _reads(sub) == reads and not any(
+                isinstance(c, ast.Call) and _reads(c) == reads for c in ast.iter_child_nodes(sub)
+                if c is not sub.func) and not (isinstance(sub.func, ast.Attribute) and _reads(sub.func.value)):
+            text = text.replace(ast.unparse(sub), "v", 1)
+            break
+    return text if FORMS.fullmatch(text) else None
+
+
+#: The forms recorded: what hoststate/collectors/vllm_release.py knows how to read.
+FORMS = re.compile(r"bool\(int\(v\)\)"
+                   r"|v(?:\.strip\(\))?(?:\.lower\(\))? (?:in \((?:'[a-z0-9]*'(?:, )?)+\)|[=!]= '[a-z0-9]*')")
+
+
+def read_forms(path: str) -> tuple[str, dict[str, str]]:
+    """The forms of a wheel's (or an unpacked source tree's, ``vllm-VERSION/``) vllm/envs.py entries."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    version = re.match(r"vllm-(\d[^-]*?)(?:-|$)", name)
+    if version is None:
+        raise SystemExit(f"{path}: not a vllm wheel or vllm-VERSION directory")
+    if path.endswith(".whl"):
+        with zipfile.ZipFile(path) as wheel:
+            envs = wheel.read("vllm/envs.py").decode()
+    else:
+        with open(f"{path}/vllm/envs.py", encoding="utf-8") as f:
+            envs = f.read()
+    found = {n: form(n, v) for n, v in _table(envs).items()}
+    return version.group(1), {n: f for n, f in sorted(found.items()) if f is not None}
+
+
 def main(paths: list[str]) -> None:
-    table = dict(read_wheel(p) for p in paths)
+    forms = paths[:1] == ["--forms"]
+    table = dict((read_forms if forms else read_wheel)(p) for p in paths[forms:])
     key = lambda v: tuple(int(x) for x in re.findall(r"\d+", v)[:3])  # noqa: E731
     json.dump({v: table[v] for v in sorted(table, key=key)}, sys.stdout, indent=1)
     sys.stdout.write("\n")

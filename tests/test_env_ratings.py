@@ -210,3 +210,97 @@ def test_a_servers_environment_is_read_alike(monkeypatch):
     assert severities(found) == {"info"}
     trace = rated(given, snap_server(monkeypatch, "NCCL_ALGO=ring TOKENIZERS_PARALLELISM=0 NCCL_DEBUG=TRACE"), "vllm.")
     assert trace["vllm.env.NCCL_DEBUG"][0] == "warning"
+
+
+def snap_env_for(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], version: str) -> dict[str, Any]:
+    """snap_env for a command that runs vLLM ``version`` (--vllm-version)."""
+    with monkeypatch.context() as m:
+        _clean(m)
+        for name, value in env.items():
+            m.setenv(name, value)
+        ctx = Context(root="/nonexistent", vllm_version=version)
+        return toml_loads(to_toml(capture.collect(ctx, ("env",))))
+
+
+# vllm/envs.py 0.12.0: VLLM_DISABLE_PYNCCL is os.getenv(..., "False").lower() in ("true", "1"); VLLM_USE_DEEP_GEMM
+# is bool(int(os.getenv(..., "1"))); VLLM_ALLOW_LONG_MAX_MODEL_LEN os.environ.get(..., "0").strip().lower() in
+# ("1", "true"). The same in 0.33.0 for the first two.
+@pytest.mark.parametrize(("version", "name", "one", "other"), [
+    ("0.12.0", "VLLM_DISABLE_PYNCCL", "1", "true"),
+    ("0.12.0", "VLLM_DISABLE_PYNCCL", "1", "True"),
+    ("0.33.0", "VLLM_DISABLE_PYNCCL", "TRUE", "1"),
+    ("0.12.0", "VLLM_USE_DEEP_GEMM", "0", "00"),
+    ("0.12.0", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1", " true"),
+])
+def test_a_vllm_switch_spelled_another_way_vllm_reads_alike_is_info(monkeypatch, version, name, one, other):
+    """A VLLM_* switch is recorded as vLLM reads it (hoststate/data/vllm_env_forms.json): ``true`` and ``1`` are one
+    setting where envs.py lower-cases the value and looks it up in ("true", "1"); the value as given is under
+    ``spelled``, rated info."""
+    base, given = snap_env_for(monkeypatch, {name: one}, version), snap_env_for(monkeypatch, {name: other}, version)
+    assert base["env"][name] == given["env"][name]
+    assert severities(rated(base, given)) == {"info"}
+
+
+@pytest.mark.parametrize(("name", "value"), [("VLLM_DISABLE_PYNCCL", "false"), ("VLLM_DISABLE_PYNCCL", "0"),
+                                             ("VLLM_DISABLE_PYNCCL", "no"), ("VLLM_USE_DEEP_GEMM", "01")])
+def test_a_vllm_switch_read_as_its_default_runs_as_unset(monkeypatch, name, value):
+    """``VLLM_DISABLE_PYNCCL=0`` reads as its default "False" (anything but true/1 is off): the server runs as without
+    it, so the variable is set apart under same_as_unset, not rated against a baseline without it."""
+    unset, given = snap_env_for(monkeypatch, {}, "0.12.0"), snap_env_for(monkeypatch, {name: value}, "0.12.0")
+    assert given["env"]["same_as_unset"][name]["value"] == value
+    assert severities(rated(unset, given)) == {"info"}
+
+
+@pytest.mark.parametrize(("name", "one", "other"), [
+    ("VLLM_DISABLE_PYNCCL", "1", "0"),
+    ("VLLM_USE_DEEP_GEMM", "0", "1"),
+    ("VLLM_USE_DEEP_GEMM", "0", "true"),  # int('true') fails: the server does not start as with 0
+])
+def test_a_vllm_switch_turned_the_other_way_still_refuses(monkeypatch, name, one, other):
+    base, given = snap_env_for(monkeypatch, {name: one}, "0.12.0"), snap_env_for(monkeypatch, {name: other}, "0.12.0")
+    assert rated(base, given)[f"env.{name}"][0] == "invalidating"
+
+
+def test_a_servers_vllm_switch_is_read_alike(monkeypatch):
+    """The server's own environment (vllm.env) reads its VLLM_* switches as its vLLM does too."""
+    base = snap_server(monkeypatch, "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")  # 0.11.0: .strip().lower() in ("1", "true")
+    given = snap_server(monkeypatch, "VLLM_ALLOW_LONG_MAX_MODEL_LEN=True")
+    assert given["vllm"]["env"]["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] == "1"
+    assert given["vllm"]["env"]["spelled"]["VLLM_ALLOW_LONG_MAX_MODEL_LEN"]["value"] == "True"
+    assert severities(rated(base, given, "vllm.")) == {"info"}
+
+
+def test_every_recorded_vllm_switch_form_is_one_hoststate_reads():
+    """Each form in hoststate/data/vllm_env_forms.json (scripts/vllm_envs.py --forms) is one vllm_release reads."""
+    from hoststate.collectors import vllm_release
+
+    forms = {form for table in vllm_release._forms().values() for form in table.values()}
+    assert forms and all(vllm_release._switch(f, "1") in (True, False) for f in forms)
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("CUDA_DRIVER_VERSION", "580.95.05"), ("CUDA_ARCH_LIST", "8.0 8.6 9.0 10.0 11.0 12.0"),
+    ("CUBLAS_VERSION", "13.1.0.3"), ("CUDNN_FRONTEND_VERSION", "1.14.1"), ("NVIDIA_PYTORCH_VERSION", "25.10"),
+    ("PYTORCH_VERSION", "2.9.0a0+145a3a7"), ("PYTORCH_BUILD_VERSION", "2.9.0a0+145a3a7"),
+    ("PYTORCH_BUILD_NUMBER", "0"), ("PYTORCH_HOME", "/opt/pytorch/pytorch"),
+])
+def test_an_nvidia_container_images_labels_are_info(monkeypatch, name, value):
+    """The NGC PyTorch image's Dockerfile sets these ENV to describe the image (beside CUDA_VERSION, NCCL_VERSION,
+    CUDNN_VERSION); no library reads them at run time, and what they describe is rated where it runs (packages,
+    vllm.libraries, gpu.driver_version). Their families' globs (CUDA_*, PYTORCH_*, NVIDIA_*) refused them."""
+    found = rated(snap_env(monkeypatch, {}), snap_env(monkeypatch, {name: value}))
+    assert found[f"env.{name}"][0] == "info"
+
+
+@pytest.mark.parametrize(("name", "value", "expect"), [
+    ("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1", "invalidating"),
+    ("MALLOC_ARENA_MAX", "2", "invalidating"),
+    ("MALLOC_TRIM_THRESHOLD_", "0", "invalidating"),
+    ("MALLOC_PERTURB_", "165", "invalidating"),
+    ("MALLOC_CHECK_", "3", "warning"),
+])
+def test_glibc_malloc_tuning_is_recorded_and_rated(monkeypatch, name, value, expect):
+    """glibc malloc reads these (mallopt(3) ENVIRONMENT; tunables(7)) as jemalloc reads MALLOC_CONF: the host
+    threads allocate differently. They were not recorded, so setting one passed the guard as clean."""
+    found = rated(snap_env(monkeypatch, {}), snap_env(monkeypatch, {name: value}))
+    assert found[f"env.{name}"][0] == expect

@@ -283,6 +283,19 @@ def test_parsers() -> None:
     assert parse_meminfo("MemTotal:  1024 kB\nHugePages_Total:   4\n") == {"MemTotal": 1048576, "HugePages_Total": 4}
     assert parse_cmdline("ro isolcpus=2-5 nohz_full=2-5 quiet nosmt") == {
         "isolcpus": "2-5", "nohz_full": "2-5", "nosmt": ""}
+    # The kernel's reading (kernel-parameters.rst, lib/cmdline.c next_arg, kernel/params.c parse_args): dashes are
+    # underscores in a name, quotes around a value or a whole parameter go, a bare -- ends the kernel's parameters.
+    assert parse_cmdline('nohz-full=2-5 intel-idle.max-cstate=1 isolcpus="2-5" "nosmt" "iommu=pt" rcu_nocbs="2-5 '
+                         '-- mitigations=off') == {"nohz_full": "2-5", "intel_idle.max_cstate": "1", "isolcpus": "2-5",
+                                                   "nosmt": "", "iommu": "pt", "rcu_nocbs": "2-5 -- mitigations=off"}
+    assert parse_cmdline("quiet -- mitigations=off nosmt") == {}
+    assert parse_cmdline("mitigations=off mitigations=auto pti=") == {"mitigations": "auto", "pti": ""}
+    # A CPU list is the CPUs it names (lib/bitmap.c bitmap_parselist); isolcpus's flags are OR'd in any order
+    # (kernel/sched/isolation.c housekeeping_isolcpus_setup); other forms are kept as given.
+    assert parse_cmdline("isolcpus=2,3,4-5 nohz_full=2-3,4,5 rcu_nocbs=5,4,3,2 irqaffinity=0-1 rcu_nocbs") == {
+        "isolcpus": "2-5", "nohz_full": "2-5", "rcu_nocbs": "", "irqaffinity": "0-1"}
+    assert parse_cmdline("isolcpus=managed_irq,domain,3,2 nohz_full=1-7:2/4 kthread_cpus=5-2 irqaffinity=N") == {
+        "isolcpus": "domain,managed_irq,2-3", "nohz_full": "1-7:2/4", "kthread_cpus": "5-2", "irqaffinity": "N"}
     info = parse_cpuinfo("processor : 0\nvendor_id : X\ncpu family : 6\nmodel : 7\n\nprocessor : 1\nvendor_id : Y\n")
     assert info == {"vendor": "X", "family": 6, "model": 7}
 
@@ -326,3 +339,15 @@ def test_a_huge_cpulist_in_a_tree_is_recorded_not_expanded(tmp_path, possible) -
     assert sec.unreadable["sys/devices/system/node/online"].startswith("not a node list: CPU 99999999 beyond")
     assert "threads" not in sec.data["cpu"] and "nodes" not in sec.data.get("numa", {})
     assert sec.data["kernel"]["release"] == "5.15.0-131-generic"  # the rest is still read
+
+
+def test_every_recorded_boot_parameter_has_a_rule_of_its_own() -> None:
+    """A parameter parse_cmdline records is rated by a rule that names it, with the reason and source of that
+    parameter, never by the catch-all ``system.kernel.params.*`` (a review of unknown effect)."""
+    from hoststate.collectors.system import CMDLINE_KEYS
+    from hoststate.diff import compare
+
+    base = {"system": {"kernel": {"params": {}}}}
+    for key in CMDLINE_KEYS:
+        found = compare(base, {"system": {"kernel": {"params": {key: "1"}}}}).findings
+        assert [f.rule for f in found] != ["system.kernel.params.*"], key

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hoststate.collectors import Context, Section
-from hoststate.collectors.env_reads import SAME_AS_UNSET, settle
+from hoststate.collectors.env_reads import SAME_AS_UNSET, SPELLED, settle
 from hoststate.redact import Own, redact_env
 
 #: It reads this process's own environment (os.environ) and no file: nothing it reads can fail.
@@ -27,14 +27,17 @@ ALLOW_PREFIXES: tuple[str, ...] = (
     "ARCTIC_", "OMP_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NVIDIA_", "NVSHMEM_", "KMP_", "MKL_", "OPENBLAS_", "UCX_",
     "GLOO_",
 )
-#: And these by name: the dynamic loader's library path and preloads (another libnccl or allocator runs), and
-#: switches of the Hugging Face stack and extension builds.
+#: And these by name: the dynamic loader's library path and preloads (another libnccl or allocator runs), the C
+#: library's malloc and tunables (mallopt(3) ENVIRONMENT, tunables(7)), and switches of the Hugging Face stack and
+#: extension builds.
 ALLOW_NAMES: frozenset[str] = frozenset(
     {
         "TORCH_COMPILE_DISABLE", "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF",
         "CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING", "ARCTIC_INFERENCE_ENABLED", "VLLM_PLUGINS",
         "TOKENIZERS_PARALLELISM", "LD_PRELOAD", "LD_LIBRARY_PATH", "MALLOC_CONF", "HF_HUB_OFFLINE",
         "TRANSFORMERS_OFFLINE", "HF_HUB_ENABLE_HF_TRANSFER", "MAX_JOBS",
+        "GLIBC_TUNABLES", "MALLOC_ARENA_MAX", "MALLOC_ARENA_TEST", "MALLOC_MMAP_THRESHOLD_", "MALLOC_MMAP_MAX_",
+        "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_PERTURB_", "MALLOC_CHECK_",
     }
 )
 
@@ -71,17 +74,28 @@ def _vllm_here(ctx: Context, data: Mapping[str, Any]) -> tuple[str | None, str]:
 def settle_vllm(data: dict[str, Any], version: str | None, origin: str) -> None:
     """The VLLM_* variables ``version`` reads as if they were not set (collectors/vllm_release.py) move to
     ``same_as_unset`` with why, as a server's own move to ``vllm.env_same_as_unset``: a diff then rates alike what
-    this process passes on and what the server it starts reads."""
+    this process passes on and what the server it starts reads. A switch spelled another way than vLLM reads it
+    (``true`` for ``1``) is recorded as read, the value as given under ``spelled``."""
     if not version:
         return
-    from hoststate.collectors.vllm_release import same_as_unset
+    from hoststate.collectors.vllm_release import same_as_unset, spelled
 
     given = {name: value for name, value in data.items() if name.startswith("VLLM_") and isinstance(value, str)}
     try:
         alike = same_as_unset(given, version) if given else {}
+        switches = spelled({k: v for k, v in given.items() if k not in alike}, version) if given else {}
     except (OSError, ValueError):  # the shipped table unreadable: nothing is said, the variables stay as they are
         return
     if alike:
         apart = data.setdefault(SAME_AS_UNSET, {})
         for name, why in sorted(alike.items()):
             apart[name] = {"value": data.pop(name), "because": Own(f"{why}; vLLM {version} is {origin}")}
+    respell(data, switches, f"; vLLM {version} is {origin}")
+
+
+def respell(data: dict[str, Any], switches: Mapping[str, tuple[str, str]], note: str = "") -> None:
+    """Each switch of ``switches`` (vllm_release.spelled) recorded as vLLM reads it, the value as given kept under
+    ``spelled`` with why, as env_reads.settle does for the readers it knows."""
+    for name, (read, why) in sorted(switches.items()):
+        data.setdefault(SPELLED, {})[name] = {"value": data[name], "because": Own(f"{why}{note}")}
+        data[name] = read

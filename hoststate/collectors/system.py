@@ -46,12 +46,17 @@ MITIGATION_KEYS = ("spectre_v1", "nospectre_v1", "spectre_v2", "nospectre_v2", "
 #: Boot parameters that change scheduling, interrupts, timekeeping or how much of the machine the kernel uses.
 SCHEDULING_KEYS = ("preempt", "nohz", "skew_tick", "rcu_nocb_poll", "irqaffinity", "threadirqs", "kthread_cpus",
                    "clocksource", "tsc", "numa", "mem", "maxcpus", "nr_cpus", "cpufreq.default_governor")
-#: Boot parameters recorded for review (power management of links, watchdogs, PCI and cgroup options).
-REVIEW_KEYS = ("pcie_aspm", "nmi_watchdog", "pci", "cgroup_disable", "audit")
+#: Boot parameters that switch off or narrow CPU idle and frequency management (kernel-parameters.txt;
+#: Documentation/admin-guide/pm/cpuidle.rst, intel_idle.rst): what idle CPUs do and how fast they wake.
+POWER_KEYS = ("cpuidle.off", "cpuidle.governor", "intel_idle.states_off", "cpufreq.off")
+#: Boot parameters recorded for review (power management of links, watchdogs, PCI and cgroup options, page
+#: zeroing, split-lock handling).
+REVIEW_KEYS = ("pcie_aspm", "nmi_watchdog", "nowatchdog", "nosoftlockup", "pci", "cgroup_disable", "audit",
+               "init_on_alloc", "init_on_free", "split_lock_detect")
 CMDLINE_KEYS = ("isolcpus", "nohz_full", "rcu_nocbs", "intel_iommu", "amd_iommu", "iommu", "iommu.passthrough",
                 "iommu.strict", "intel_pstate", "amd_pstate", "transparent_hugepage", "default_hugepagesz",
                 "hugepages", "hugepagesz", "numa_balancing", "processor.max_cstate", "intel_idle.max_cstate",
-                "idle", "mitigations", "nosmt", *MITIGATION_KEYS, *SCHEDULING_KEYS, *REVIEW_KEYS)
+                "idle", "mitigations", "nosmt", *MITIGATION_KEYS, *SCHEDULING_KEYS, *POWER_KEYS, *REVIEW_KEYS)
 
 _CPU = "sys/devices/system/cpu"
 _IOMMU_PARAMS = ("iommu.intel_iommu", "iommu.amd_iommu", "iommu.iommu", "iommu.iommu_passthrough", "iommu.iommu_strict")
@@ -205,13 +210,79 @@ def parse_meminfo(text: str) -> dict[str, int]:
     return out
 
 
+def cmdline_args(text: str) -> list[tuple[str, str | None]]:
+    """The kernel's own split of a boot command line (lib/cmdline.c next_arg): (name, value or None) per parameter,
+    ``"`` around spaces, the quotes around a value dropped, and nothing after a bare ``--`` (kernel/params.c
+    parse_args: the rest goes to init)."""
+    out: list[tuple[str, str | None]] = []
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i].isspace():
+            i += 1
+        if i == n:
+            break
+        quoted = text[i] == '"'
+        start = i + quoted
+        in_quote, equals, j = quoted, -1, start
+        while j < n and (in_quote or not text[j].isspace()):
+            if equals < 0 and j > start and text[j] == "=":  # next_arg: an "=" first in the parameter is its name's
+                equals = j
+            if text[j] == '"':
+                in_quote = not in_quote
+            j += 1
+        arg = text[start:j]
+        if quoted and arg.endswith('"'):
+            arg = arg[:-1]
+        name, value = (arg, None) if equals < 0 else (text[start:equals], arg[equals - start + 1:])
+        if value is not None and value.startswith('"'):
+            value = value[1:]  # next_arg: "Don't include quotes in value." (the closing one went with the arg's)
+            if not quoted and value.endswith('"'):
+                value = value[:-1]
+        if value is None and name == "--":
+            break
+        out.append((name, value))
+        i = j + 1
+    return out
+
+
+#: The recorded parameters by the name the kernel matches: "Hyphens (dashes) and underscores are equivalent in
+#: parameter names" (Documentation/admin-guide/kernel-parameters.rst; kernel/params.c parameq, dash2underscore).
+_CMDLINE_NAMES = {key.replace("-", "_"): key for key in CMDLINE_KEYS}
+
+
+#: Parameters whose value is a CPU list (kernel-parameters.rst, "cpu lists"; lib/bitmap.c bitmap_parselist), isolcpus
+#: after its flags (kernel/sched/isolation.c housekeeping_isolcpus_setup: nohz, domain, managed_irq, in any order).
+CPULIST_KEYS = frozenset({"isolcpus", "nohz_full", "rcu_nocbs", "irqaffinity", "kthread_cpus"})
+_PLAIN_CPULIST = re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*")
+
+
+def cpulist_value(value: str) -> str:
+    """A CPU-list parameter's value as the set of CPUs it names, with maximal ranges (``2,3,4-5`` is ``2-5``), and
+    isolcpus's flags in one order; anything else (``N``, ``all``, a ``:used/group`` stride, a reversed range) as
+    given."""
+    parts = value.split(",")
+    flags = []
+    while parts and parts[0] and (parts[0].replace("_", "").isalpha()):
+        flags.append(parts.pop(0))
+    rest = ",".join(parts)
+    if not _PLAIN_CPULIST.fullmatch(rest):
+        return value
+    try:
+        cpus = format_cpulist(parse_cpulist(rest))
+    except ValueError:
+        return value
+    return ",".join([*sorted(set(flags)), cpus])
+
+
 def parse_cmdline(text: str) -> dict[str, str]:
-    """Boot parameters that change performance, as given (a bare flag maps to "")."""
+    """Boot parameters that change performance, by the name the kernel reads them as (``nohz-full`` is
+    ``nohz_full``), each with its value as the kernel passes it on (a bare flag maps to ""; the last one given
+    wins), a CPU list as the CPUs it names. The line as written is kept in ``kernel.cmdline``."""
     out: dict[str, str] = {}
-    for token in text.split():
-        key, _, value = token.partition("=")
-        if key in CMDLINE_KEYS:
-            out[key] = value
+    for name, value in cmdline_args(text):
+        key = _CMDLINE_NAMES.get(name.replace("-", "_"))
+        if key is not None:
+            out[key] = cpulist_value(value) if key in CPULIST_KEYS and value else value or ""
     return out
 
 

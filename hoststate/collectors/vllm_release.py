@@ -10,6 +10,11 @@ reads as when unset. Two cases run vLLM as without the variable:
 - a value equal to that default string in the given version (and in the recorded versions on either side):
   ``VLLM_USE_DEEP_GEMM=1`` on 0.12.0.
 
+hoststate/data/vllm_env_forms.json (scripts/vllm_envs.py --forms) lists each version's switches: the entries that
+turn the value into on or off (``bool(int(v))``, ``v.lower() in ('true', '1')``). Where the versions on either side
+read a switch alike and nothing else in vLLM reads it (its default recorded), ``true`` and ``1`` are one setting:
+the value is recorded as read (spelled), and one read as the default runs as unset (``VLLM_DISABLE_PYNCCL=0``).
+
 The vLLM collector records a server's such variables apart (``vllm.env_same_as_unset``, with why), and the env
 collector those this process passes on (``env.same_as_unset``), rather than among the variables rated by what they
 do. A VLLM_* name that no recorded version reads stays where it was: a plugin or a fork may read it
@@ -88,4 +93,73 @@ def same_as_unset(env: Mapping[str, str], version: str | None) -> dict[str, str]
         elif below[2].get(name) is not None and below[2].get(name) == above[2].get(name) == value:
             found[name] = (f"{value!r} is what vLLM {version} reads when it is unset (vllm/envs.py of {where}: "
                            f"its default, and no other file of vLLM reads the variable; hoststate/data/{DATA})")
+        elif (read := switch_read(name, value, version)) is not None and (
+                read == switch_read(name, str(below[2].get(name)), version)):
+            found[name] = (f"{value!r} reads as {below[2][name]!r}, what vLLM {version} reads when it is unset "
+                           f"(vllm/envs.py of {where}: its default, read as {_forms()[below[1]][name]}, and no other "
+                           f"file of vLLM reads the variable; hoststate/data/{DATA}, {FORMS})")
+    return found
+
+
+#: vllm/envs.py's switches (scripts/vllm_envs.py --forms): for each recorded version, the names whose entry turns the
+#: value into on or off, and how, with the value written ``v`` (``bool(int(v))``, ``v.lower() in ('true', '1')``).
+FORMS = "vllm_env_forms.json"
+_SWITCH = re.compile(r"v(\.strip\(\))?(\.lower\(\))? (?:in \(((?:'[a-z0-9]*'(?:, )?)+)\)|([=!])= '([a-z0-9]*)')")
+
+
+@functools.lru_cache(maxsize=1)
+def _forms() -> dict[str, dict[str, str]]:
+    with open(data_path(FORMS), encoding="utf-8") as f:
+        return dict(json.load(f))
+
+
+def _switch(form: str, value: str) -> bool:
+    """Whether ``form`` reads ``value`` as on, as vLLM's Python does; ValueError where it fails (``int('true')``)."""
+    if form == "bool(int(v))":
+        return bool(int(value))
+    m = _SWITCH.fullmatch(form)
+    if m is None:
+        raise ValueError(f"unknown form {form!r}")
+    strip, lower, among, op, one = m.groups()
+    value = value.strip() if strip else value
+    value = value.lower() if lower else value
+    if among is not None:
+        return value in re.findall(r"'([a-z0-9]*)'", among)
+    return (value == one) == (op == "=")
+
+
+def switch_read(name: str, value: str, version: str | None) -> str | None:
+    """``value`` of the switch ``name`` as ``version`` reads it, spelled ``"1"`` (on) or ``"0"`` (off) (``"true"``
+    where only that reads as on), or None: not a switch of that version and the recorded ones on either side alike,
+    read elsewhere in vLLM too (no default recorded), or a value it fails on."""
+    around = _around(version)
+    if around is None:
+        return None
+    below, above = around
+    form = _forms().get(below[1], {}).get(name)
+    if form is None or form != _forms().get(above[1], {}).get(name) or None in (below[2].get(name),
+                                                                                   above[2].get(name)):
+        return None
+    try:
+        on = _switch(form, value)
+        return next(s for s in (("1", "true") if on else ("0", "false")) if _switch(form, s) == on)
+    except (ValueError, StopIteration):
+        return None
+
+
+def spelled(env: Mapping[str, str], version: str | None) -> dict[str, tuple[str, str]]:
+    """The VLLM_* switches of ``env`` that ``version`` reads as another spelling (``true`` as ``1``): name -> (the
+    value as read, why)."""
+    around = _around(version)
+    if around is None:
+        return {}
+    where = around[0][1] if around[0] is around[1] else f"{around[0][1]} and {around[1][1]}"
+    found = {}
+    for name, value in env.items():
+        if name.startswith("VLLM_") and isinstance(value, str):
+            read = switch_read(name, value, version)
+            if read is not None and read != value:
+                form = _forms()[around[0][1]][name]
+                found[name] = (read, f"{value!r} is {read!r}: vLLM {version} reads it as {form} "
+                                     f"(vllm/envs.py of {where}; hoststate/data/{FORMS})")
     return found

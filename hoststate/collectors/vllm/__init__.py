@@ -525,13 +525,14 @@ def build(
     if url is not None:
         data["url"] = url
     if parsed.env is not None:
-        from hoststate.collectors.vllm_release import same_as_unset  # with a server only: it reads the version table
+        from hoststate.collectors.vllm_release import same_as_unset, spelled  # with a server: reads the version table
 
         data["env"] = env_collector.select(parsed.env)
         alike = {**same_as_unset(data["env"], version), **_omp(ctx, parsed.args, data["env"], version)}
         if alike:
             data["env_same_as_unset"] = {name: {"value": data["env"].pop(name), "because": Own(why)}
                                          for name, why in alike.items()}
+        env_collector.respell(data["env"], spelled(data["env"], version))
         if env_from:
             data["env_from"] = env_from
     elif proc is not None and proc.env_error:
