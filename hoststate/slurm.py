@@ -93,6 +93,30 @@ def _trusted(path: str, st: os.stat_result) -> None:
     if st.st_uid != 0 or st.st_mode & 0o022:
         raise ValueError(f"{path}: not owned by root or writable by others: refused (uid {st.st_uid}, "
                          f"mode {stat.S_IMODE(st.st_mode):o})")
+    _root_only("the configuration", path)
+
+
+def _root_only(what: str, path: str) -> None:
+    """ValueError when another user could have written ``path`` or swapped it (hoststate.filetrust.root_only): the
+    prolog reads it as root for every job, so whoever could change it would decide every job's verdict (a policy
+    that ignores everything, a baseline of their choosing, a forged kernel log that drains the node)."""
+    from hoststate.filetrust import root_only
+
+    why = root_only(path)
+    if why:
+        raise ValueError(f"{what} {path} {why}: refused (root reads it for every job)")
+
+
+def _check_named(config: Config) -> None:
+    """Every file and folder the configuration names that root reads, held to the configuration's own standard."""
+    named = [("baseline", config.baseline), *(("policy", p) for p in config.policy)]
+    if config.root != "/":
+        named.append(("root", config.root))
+    if config.kmsg:
+        named.append(("kmsg", os.path.join(config.root, config.kmsg.lstrip("/"))))
+    for what, path in named:
+        if path:
+            _root_only(what, path)
 
 
 def load_config(path: str | None = None) -> Config:
@@ -110,7 +134,22 @@ def load_config(path: str | None = None) -> Config:
     unknown = sorted(set(data) - set(CONFIG_KEYS))
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(CONFIG_KEYS)})")
-    return Config(**{k: data.get(k, v) for k, v in CONFIG_KEYS.items()})
+    config = Config(**{k: data.get(k, v) for k, v in CONFIG_KEYS.items()})
+    if os.geteuid() == 0:
+        try:
+            _check_named(config)
+        except ValueError as err:
+            raise RefusedConfig(str(err), config) from None
+    return config
+
+
+class RefusedConfig(ValueError):
+    """A configuration that names a file another user could change: the prolog still stamps the job (verdict
+    ``error``) where the configuration says, so the job's task prolog finds the refusal."""
+
+    def __init__(self, message: str, config: Config):
+        super().__init__(message)
+        self.config = config
 
 
 # -- files the job reads -------------------------------------------------------------------------------------------
@@ -118,10 +157,14 @@ def load_config(path: str | None = None) -> Config:
 
 def _own_dir(path: str, mode: int) -> str:
     """``path`` made with ``mode`` if missing; refused when it is a link, someone else's, or writable by others."""
+    from hoststate.filetrust import placed_by_owner
+
     os.makedirs(path, mode=mode, exist_ok=True)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise OSError(f"{path}: not a directory owned by uid {os.geteuid()} and writable only by it")
+    if not placed_by_owner(path, st):  # another user could rename it away and put their own folder in its place
+        raise OSError(f"{path}: sits behind a link or in a folder another user could change")
     return path
 
 
@@ -542,7 +585,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - one line, never a traceback in slurmd's log
         problem = f"{type(err).__name__}: {err}"
         if role == "prolog":
-            return prolog_error(locals().get("config") or Config(), os.environ, problem)
+            return prolog_error(locals().get("config") or getattr(err, "config", None) or Config(), os.environ,
+                                problem)
         print(f"hoststate.slurm {role}: {problem}", file=sys.stderr)
         return 0 if role == "epilog" else 1
 
