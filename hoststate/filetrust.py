@@ -79,6 +79,29 @@ def root_only(path: str) -> str | None:
     return None
 
 
+def swappable(path: str, trusted: Collection[int]) -> str | None:
+    """Why a user outside ``trusted`` could put another folder in the place of the folder ``path``, or None: a
+    symbolic link on the way to it that is not a trusted user's or sits in a folder others may write, or a folder
+    above its real location that another user owns or may write (a sticky one, as ``/tmp``, is safe: others may
+    add names there, never rename ours). Checking the folder alone misses a parent in which another user renames
+    it away and renames one of its owner's other folders (an older experiment) into its place."""
+    allowed = set(trusted)
+    if not _links_placed(path if os.path.isabs(path) else os.path.join(os.getcwd(), path), allowed):
+        return "is reached through a symbolic link another user placed or could replace"
+    here = os.path.dirname(os.path.realpath(path))
+    while True:
+        try:
+            why = untrusted(os.lstat(here), allowed)
+        except OSError as err:
+            return f"sits in {here}, which cannot be checked ({err.strerror})"
+        if why:
+            return f"sits in {here}, which {why}"
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
 def _links_placed(path: str, allowed: Collection[int]) -> bool:
     """Whether every symbolic link the kernel follows to reach ``path`` is owned by ``allowed`` and sits in a folder
     no other user may write, sticky or not: anyone may add a link to ``/tmp`` that points into a folder of their

@@ -16,11 +16,14 @@ from collections.abc import Iterator
 import pytest
 
 from hoststate.run.record import content_digest, text_digest
+from hoststate.run.sweep import _sidecars
 from hoststate.snapshot import to_toml
 from tests.conftest import HOSTS, PYTHONPATH, require
 from tests.sweeps import host, write_cell
 from tests.test_output_shared import _nobody, as_nobody
 from tests.test_watch import HOST, guard_watch, hs
+
+SYSTEM_PYTHON = "/usr/bin/python3"
 
 #: A benchmark writing its result where its command line says, as vllm bench serve does (--result-dir/-filename).
 WRITER = ("import json, sys\nargs = sys.argv[1:]\nfolder = args[args.index('--result-dir') + 1]\n"
@@ -247,6 +250,35 @@ def test_a_result_in_a_folder_anyone_can_write_is_not_stamped(tmp_path: pathlib.
     assert f"not attached: {result}: its folder can be written by other users; not stamped" in proc.stderr
 
 
+def test_a_result_whose_folder_another_user_could_swap_is_not_stamped(tmp_path: pathlib.Path, host_tree: pathlib.Path,
+                                                                      shared: pathlib.Path) -> None:
+    """Two experiment folders of ours, both ours alone, in a team folder others may write (no sticky bit). As the
+    benchmark ends, nobody (a real process of theirs) swaps their names: the older experiment's ``run=0.json``, a
+    number measured on another day, then stood where the run's result was, and got this run's stamp, which
+    ``results`` believed. Every folder above the result is checked too: not stamped, and results refuses it."""
+    team = shared / "team"
+    team.mkdir()
+    team.chmod(0o777)
+    now, old = team / "exp", team / "exp-old"
+    for folder in (now, old):
+        folder.mkdir(mode=0o755)
+    (old / "run=0.json").write_text(json.dumps({"completed": 100, "output_throughput": 9999.0}))
+    uid, gid = _nobody()
+    swap = (f"import os; os.rename({str(now)!r}, {str(team / 't')!r}); os.rename({str(old)!r}, {str(now)!r}); "
+            f"os.rename({str(team / 't')!r}, {str(old)!r})")
+    bench = WRITER + (f"import subprocess\nsubprocess.run([{SYSTEM_PYTHON!r}, '-c', {swap!r}], user={uid}, "
+                      f"group={gid}, extra_groups=[], check=True)\n")
+    result = now / "run=0.json"
+    proc = guard_watch(tmp_path, host_tree, "base.toml", "dense-b", "--attach", str(result),
+                       cmd=(sys.executable, "-c", bench, "--result-dir", str(now), "--result-filename", "run=0.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(result.read_text())["output_throughput"] == 9999.0  # nobody's swap was made
+    assert (f"not attached: {result}: its folder sits in {team}, which can be written by other users; "
+            "not stamped") in proc.stderr, proc.stderr
+    assert "hoststate" not in json.loads(result.read_text())
+    assert results(str(result)).returncode == 1
+
+
 def test_a_result_and_sidecar_another_user_placed_first_are_never_stamped(tmp_path: pathlib.Path,
                                                                           host_tree: pathlib.Path,
                                                                           shared: pathlib.Path) -> None:
@@ -323,6 +355,29 @@ def test_a_resumed_sweep_in_a_folder_others_can_write_is_refused(tmp_path: pathl
     assert proc.returncode == 3, proc.stderr
     assert "the folder can be written by other users: its earlier cells cannot be checked" in proc.stderr
     assert not (folder / "run=1.json").exists()
+
+
+def test_a_resumed_sweep_whose_folder_another_user_could_swap_is_refused(tmp_path: pathlib.Path,
+                                                                         host_tree: pathlib.Path,
+                                                                         shared: pathlib.Path) -> None:
+    """The experiment folder is ours alone, but sits in a team folder anyone may write: nobody swapped it for an
+    empty folder of ours, the earlier cell from another host state was out of sight, and the resumed cell was
+    accepted. A folder above that another user may write cannot vouch for the earlier cells: refused, not started."""
+    team = shared / "team"
+    folder = team / "exp"
+    write_cell(shared, "team/exp/run=0.json", host("dsa"), {"output_throughput": 1000.0})
+    team.chmod(0o777)
+    (team / "empty").mkdir(mode=0o755)
+    swap = [(folder, team / "t"), (team / "empty", folder)]
+    as_nobody(lambda: [os.rename(a, b) for a, b in swap])
+    proc = _resume(tmp_path, host_tree, folder, 1)
+    assert proc.returncode == 3, proc.stderr
+    assert f"MISMATCH  {folder}: the folder s" in proc.stderr and "its earlier cells cannot be checked" in proc.stderr
+    assert not (folder / "run=1.json").exists()
+    problems: list[str] = []
+    _sidecars(str(folder / "run=1.json"), problems)
+    assert problems == [f"{folder}: the folder sits in {team}, which can be written by other users: its earlier "
+                        "cells cannot be checked"]
 
 
 def test_a_combination_folder_another_user_links_in_is_not_an_earlier_cell(tmp_path: pathlib.Path,
