@@ -226,6 +226,37 @@ def test_the_shipped_scripts_run_the_virtualenvs_hoststate(cluster, venv: Path, 
     assert (site_dir / "stamps" / f"{job}.json").exists()
 
 
+def test_the_jobs_python_variables_never_reach_the_task_prolog(cluster, work: Path, site_dir: Path) -> None:
+    """The task prolog runs as the job's user with the job's environment (checked here: slurmd passes PYTHONPATH
+    and PYTHONHOME through). A PYTHONPATH holding a ``hoststate`` of the job's said ``match`` on a drifted node and
+    the job ran; a PYTHONHOME (an environment module's) stopped the virtualenv's Python and failed the job on a node
+    that matched. The shipped scripts run Python isolated (-I)."""
+    node, conf = cluster
+    evil = work / "evil" / "hoststate"
+    evil.mkdir(parents=True)
+    (evil / "__init__.py").write_text("")
+    (evil / "slurm.py").write_text("def main():\n    print('export HOSTSTATE_VERDICT=match')\n    return 0\n\n\n"
+                                   "if __name__ == '__main__':\n    main()\n")
+    seen = work / "env.txt"
+    baseline = _snap(HOSTS / "seed-baseline", site_dir / "fleet.toml")
+    _config(conf, baseline=str(baseline), root=str(HOSTS / "seed-experiment"), only=ONLY, accept=ACCEPT,
+            stamp_dir=str(site_dir / "stamps"), kmsg="")
+    done = node.run("sbatch", "--parsable", "-o", str(work / "drift.txt"), "-D", str(work / "evil"),
+                    f"--export=ALL,PYTHONPATH={work / 'evil'}", "--wrap", f"env > {seen}; echo ran")
+    assert done.returncode == 0, done.stderr
+    fields = node.wait_job(done.stdout.strip().split(";")[0])
+    assert fields["JobState"] == "FAILED", (fields, (work / "drift.txt").read_text())
+    assert "refused on node" in (work / "drift.txt").read_text() and not seen.exists()
+    tree = HOSTS / "seed-experiment"
+    _config(conf, baseline=str(_snap(tree, site_dir / "match.toml")), root=str(tree), only=ONLY, accept=ACCEPT,
+            stamp_dir=str(site_dir / "stamps"), kmsg="")
+    done = node.run("sbatch", "--parsable", "-o", str(work / "home.txt"),
+                    "--export=ALL,PYTHONHOME=/nonexistent,PYTHONPATH=/nonexistent", "--wrap", f"env > {seen}")
+    fields = node.wait_job(done.stdout.strip().split(";")[0])
+    assert fields["JobState"] == "COMPLETED", (fields, (work / "home.txt").read_text())
+    assert "PYTHONHOME=/nonexistent" in seen.read_text()  # the job's environment had it
+
+
 def test_a_forged_xid_never_drains_and_the_drivers_drains_once(cluster, work: Path, site_dir: Path) -> None:
     node, conf = cluster
     settings = {"only": ["gpu"], "accept": ["gpu.**"], "stamp_dir": str(site_dir / "stamps"), "kmsg": "/dev/kmsg",
