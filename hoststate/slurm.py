@@ -289,22 +289,46 @@ def xids(records: Sequence[KmsgRecord], gpus: set[tuple[int, int, int]]) -> list
     return out
 
 
-def read_kmsg(config: Config, max_bytes: int = 4 << 20) -> bytes:
-    """The kernel log under ``config.root``: the /dev/kmsg device read without blocking (one record per read),
-    or a regular file of records (a captured log); b"" when it cannot be read."""
+#: Most bytes of the kernel log read in one pass: the ring is the kernel's (log_buf_len), but records a flood adds
+#: while it is read would keep the reader going.
+KMSG_SCAN_MAX = 256 << 20
+
+
+def read_kmsg(config: Config, max_bytes: int = 4 << 20, after: int = -1) -> bytes:
+    """The records of the kernel log under ``config.root`` whose sequence number is above ``after`` (the cursor),
+    the newest ``max_bytes`` of them: the /dev/kmsg device read without blocking (one record per read), or a
+    regular file of records (a captured log); b"" when it cannot be read.
+
+    The whole log is read and only what is kept is bounded: /dev/kmsg starts at the oldest record, so stopping at a
+    cap read the oldest records only, and on a node whose log outgrew it (a large ``log_buf_len``, or a user's
+    flood of short kernel records) an XID after them was never read, by any prolog."""
     if not config.kmsg:
         return b""
+    from collections import deque
+
     from hoststate.io import Reader
 
     try:
         fd = Reader(config.root, {}).open(config.kmsg.lstrip("/"), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError:
         return b""
-    chunks: list[bytes] = []
-    total = 0
+    kept: deque[bytes] = deque()
+    size = scanned = 0
+    pending = b""
+
+    def keep(line: bytes) -> None:
+        nonlocal size
+        head = line.split(b";", 1)[0].split(b",")
+        if len(head) < 2 or not head[1].isdigit() or int(head[1]) <= after:
+            return  # a continuation line, or a record already judged
+        kept.append(line)
+        size += len(line) + 1
+        while size > max_bytes and kept:
+            size -= len(kept.popleft()) + 1
+
     try:
         device = stat.S_ISCHR(os.fstat(fd).st_mode)
-        while total < max_bytes:
+        while scanned < KMSG_SCAN_MAX:
             try:
                 chunk = os.read(fd, 8192)
             except BlockingIOError:
@@ -313,11 +337,17 @@ def read_kmsg(config: Config, max_bytes: int = 4 << 20) -> bytes:
                 continue
             if not chunk:
                 break
-            chunks.append(chunk if not device or chunk.endswith(b"\n") else chunk + b"\n")
-            total += len(chunk)
+            scanned += len(chunk)
+            if device and not chunk.endswith(b"\n"):
+                chunk += b"\n"
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                keep(line)
     finally:
         os.close(fd)
-    return b"".join(chunks)[:max_bytes]
+    if pending:
+        keep(pending)
+    return b"".join(line + b"\n" for line in kept)
 
 
 # -- root's own state: the kernel log cursor -----------------------------------------------------------------------
@@ -354,11 +384,12 @@ def new_kernel_records(config: Config) -> list[KmsgRecord]:
             after = int(saved["seq"]) if saved.get("boot") == boot else -1
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             after = -1
-        records = [r for r in parse_kmsg(read_kmsg(config)) if r.seq > after]
+        records = [r for r in parse_kmsg(read_kmsg(config, after=after)) if r.seq > after]
         if records and after >= 0 and min(r.seq for r in records) > after + 1:
             lost = min(r.seq for r in records) - after - 1
             print(f"hoststate.slurm: {lost} kernel log record(s) after the cursor ({after}) were overwritten before "
-                  "they could be judged (the ring buffer wrapped)", file=sys.stderr)
+                  "they could be judged (the ring buffer wrapped), or were older than the newest 4 MiB of records "
+                  "after it", file=sys.stderr)
         if records:
             last = max(r.seq for r in records)
             write_atomic(directory, "kmsg.cursor", json.dumps({"boot": boot, "seq": last}) + "\n", mode=0o600)

@@ -442,6 +442,28 @@ def test_the_cursor_judges_each_record_once_per_boot(tmp_path: Path, monkeypatch
     assert slurm.new_kernel_records(slurm.Config(kmsg="", state_dir="/nonexistent/x")) == []
 
 
+def test_an_xid_after_more_than_a_read_cap_of_kernel_records_still_drains(tmp_path: Path, capsys) -> None:
+    """/dev/kmsg reads from the oldest record: the prolog stopped at 4 MiB, so on a node whose log held more (a
+    large log_buf_len, or a user's flood of short kernel records, as the tmpfs option makes them) the driver's XID
+    after them was never read, by any prolog, and the node never drained. The whole log is read; what is kept is
+    the newest 4 MiB after the cursor, and what falls out is reported."""
+    tree = tmp_path / "tree"
+    (tree / "dev").mkdir(parents=True)
+    flood = b"".join(b"0,%d,%d,-;tmpfs: Unknown parameter 'x%d'\n" % (seq, seq * 10, seq) for seq in range(1, 110001))
+    assert len(flood) > 5 << 20
+    xid = b"4,110001,1100010,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, name=x, GPU has fallen off the bus.\n"
+    (tree / "dev" / "kmsg").write_bytes(flood + xid)
+    config = slurm.Config(root=str(tree), kmsg="/dev/kmsg", state_dir=str(tmp_path / "state"))
+    slurm.state_dir(config)
+    (tmp_path / "state" / "kmsg.cursor").write_text(json.dumps({"boot": slurm._boot_id(), "seq": 0}))
+    records = slurm.new_kernel_records(config)
+    assert slurm.xids(records, {(0, 0x18, 0)}) == [("0000:18:00", 79)]
+    assert sum(len(r.message) for r in records) < 4 << 20 and records[-1].seq == 110001
+    lost = records[0].seq - 1
+    assert lost > 0 and f"{lost} kernel log record(s) after the cursor (0) were overwritten" in capsys.readouterr().err
+    assert slurm.new_kernel_records(config) == []  # judged once
+
+
 def test_a_configuration_another_user_may_write_is_refused(tmp_path: Path) -> None:
     require(os.geteuid() == 0, "root (the prolog's user)")
     path = tmp_path / "c.toml"
