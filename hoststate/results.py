@@ -243,7 +243,7 @@ MAX_FOLDER_DEPTH = 32
 def _folder_problem(here: str, top: str, trusted: Collection[int] | None) -> str | None:
     """Why the cells of folder ``here`` (``top`` or a folder below it) cannot be believed: another user could have
     written it (they could add, move or remove cells), or it lies deeper than :data:`MAX_FOLDER_DEPTH`."""
-    from hoststate.filetrust import untrusted
+    from hoststate.filetrust import swappable, untrusted
 
     if here != top and os.path.relpath(here, top).count(os.sep) >= MAX_FOLDER_DEPTH:
         return f"a folder deeper than {MAX_FOLDER_DEPTH} below the sweep's: not searched"
@@ -253,6 +253,10 @@ def _folder_problem(here: str, top: str, trusted: Collection[int] | None) -> str
         bad = untrusted(os.stat(here) if here == top else os.lstat(here), trusted)
     except OSError as err:
         bad = f"cannot stat: {err.strerror or err}"
+    if not bad and here == top and (above := swappable(top, trusted)):
+        # the folders above: one another user may write lets them put another folder of ours (an older
+        # experiment's) in the named one's place, whose cells would then be reported as this sweep's
+        return f"the sweep's folder {above}: another user could put another folder in its place"
     if not bad:
         return None
     return f"the sweep's folder {bad}: another user could add, move or remove its cells" if here == top else \

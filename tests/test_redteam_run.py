@@ -187,6 +187,28 @@ def test_a_sweep_in_a_folder_others_can_write_is_refused(shared: pathlib.Path) -
                         "remove its cells"}
 
 
+def test_a_sweep_another_user_could_swap_for_another_is_refused(shared: pathlib.Path) -> None:
+    """Two sweeps of ours, each in a folder of ours alone, in a team folder anyone may write (no sticky bit): nobody
+    swapped their names, and results reported the older sweep's cells (another day's numbers, genuinely stamped) as
+    the named one's. A sweep folder whose parent another user may write is refused."""
+    team = shared / "team"
+    write_cell(shared, "team/exp/run=0.json", host(), {"output_throughput": 1000.0})
+    write_cell(shared, "team/exp-old/run=0.json", host(), {"output_throughput": 1400.0})
+    team.chmod(0o777)
+    swap = [(team / "exp", team / "t"), (team / "exp-old", team / "exp"), (team / "t", team / "exp-old")]
+    as_nobody(lambda: [os.rename(a, b) for a, b in swap])
+    assert json.loads((team / "exp" / "run=0.json").read_text())["output_throughput"] == 1400.0  # swapped
+    proc = results(str(team / "exp"), "--format", "json")
+    assert proc.returncode == 1, proc.stdout
+    report = json.loads(proc.stdout)
+    assert report["groups"] == []
+    assert {r["problem"] for r in report["refused"]} == {
+        f"the sweep's folder sits in {team}, which can be written by other users: another user could put another "
+        "folder in its place"}
+    team.chmod(0o1777)  # sticky: nobody can no longer rename our folders
+    assert results(str(team / "exp")).returncode == 0
+
+
 def test_a_record_of_the_wrong_shape_is_refused_not_a_crash(tmp_path: pathlib.Path) -> None:
     """A record whose reasons are not a list (its sidecar's copy alike): results ended in a TypeError."""
     write_cell(tmp_path, "sweep/run=0.json", host(), {"output_throughput": 1000.0}, verdict="invalid")
