@@ -306,11 +306,31 @@ def find_files(paths: Iterable[str], ignore: Sequence[str], refused: list[dict[s
     for path in paths:
         if os.path.isdir(path):
             found += _walk(path, ignore, refused, ignored, trusted)
-        elif os.path.lexists(path):
-            (ignored if _ignored(path, "", ignore) else found).append(path)
-        else:
+        elif not os.path.lexists(path):
             refused.append({"cell": path, "problem": "no such file or directory"})
+        elif _ignored(path, "", ignore):
+            ignored.append(path)
+        elif why := _named_file_problem(path, trusted):
+            refused.append({"cell": path, "problem": why})
+        else:
+            found.append(path)
     return found
+
+
+def _named_file_problem(path: str, trusted: Collection[int] | None) -> str | None:
+    """Why a result named on its own cannot be believed where it lies: its folder (where the name leads), or a
+    folder above, is one another user may write, so they could have moved another of our cells (another
+    combination's, its sidecar with it) onto its name, as in a sweep's folder (:func:`_folder_problem`)."""
+    from hoststate.filetrust import swappable, untrusted
+
+    if trusted is None:
+        return None
+    folder = os.path.dirname(os.path.realpath(path))
+    try:
+        bad = untrusted(os.stat(folder), trusted) or swappable(folder, trusted)
+    except OSError as err:
+        bad = f"cannot be checked ({err.strerror or err})"
+    return f"its folder {bad}: another user could have put another cell in its place" if bad else None
 
 
 def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: list[str] | None = None,

@@ -209,6 +209,31 @@ def test_a_sweep_another_user_could_swap_for_another_is_refused(shared: pathlib.
     assert results(str(team / "exp")).returncode == 0
 
 
+def test_a_result_named_in_a_folder_another_user_could_swap_is_refused(shared: pathlib.Path) -> None:
+    """A result named on its own, its folder ours alone, in a team folder anyone may write (no sticky bit): nobody
+    swapped that folder with an older experiment of ours, and results reported the older cell of the same name (its
+    record names its sidecar by name only) as the named one. Refused, as a named sweep folder is there; in its own
+    folder anyone may write it is refused too."""
+    team = shared / "team"
+    write_cell(shared, "team/exp/run=0.json", host(), {"output_throughput": 1000.0})
+    write_cell(shared, "team/exp-old/run=0.json", host(), {"output_throughput": 1400.0})
+    team.chmod(0o777)
+    swap = [(team / "exp", team / "t"), (team / "exp-old", team / "exp"), (team / "t", team / "exp-old")]
+    as_nobody(lambda: [os.rename(a, b) for a, b in swap])
+    named = team / "exp" / "run=0.json"
+    assert json.loads(named.read_text())["output_throughput"] == 1400.0  # swapped
+    proc = results(str(named), "--format", "json")
+    assert proc.returncode == 1, proc.stdout
+    report = json.loads(proc.stdout)
+    assert report["groups"] == [] and report["refused"] == [{
+        "cell": str(named), "problem": f"its folder sits in {team}, which can be written by other users: another "
+                                      "user could have put another cell in its place"}]
+    team.chmod(0o1777)  # sticky: nobody can no longer rename our folders
+    assert results(str(named)).returncode == 0
+    (team / "exp").chmod(0o777)
+    assert "its folder can be written by other users" in results(str(named)).stdout
+
+
 def test_a_record_of_the_wrong_shape_is_refused_not_a_crash(tmp_path: pathlib.Path) -> None:
     """A record whose reasons are not a list (its sidecar's copy alike): results ended in a TypeError."""
     write_cell(tmp_path, "sweep/run=0.json", host(), {"output_throughput": 1000.0}, verdict="invalid")
