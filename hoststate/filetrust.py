@@ -54,6 +54,54 @@ def placed_by_owner(path: str, st: os.stat_result) -> bool:
         here, first = parent, False
 
 
+def root_only(path: str) -> str | None:
+    """Why a user other than root could have written ``path`` or put another file in its place, or None: what root
+    acts on without anyone naming it on a command line (the Slurm configuration and the baseline, policy, tree and
+    kernel log it names) must be root's and writable by root alone, as must every link on the way and every folder
+    above it (a sticky folder such as ``/tmp`` counts above a folder, never as a file's own: anyone may add a name
+    there). A path that does not exist is judged by its folder, where another user could otherwise create it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        parent = os.path.dirname(os.path.abspath(path))
+        if parent == os.path.abspath(path):
+            return None
+        why = root_only(parent)
+        return None if why is None else f"is missing, and its folder {parent} {why}"
+    if st.st_uid != 0:
+        return f"is owned by {_who(st.st_uid)}, not by root"
+    if _others_write(st):
+        return "can be written by other users"
+    if stat.S_ISREG(st.st_mode) and st.st_nlink != 1:
+        return f"has {st.st_nlink} hard links (another name may be another user's)"
+    if not placed_by_owner(path, st):
+        return "sits behind a link or in a folder another user could change"
+    return None
+
+
+def swappable(path: str, trusted: Collection[int]) -> str | None:
+    """Why a user outside ``trusted`` could put another folder in the place of the folder ``path``, or None: a
+    symbolic link on the way to it that is not a trusted user's or sits in a folder others may write, or a folder
+    above its real location that another user owns or may write (a sticky one, as ``/tmp``, is safe: others may
+    add names there, never rename ours). Checking the folder alone misses a parent in which another user renames
+    it away and renames one of its owner's other folders (an older experiment) into its place."""
+    allowed = set(trusted)
+    if not _links_placed(path if os.path.isabs(path) else os.path.join(os.getcwd(), path), allowed):
+        return "is reached through a symbolic link another user placed or could replace"
+    here = os.path.dirname(os.path.realpath(path))
+    while True:
+        try:
+            why = untrusted(os.lstat(here), allowed)
+        except OSError as err:
+            return f"sits in {here}, which cannot be checked ({err.strerror})"
+        if why:
+            return f"sits in {here}, which {why}"
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
 def _links_placed(path: str, allowed: Collection[int]) -> bool:
     """Whether every symbolic link the kernel follows to reach ``path`` is owned by ``allowed`` and sits in a folder
     no other user may write, sticky or not: anyone may add a link to ``/tmp`` that points into a folder of their

@@ -243,7 +243,7 @@ MAX_FOLDER_DEPTH = 32
 def _folder_problem(here: str, top: str, trusted: Collection[int] | None) -> str | None:
     """Why the cells of folder ``here`` (``top`` or a folder below it) cannot be believed: another user could have
     written it (they could add, move or remove cells), or it lies deeper than :data:`MAX_FOLDER_DEPTH`."""
-    from hoststate.filetrust import untrusted
+    from hoststate.filetrust import swappable, untrusted
 
     if here != top and os.path.relpath(here, top).count(os.sep) >= MAX_FOLDER_DEPTH:
         return f"a folder deeper than {MAX_FOLDER_DEPTH} below the sweep's: not searched"
@@ -253,6 +253,10 @@ def _folder_problem(here: str, top: str, trusted: Collection[int] | None) -> str
         bad = untrusted(os.stat(here) if here == top else os.lstat(here), trusted)
     except OSError as err:
         bad = f"cannot stat: {err.strerror or err}"
+    if not bad and here == top and (above := swappable(top, trusted)):
+        # the folders above: one another user may write lets them put another folder of ours (an older
+        # experiment's) in the named one's place, whose cells would then be reported as this sweep's
+        return f"the sweep's folder {above}: another user could put another folder in its place"
     if not bad:
         return None
     return f"the sweep's folder {bad}: another user could add, move or remove its cells" if here == top else \
@@ -302,11 +306,31 @@ def find_files(paths: Iterable[str], ignore: Sequence[str], refused: list[dict[s
     for path in paths:
         if os.path.isdir(path):
             found += _walk(path, ignore, refused, ignored, trusted)
-        elif os.path.lexists(path):
-            (ignored if _ignored(path, "", ignore) else found).append(path)
-        else:
+        elif not os.path.lexists(path):
             refused.append({"cell": path, "problem": "no such file or directory"})
+        elif _ignored(path, "", ignore):
+            ignored.append(path)
+        elif why := _named_file_problem(path, trusted):
+            refused.append({"cell": path, "problem": why})
+        else:
+            found.append(path)
     return found
+
+
+def _named_file_problem(path: str, trusted: Collection[int] | None) -> str | None:
+    """Why a result named on its own cannot be believed where it lies: its folder (where the name leads), or a
+    folder above, is one another user may write, so they could have moved another of our cells (another
+    combination's, its sidecar with it) onto its name, as in a sweep's folder (:func:`_folder_problem`)."""
+    from hoststate.filetrust import swappable, untrusted
+
+    if trusted is None:
+        return None
+    folder = os.path.dirname(os.path.realpath(path))
+    try:
+        bad = untrusted(os.stat(folder), trusted) or swappable(folder, trusted)
+    except OSError as err:
+        bad = f"cannot be checked ({err.strerror or err})"
+    return f"its folder {bad}: another user could have put another cell in its place" if bad else None
 
 
 def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: list[str] | None = None,

@@ -93,6 +93,30 @@ def _trusted(path: str, st: os.stat_result) -> None:
     if st.st_uid != 0 or st.st_mode & 0o022:
         raise ValueError(f"{path}: not owned by root or writable by others: refused (uid {st.st_uid}, "
                          f"mode {stat.S_IMODE(st.st_mode):o})")
+    _root_only("the configuration", path)
+
+
+def _root_only(what: str, path: str) -> None:
+    """ValueError when another user could have written ``path`` or swapped it (hoststate.filetrust.root_only): the
+    prolog reads it as root for every job, so whoever could change it would decide every job's verdict (a policy
+    that ignores everything, a baseline of their choosing, a forged kernel log that drains the node)."""
+    from hoststate.filetrust import root_only
+
+    why = root_only(path)
+    if why:
+        raise ValueError(f"{what} {path} {why}: refused (root reads it for every job)")
+
+
+def _check_named(config: Config) -> None:
+    """Every file and folder the configuration names that root reads, held to the configuration's own standard."""
+    named = [("baseline", config.baseline), *(("policy", p) for p in config.policy)]
+    if config.root != "/":
+        named.append(("root", config.root))
+    if config.kmsg:
+        named.append(("kmsg", os.path.join(config.root, config.kmsg.lstrip("/"))))
+    for what, path in named:
+        if path:
+            _root_only(what, path)
 
 
 def load_config(path: str | None = None) -> Config:
@@ -110,7 +134,22 @@ def load_config(path: str | None = None) -> Config:
     unknown = sorted(set(data) - set(CONFIG_KEYS))
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(CONFIG_KEYS)})")
-    return Config(**{k: data.get(k, v) for k, v in CONFIG_KEYS.items()})
+    config = Config(**{k: data.get(k, v) for k, v in CONFIG_KEYS.items()})
+    if os.geteuid() == 0:
+        try:
+            _check_named(config)
+        except ValueError as err:
+            raise RefusedConfig(str(err), config) from None
+    return config
+
+
+class RefusedConfig(ValueError):
+    """A configuration that names a file another user could change: the prolog still stamps the job (verdict
+    ``error``) where the configuration says, so the job's task prolog finds the refusal."""
+
+    def __init__(self, message: str, config: Config):
+        super().__init__(message)
+        self.config = config
 
 
 # -- files the job reads -------------------------------------------------------------------------------------------
@@ -118,10 +157,14 @@ def load_config(path: str | None = None) -> Config:
 
 def _own_dir(path: str, mode: int) -> str:
     """``path`` made with ``mode`` if missing; refused when it is a link, someone else's, or writable by others."""
+    from hoststate.filetrust import placed_by_owner
+
     os.makedirs(path, mode=mode, exist_ok=True)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise OSError(f"{path}: not a directory owned by uid {os.geteuid()} and writable only by it")
+    if not placed_by_owner(path, st):  # another user could rename it away and put their own folder in its place
+        raise OSError(f"{path}: sits behind a link or in a folder another user could change")
     return path
 
 
@@ -246,22 +289,46 @@ def xids(records: Sequence[KmsgRecord], gpus: set[tuple[int, int, int]]) -> list
     return out
 
 
-def read_kmsg(config: Config, max_bytes: int = 4 << 20) -> bytes:
-    """The kernel log under ``config.root``: the /dev/kmsg device read without blocking (one record per read),
-    or a regular file of records (a captured log); b"" when it cannot be read."""
+#: Most bytes of the kernel log read in one pass: the ring is the kernel's (log_buf_len), but records a flood adds
+#: while it is read would keep the reader going.
+KMSG_SCAN_MAX = 256 << 20
+
+
+def read_kmsg(config: Config, max_bytes: int = 4 << 20, after: int = -1) -> bytes:
+    """The records of the kernel log under ``config.root`` whose sequence number is above ``after`` (the cursor),
+    the newest ``max_bytes`` of them: the /dev/kmsg device read without blocking (one record per read), or a
+    regular file of records (a captured log); b"" when it cannot be read.
+
+    The whole log is read and only what is kept is bounded: /dev/kmsg starts at the oldest record, so stopping at a
+    cap read the oldest records only, and on a node whose log outgrew it (a large ``log_buf_len``, or a user's
+    flood of short kernel records) an XID after them was never read, by any prolog."""
     if not config.kmsg:
         return b""
+    from collections import deque
+
     from hoststate.io import Reader
 
     try:
         fd = Reader(config.root, {}).open(config.kmsg.lstrip("/"), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError:
         return b""
-    chunks: list[bytes] = []
-    total = 0
+    kept: deque[bytes] = deque()
+    size = scanned = 0
+    pending = b""
+
+    def keep(line: bytes) -> None:
+        nonlocal size
+        head = line.split(b";", 1)[0].split(b",")
+        if len(head) < 2 or not head[1].isdigit() or int(head[1]) <= after:
+            return  # a continuation line, or a record already judged
+        kept.append(line)
+        size += len(line) + 1
+        while size > max_bytes and kept:
+            size -= len(kept.popleft()) + 1
+
     try:
         device = stat.S_ISCHR(os.fstat(fd).st_mode)
-        while total < max_bytes:
+        while scanned < KMSG_SCAN_MAX:
             try:
                 chunk = os.read(fd, 8192)
             except BlockingIOError:
@@ -270,11 +337,17 @@ def read_kmsg(config: Config, max_bytes: int = 4 << 20) -> bytes:
                 continue
             if not chunk:
                 break
-            chunks.append(chunk if not device or chunk.endswith(b"\n") else chunk + b"\n")
-            total += len(chunk)
+            scanned += len(chunk)
+            if device and not chunk.endswith(b"\n"):
+                chunk += b"\n"
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                keep(line)
     finally:
         os.close(fd)
-    return b"".join(chunks)[:max_bytes]
+    if pending:
+        keep(pending)
+    return b"".join(line + b"\n" for line in kept)
 
 
 # -- root's own state: the kernel log cursor -----------------------------------------------------------------------
@@ -311,11 +384,12 @@ def new_kernel_records(config: Config) -> list[KmsgRecord]:
             after = int(saved["seq"]) if saved.get("boot") == boot else -1
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             after = -1
-        records = [r for r in parse_kmsg(read_kmsg(config)) if r.seq > after]
+        records = [r for r in parse_kmsg(read_kmsg(config, after=after)) if r.seq > after]
         if records and after >= 0 and min(r.seq for r in records) > after + 1:
             lost = min(r.seq for r in records) - after - 1
             print(f"hoststate.slurm: {lost} kernel log record(s) after the cursor ({after}) were overwritten before "
-                  "they could be judged (the ring buffer wrapped)", file=sys.stderr)
+                  "they could be judged (the ring buffer wrapped), or were older than the newest 4 MiB of records "
+                  "after it", file=sys.stderr)
         if records:
             last = max(r.seq for r in records)
             write_atomic(directory, "kmsg.cursor", json.dumps({"boot": boot, "seq": last}) + "\n", mode=0o600)
@@ -542,7 +616,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - one line, never a traceback in slurmd's log
         problem = f"{type(err).__name__}: {err}"
         if role == "prolog":
-            return prolog_error(locals().get("config") or Config(), os.environ, problem)
+            return prolog_error(locals().get("config") or getattr(err, "config", None) or Config(), os.environ,
+                                problem)
         print(f"hoststate.slurm {role}: {problem}", file=sys.stderr)
         return 0 if role == "epilog" else 1
 

@@ -274,7 +274,7 @@ def test_the_slurm_files_are_what_hoststate_slurm_reads() -> None:
         script = DEPLOY / "slurm" / Path(lines[key]).name
         assert os.access(script, os.X_OK)
         text = script.read_text()
-        assert f'exec "$venv/bin/hoststate-slurm" {role} --config "$config"' in text
+        assert f'exec "$venv/bin/python" -I -m hoststate.slurm {role} --config "$config"' in text  # isolated
         assert "venv=/opt/hoststate\nconfig=/etc/hoststate/slurm.toml\n" in text
         assert "/usr/bin/python3" not in text  # the system Python has no hoststate after the README's install
     env = (DEPLOY / "slurm" / "hoststate-slurm.env").read_text()

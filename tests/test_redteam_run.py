@@ -16,11 +16,14 @@ from collections.abc import Iterator
 import pytest
 
 from hoststate.run.record import content_digest, text_digest
+from hoststate.run.sweep import _sidecars
 from hoststate.snapshot import to_toml
 from tests.conftest import HOSTS, PYTHONPATH, require
 from tests.sweeps import host, write_cell
 from tests.test_output_shared import _nobody, as_nobody
 from tests.test_watch import HOST, guard_watch, hs
+
+SYSTEM_PYTHON = "/usr/bin/python3"
 
 #: A benchmark writing its result where its command line says, as vllm bench serve does (--result-dir/-filename).
 WRITER = ("import json, sys\nargs = sys.argv[1:]\nfolder = args[args.index('--result-dir') + 1]\n"
@@ -184,6 +187,53 @@ def test_a_sweep_in_a_folder_others_can_write_is_refused(shared: pathlib.Path) -
                         "remove its cells"}
 
 
+def test_a_sweep_another_user_could_swap_for_another_is_refused(shared: pathlib.Path) -> None:
+    """Two sweeps of ours, each in a folder of ours alone, in a team folder anyone may write (no sticky bit): nobody
+    swapped their names, and results reported the older sweep's cells (another day's numbers, genuinely stamped) as
+    the named one's. A sweep folder whose parent another user may write is refused."""
+    team = shared / "team"
+    write_cell(shared, "team/exp/run=0.json", host(), {"output_throughput": 1000.0})
+    write_cell(shared, "team/exp-old/run=0.json", host(), {"output_throughput": 1400.0})
+    team.chmod(0o777)
+    swap = [(team / "exp", team / "t"), (team / "exp-old", team / "exp"), (team / "t", team / "exp-old")]
+    as_nobody(lambda: [os.rename(a, b) for a, b in swap])
+    assert json.loads((team / "exp" / "run=0.json").read_text())["output_throughput"] == 1400.0  # swapped
+    proc = results(str(team / "exp"), "--format", "json")
+    assert proc.returncode == 1, proc.stdout
+    report = json.loads(proc.stdout)
+    assert report["groups"] == []
+    assert {r["problem"] for r in report["refused"]} == {
+        f"the sweep's folder sits in {team}, which can be written by other users: another user could put another "
+        "folder in its place"}
+    team.chmod(0o1777)  # sticky: nobody can no longer rename our folders
+    assert results(str(team / "exp")).returncode == 0
+
+
+def test_a_result_named_in_a_folder_another_user_could_swap_is_refused(shared: pathlib.Path) -> None:
+    """A result named on its own, its folder ours alone, in a team folder anyone may write (no sticky bit): nobody
+    swapped that folder with an older experiment of ours, and results reported the older cell of the same name (its
+    record names its sidecar by name only) as the named one. Refused, as a named sweep folder is there; in its own
+    folder anyone may write it is refused too."""
+    team = shared / "team"
+    write_cell(shared, "team/exp/run=0.json", host(), {"output_throughput": 1000.0})
+    write_cell(shared, "team/exp-old/run=0.json", host(), {"output_throughput": 1400.0})
+    team.chmod(0o777)
+    swap = [(team / "exp", team / "t"), (team / "exp-old", team / "exp"), (team / "t", team / "exp-old")]
+    as_nobody(lambda: [os.rename(a, b) for a, b in swap])
+    named = team / "exp" / "run=0.json"
+    assert json.loads(named.read_text())["output_throughput"] == 1400.0  # swapped
+    proc = results(str(named), "--format", "json")
+    assert proc.returncode == 1, proc.stdout
+    report = json.loads(proc.stdout)
+    assert report["groups"] == [] and report["refused"] == [{
+        "cell": str(named), "problem": f"its folder sits in {team}, which can be written by other users: another "
+                                      "user could have put another cell in its place"}]
+    team.chmod(0o1777)  # sticky: nobody can no longer rename our folders
+    assert results(str(named)).returncode == 0
+    (team / "exp").chmod(0o777)
+    assert "its folder can be written by other users" in results(str(named)).stdout
+
+
 def test_a_record_of_the_wrong_shape_is_refused_not_a_crash(tmp_path: pathlib.Path) -> None:
     """A record whose reasons are not a list (its sidecar's copy alike): results ended in a TypeError."""
     write_cell(tmp_path, "sweep/run=0.json", host(), {"output_throughput": 1000.0}, verdict="invalid")
@@ -245,6 +295,35 @@ def test_a_result_in_a_folder_anyone_can_write_is_not_stamped(tmp_path: pathlib.
                        cmd=(sys.executable, "-c", WRITER, "--result-dir", str(folder), "--result-filename",
                             "run=0.json"))
     assert f"not attached: {result}: its folder can be written by other users; not stamped" in proc.stderr
+
+
+def test_a_result_whose_folder_another_user_could_swap_is_not_stamped(tmp_path: pathlib.Path, host_tree: pathlib.Path,
+                                                                      shared: pathlib.Path) -> None:
+    """Two experiment folders of ours, both ours alone, in a team folder others may write (no sticky bit). As the
+    benchmark ends, nobody (a real process of theirs) swaps their names: the older experiment's ``run=0.json``, a
+    number measured on another day, then stood where the run's result was, and got this run's stamp, which
+    ``results`` believed. Every folder above the result is checked too: not stamped, and results refuses it."""
+    team = shared / "team"
+    team.mkdir()
+    team.chmod(0o777)
+    now, old = team / "exp", team / "exp-old"
+    for folder in (now, old):
+        folder.mkdir(mode=0o755)
+    (old / "run=0.json").write_text(json.dumps({"completed": 100, "output_throughput": 9999.0}))
+    uid, gid = _nobody()
+    swap = (f"import os; os.rename({str(now)!r}, {str(team / 't')!r}); os.rename({str(old)!r}, {str(now)!r}); "
+            f"os.rename({str(team / 't')!r}, {str(old)!r})")
+    bench = WRITER + (f"import subprocess\nsubprocess.run([{SYSTEM_PYTHON!r}, '-c', {swap!r}], user={uid}, "
+                      f"group={gid}, extra_groups=[], check=True)\n")
+    result = now / "run=0.json"
+    proc = guard_watch(tmp_path, host_tree, "base.toml", "dense-b", "--attach", str(result),
+                       cmd=(sys.executable, "-c", bench, "--result-dir", str(now), "--result-filename", "run=0.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(result.read_text())["output_throughput"] == 9999.0  # nobody's swap was made
+    assert (f"not attached: {result}: its folder sits in {team}, which can be written by other users; "
+            "not stamped") in proc.stderr, proc.stderr
+    assert "hoststate" not in json.loads(result.read_text())
+    assert results(str(result)).returncode == 1
 
 
 def test_a_result_and_sidecar_another_user_placed_first_are_never_stamped(tmp_path: pathlib.Path,
@@ -323,6 +402,29 @@ def test_a_resumed_sweep_in_a_folder_others_can_write_is_refused(tmp_path: pathl
     assert proc.returncode == 3, proc.stderr
     assert "the folder can be written by other users: its earlier cells cannot be checked" in proc.stderr
     assert not (folder / "run=1.json").exists()
+
+
+def test_a_resumed_sweep_whose_folder_another_user_could_swap_is_refused(tmp_path: pathlib.Path,
+                                                                         host_tree: pathlib.Path,
+                                                                         shared: pathlib.Path) -> None:
+    """The experiment folder is ours alone, but sits in a team folder anyone may write: nobody swapped it for an
+    empty folder of ours, the earlier cell from another host state was out of sight, and the resumed cell was
+    accepted. A folder above that another user may write cannot vouch for the earlier cells: refused, not started."""
+    team = shared / "team"
+    folder = team / "exp"
+    write_cell(shared, "team/exp/run=0.json", host("dsa"), {"output_throughput": 1000.0})
+    team.chmod(0o777)
+    (team / "empty").mkdir(mode=0o755)
+    swap = [(folder, team / "t"), (team / "empty", folder)]
+    as_nobody(lambda: [os.rename(a, b) for a, b in swap])
+    proc = _resume(tmp_path, host_tree, folder, 1)
+    assert proc.returncode == 3, proc.stderr
+    assert f"MISMATCH  {folder}: the folder s" in proc.stderr and "its earlier cells cannot be checked" in proc.stderr
+    assert not (folder / "run=1.json").exists()
+    problems: list[str] = []
+    _sidecars(str(folder / "run=1.json"), problems)
+    assert problems == [f"{folder}: the folder sits in {team}, which can be written by other users: its earlier "
+                        "cells cannot be checked"]
 
 
 def test_a_combination_folder_another_user_links_in_is_not_an_earlier_cell(tmp_path: pathlib.Path,

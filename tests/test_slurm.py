@@ -113,6 +113,15 @@ def work(shared: Path, request: pytest.FixtureRequest) -> Path:
     return path
 
 
+@pytest.fixture
+def site_dir(shared: Path, request: pytest.FixtureRequest) -> Path:
+    """A per-test directory only root may write, for what the prolog reads and writes as root (the fleet baseline, the
+    stamps): one any user may write would let them swap either (hoststate.filetrust.root_only)."""
+    path = shared / (request.node.name.replace("/", "_")[:80] + "-site")
+    path.mkdir(mode=0o755)
+    return path
+
+
 def _submit(node: SlurmNode, out: Path, *extra: str) -> tuple[str, dict[str, str]]:
     done = node.run("sbatch", "--parsable", "-o", str(out), *extra, "--wrap",
                     'echo "ran with HOSTSTATE_VERDICT=$HOSTSTATE_VERDICT"')
@@ -121,18 +130,18 @@ def _submit(node: SlurmNode, out: Path, *extra: str) -> tuple[str, dict[str, str
     return job, node.wait_job(job)
 
 
-def test_a_job_on_a_matching_node_runs_and_the_epilog_records_no_change(cluster, work: Path) -> None:
+def test_a_job_on_a_matching_node_runs_and_the_epilog_records_no_change(cluster, work: Path, site_dir: Path) -> None:
     node, conf = cluster
-    stamps = work / "stamps"
+    stamps = site_dir / "stamps"
     tree = HOSTS / "seed-experiment"
-    _config(conf, baseline=str(_snap(tree, work / "fleet.toml")), root=str(tree), only=ONLY, accept=ACCEPT,
+    _config(conf, baseline=str(_snap(tree, site_dir / "fleet.toml")), root=str(tree), only=ONLY, accept=ACCEPT,
             stamp_dir=str(stamps), kmsg="")
     job, fields = _submit(node, work / "out.txt")
     assert fields["JobState"] == "COMPLETED", (fields, node.logs())
     assert "ran with HOSTSTATE_VERDICT=match" in (work / "out.txt").read_text()
     assert fields.get("AdminComment", "").startswith("hoststate: match"), fields
     stamp = json.loads((stamps / f"{job}.json").read_text())
-    assert stamp["verdict"] == "match" and stamp["baselines"] == {"fleet": str(work / "fleet.toml")}
+    assert stamp["verdict"] == "match" and stamp["baselines"] == {"fleet": str(site_dir / "fleet.toml")}
     changes = node.wait_for(lambda: (stamps / f"{job}.changes.txt").exists(), 30)
     assert changes, node.logs()
     text = (stamps / f"{job}.changes.txt").read_text()
@@ -140,11 +149,12 @@ def test_a_job_on_a_matching_node_runs_and_the_epilog_records_no_change(cluster,
     assert node.node_state() == "IDLE"
 
 
-def test_a_drifted_node_refuses_the_job_with_its_reason_and_stays_in_service(cluster, work: Path) -> None:
+def test_a_drifted_node_refuses_the_job_with_its_reason_and_stays_in_service(cluster, work: Path,
+                                                                             site_dir: Path) -> None:
     node, conf = cluster
-    baseline = _snap(HOSTS / "seed-baseline", work / "fleet.toml")
+    baseline = _snap(HOSTS / "seed-baseline", site_dir / "fleet.toml")
     _config(conf, baseline=str(baseline), root=str(HOSTS / "seed-experiment"), only=ONLY, accept=ACCEPT,
-            stamp_dir=str(work / "stamps"), kmsg="")
+            stamp_dir=str(site_dir / "stamps"), kmsg="")
     job, fields = _submit(node, work / "out.txt")
     assert fields["JobState"] == "FAILED", (fields, node.logs())
     out = (work / "out.txt").read_text()
@@ -155,11 +165,11 @@ def test_a_drifted_node_refuses_the_job_with_its_reason_and_stays_in_service(clu
     assert node.node_state() == "IDLE"  # drift is the job's problem, not the node's
 
 
-def test_the_jobs_own_baseline_is_checked_too(cluster, work: Path) -> None:
+def test_the_jobs_own_baseline_is_checked_too(cluster, work: Path, site_dir: Path) -> None:
     node, conf = cluster
     tree = HOSTS / "seed-experiment"
-    _config(conf, baseline=str(_snap(tree, work / "fleet.toml")), root=str(tree), only=ONLY, accept=ACCEPT,
-            stamp_dir=str(work / "stamps"), kmsg="")
+    _config(conf, baseline=str(_snap(tree, site_dir / "fleet.toml")), root=str(tree), only=ONLY, accept=ACCEPT,
+            stamp_dir=str(site_dir / "stamps"), kmsg="")
     mine = _snap(HOSTS / "seed-baseline", work / "mine.toml")
     job, fields = _submit(node, work / "out.txt", f"--comment=hoststate-baseline={mine}")
     assert fields["JobState"] == "FAILED", fields
@@ -168,11 +178,11 @@ def test_the_jobs_own_baseline_is_checked_too(cluster, work: Path) -> None:
     assert "fleet baseline" not in out  # the fleet's baseline still matches
 
 
-def test_a_lost_gpu_drains_the_node_with_a_readable_reason(cluster, work: Path) -> None:
+def test_a_lost_gpu_drains_the_node_with_a_readable_reason(cluster, work: Path, site_dir: Path) -> None:
     node, conf = cluster
     tree = HOSTS / "seed-experiment"
     replay = FIXTURES / "nvml" / "hgx-h100-8-gpu-lost.json"
-    _config(conf, root=str(tree), only=[*ONLY, "gpu"], accept=ACCEPT[1:], stamp_dir=str(work / "stamps"), kmsg="",
+    _config(conf, root=str(tree), only=[*ONLY, "gpu"], accept=ACCEPT[1:], stamp_dir=str(site_dir / "stamps"), kmsg="",
             nvml_replay=str(replay))
     job, fields = _submit(node, work / "out.txt")
     try:
@@ -198,7 +208,7 @@ def _drained(node: SlurmNode, job: str, fields: dict[str, str]) -> str:
         assert node.wait_for(lambda: node.node_state() == "IDLE", 30), node.node_state()
 
 
-def test_the_shipped_scripts_run_the_virtualenvs_hoststate(cluster, venv: Path, work: Path) -> None:
+def test_the_shipped_scripts_run_the_virtualenvs_hoststate(cluster, venv: Path, work: Path, site_dir: Path) -> None:
     """What the prolog ran is the installed copy: the system Python has no hoststate, the virtualenv has it in
     its own site-packages and a hoststate-slurm script."""
     node, conf = cluster
@@ -210,16 +220,47 @@ def test_the_shipped_scripts_run_the_virtualenvs_hoststate(cluster, venv: Path, 
     assert where.startswith(str(venv)) and "site-packages" in where
     assert os.access(venv / "bin" / "hoststate-slurm", os.X_OK)
     tree = HOSTS / "seed-experiment"
-    _config(conf, root=str(tree), only=ONLY, stamp_dir=str(work / "stamps"), kmsg="")
+    _config(conf, root=str(tree), only=ONLY, stamp_dir=str(site_dir / "stamps"), kmsg="")
     job, fields = _submit(node, work / "out.txt")
     assert fields["JobState"] == "COMPLETED", (fields, node.logs())
-    assert (work / "stamps" / f"{job}.json").exists()
+    assert (site_dir / "stamps" / f"{job}.json").exists()
 
 
-def test_a_forged_xid_never_drains_and_the_drivers_drains_once(cluster, work: Path) -> None:
+def test_the_jobs_python_variables_never_reach_the_task_prolog(cluster, work: Path, site_dir: Path) -> None:
+    """The task prolog runs as the job's user with the job's environment (checked here: slurmd passes PYTHONPATH
+    and PYTHONHOME through). A PYTHONPATH holding a ``hoststate`` of the job's said ``match`` on a drifted node and
+    the job ran; a PYTHONHOME (an environment module's) stopped the virtualenv's Python and failed the job on a node
+    that matched. The shipped scripts run Python isolated (-I)."""
     node, conf = cluster
-    settings = {"only": ["gpu"], "accept": ["gpu.**"], "stamp_dir": str(work / "stamps"), "kmsg": "/dev/kmsg",
-                "nvml_replay": str(H200), "state_dir": str(work / "state")}
+    evil = work / "evil" / "hoststate"
+    evil.mkdir(parents=True)
+    (evil / "__init__.py").write_text("")
+    (evil / "slurm.py").write_text("def main():\n    print('export HOSTSTATE_VERDICT=match')\n    return 0\n\n\n"
+                                   "if __name__ == '__main__':\n    main()\n")
+    seen = work / "env.txt"
+    baseline = _snap(HOSTS / "seed-baseline", site_dir / "fleet.toml")
+    _config(conf, baseline=str(baseline), root=str(HOSTS / "seed-experiment"), only=ONLY, accept=ACCEPT,
+            stamp_dir=str(site_dir / "stamps"), kmsg="")
+    done = node.run("sbatch", "--parsable", "-o", str(work / "drift.txt"), "-D", str(work / "evil"),
+                    f"--export=ALL,PYTHONPATH={work / 'evil'}", "--wrap", f"env > {seen}; echo ran")
+    assert done.returncode == 0, done.stderr
+    fields = node.wait_job(done.stdout.strip().split(";")[0])
+    assert fields["JobState"] == "FAILED", (fields, (work / "drift.txt").read_text())
+    assert "refused on node" in (work / "drift.txt").read_text() and not seen.exists()
+    tree = HOSTS / "seed-experiment"
+    _config(conf, baseline=str(_snap(tree, site_dir / "match.toml")), root=str(tree), only=ONLY, accept=ACCEPT,
+            stamp_dir=str(site_dir / "stamps"), kmsg="")
+    done = node.run("sbatch", "--parsable", "-o", str(work / "home.txt"),
+                    "--export=ALL,PYTHONHOME=/nonexistent,PYTHONPATH=/nonexistent", "--wrap", f"env > {seen}")
+    fields = node.wait_job(done.stdout.strip().split(";")[0])
+    assert fields["JobState"] == "COMPLETED", (fields, (work / "home.txt").read_text())
+    assert "PYTHONHOME=/nonexistent" in seen.read_text()  # the job's environment had it
+
+
+def test_a_forged_xid_never_drains_and_the_drivers_drains_once(cluster, work: Path, site_dir: Path) -> None:
+    node, conf = cluster
+    settings = {"only": ["gpu"], "accept": ["gpu.**"], "stamp_dir": str(site_dir / "stamps"), "kmsg": "/dev/kmsg",
+                "nvml_replay": str(H200), "state_dir": str(site_dir / "state")}
     _config(conf, root=str(KMSG / "forged"), **settings)
     job, fields = _submit(node, work / "forged.txt")
     assert fields["JobState"] == "COMPLETED", (fields, node.logs())  # nobody's tmpfs option and a user record
@@ -232,8 +273,8 @@ def test_a_forged_xid_never_drains_and_the_drivers_drains_once(cluster, work: Pa
     # The node was reset and resumed: the same record, already judged, does not drain it again.
     job, fields = _submit(node, work / "after.txt")
     assert fields["JobState"] == "COMPLETED", (fields, node.node_reason())
-    cursor = json.loads((work / "state" / "kmsg.cursor").read_text())
-    assert cursor["seq"] == 361 and oct((work / "state" / "kmsg.cursor").stat().st_mode & 0o777) == "0o600"
+    cursor = json.loads((site_dir / "state" / "kmsg.cursor").read_text())
+    assert cursor["seq"] == 361 and oct((site_dir / "state" / "kmsg.cursor").stat().st_mode & 0o777) == "0o600"
 
 
 def _submit_as_nobody(node: SlurmNode, work: Path, out: Path, *extra: str) -> tuple[str, dict[str, str]]:
@@ -245,12 +286,12 @@ def _submit_as_nobody(node: SlurmNode, work: Path, out: Path, *extra: str) -> tu
     return job, node.wait_job(job)
 
 
-def test_a_jobs_baseline_is_read_with_the_job_users_rights(cluster, work: Path) -> None:
+def test_a_jobs_baseline_is_read_with_the_job_users_rights(cluster, work: Path, site_dir: Path) -> None:
     """nobody names root's files in --comment: a root-only snapshot and a missing file in a root-only directory
     give the same answer, and nothing of the file reaches the stamp or the AdminComment."""
     node, conf = cluster
     tree = HOSTS / "seed-experiment"
-    _config(conf, root=str(tree), only=ONLY, accept=ACCEPT, stamp_dir=str(work / "stamps"), kmsg="")
+    _config(conf, root=str(tree), only=ONLY, accept=ACCEPT, stamp_dir=str(site_dir / "stamps"), kmsg="")
     private = work / "private"
     private.mkdir(mode=0o700)
     secret = _snap(HOSTS / "seed-baseline", private / "root-only.toml")  # differs from the node: root would refuse
@@ -259,7 +300,7 @@ def test_a_jobs_baseline_is_read_with_the_job_users_rights(cluster, work: Path) 
         comment = f"--comment=hoststate-baseline={private}/{name}"
         job, fields = _submit_as_nobody(node, work, work / f"{name}.out", comment)
         assert fields["JobState"] == "FAILED", fields
-        stamp = json.loads((work / "stamps" / f"{job}.json").read_text())
+        stamp = json.loads((site_dir / "stamps" / f"{job}.json").read_text())
         hidden[name] = (stamp["reasons"], fields["AdminComment"])
         assert "8 WQs disabled" not in json.dumps(stamp) + fields["AdminComment"]  # root's file was not compared
     assert hidden["root-only.toml"][0] == [f"job baseline root-only.toml: not read with the job user's rights: "
@@ -275,7 +316,7 @@ def test_a_jobs_baseline_is_read_with_the_job_users_rights(cluster, work: Path) 
     private.chmod(0o755)
     secret.chmod(0o600)  # a root-only file in a directory nobody may search: not readable, not compared
     job, fields = _submit_as_nobody(node, work, work / "file.out", f"--comment=hoststate-baseline={secret}")
-    stamp = json.loads((work / "stamps" / f"{job}.json").read_text())
+    stamp = json.loads((site_dir / "stamps" / f"{job}.json").read_text())
     assert stamp["reasons"] == [f"job baseline root-only.toml: not read with the job user's rights: not readable by "
                                 f"the process's user (uid {NOBODY})"]
 
@@ -401,6 +442,28 @@ def test_the_cursor_judges_each_record_once_per_boot(tmp_path: Path, monkeypatch
     assert slurm.new_kernel_records(slurm.Config(kmsg="", state_dir="/nonexistent/x")) == []
 
 
+def test_an_xid_after_more_than_a_read_cap_of_kernel_records_still_drains(tmp_path: Path, capsys) -> None:
+    """/dev/kmsg reads from the oldest record: the prolog stopped at 4 MiB, so on a node whose log held more (a
+    large log_buf_len, or a user's flood of short kernel records, as the tmpfs option makes them) the driver's XID
+    after them was never read, by any prolog, and the node never drained. The whole log is read; what is kept is
+    the newest 4 MiB after the cursor, and what falls out is reported."""
+    tree = tmp_path / "tree"
+    (tree / "dev").mkdir(parents=True)
+    flood = b"".join(b"0,%d,%d,-;tmpfs: Unknown parameter 'x%d'\n" % (seq, seq * 10, seq) for seq in range(1, 110001))
+    assert len(flood) > 5 << 20
+    xid = b"4,110001,1100010,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, name=x, GPU has fallen off the bus.\n"
+    (tree / "dev" / "kmsg").write_bytes(flood + xid)
+    config = slurm.Config(root=str(tree), kmsg="/dev/kmsg", state_dir=str(tmp_path / "state"))
+    slurm.state_dir(config)
+    (tmp_path / "state" / "kmsg.cursor").write_text(json.dumps({"boot": slurm._boot_id(), "seq": 0}))
+    records = slurm.new_kernel_records(config)
+    assert slurm.xids(records, {(0, 0x18, 0)}) == [("0000:18:00", 79)]
+    assert sum(len(r.message) for r in records) < 4 << 20 and records[-1].seq == 110001
+    lost = records[0].seq - 1
+    assert lost > 0 and f"{lost} kernel log record(s) after the cursor (0) were overwritten" in capsys.readouterr().err
+    assert slurm.new_kernel_records(config) == []  # judged once
+
+
 def test_a_configuration_another_user_may_write_is_refused(tmp_path: Path) -> None:
     require(os.geteuid() == 0, "root (the prolog's user)")
     path = tmp_path / "c.toml"
@@ -412,6 +475,120 @@ def test_a_configuration_another_user_may_write_is_refused(tmp_path: Path) -> No
     os.chown(path, NOBODY, NOBODY)
     with pytest.raises(ValueError, match="not owned by root"):
         slurm.load_config(str(path))
+
+
+IGNORE_ALL = 'rule = [{ path = "**", severity = "ignore", reason = "r", source = "s" }]\n'
+
+
+def _as_nobody(script: str) -> None:
+    subprocess.run([SYSTEM_PYTHON, "-c", script], user=NOBODY, group=NOBODY, extra_groups=[], check=True, timeout=30)
+
+
+@pytest.fixture
+def site() -> Iterator[dict[str, Path]]:
+    """A site whose root-only folder holds the fleet baseline (seed-baseline) and a root-only snapshot of a drifted
+    node (seed-experiment), and three places another user could change: a folder nobody owns, a folder anyone may
+    write (no sticky bit) and a sticky one (as /tmp)."""
+    require(os.geteuid() == 0, "root (the prolog's user), to act as nobody")
+    tmp_path = Path(tempfile.mkdtemp(prefix="hoststate-site-", dir="/tmp"))
+    tmp_path.chmod(0o755)
+    try:
+        yield _site(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _site(tmp_path: Path) -> dict[str, Path]:
+    home = tmp_path / "site"
+    home.mkdir(mode=0o755)
+    places = {"site": home, "nobodys": tmp_path / "nobodys", "open": tmp_path / "open", "sticky": tmp_path / "sticky"}
+    for name, mode in (("nobodys", 0o755), ("open", 0o777), ("sticky", 0o1777)):
+        places[name].mkdir()
+        places[name].chmod(mode)
+    os.chown(places["nobodys"], NOBODY, NOBODY)
+    places["baseline"] = _snap(HOSTS / "seed-baseline", home / "fleet.toml")
+    places["current"] = _snap(HOSTS / "seed-experiment", home / "current.toml")
+    return places
+
+
+def test_files_the_configuration_names_that_another_user_could_change_are_refused(site: dict[str, Path]) -> None:
+    """The prolog reads the configuration's baseline and policy as root for every job: whoever could write or swap
+    them would decide every verdict. Here nobody really does, and each way is refused before anything is judged."""
+    conf = site["site"] / "c.toml"
+    honest = slurm.Config(baseline=str(site["baseline"]), only=ONLY, accept=ACCEPT, kmsg="")
+    assert slurm.judge(honest, str(site["current"]), None, []).verdict == "refused"  # the node has drifted
+    # 1. nobody's own policy file, in nobody's folder: it ignores everything, and the drifted node would match
+    policy = site["nobodys"] / "policy.toml"
+    _as_nobody(f"open({str(policy)!r}, 'w').write({IGNORE_ALL!r})")
+    swayed = slurm.Config(**{**honest.__dict__, "policy": [str(policy)]})
+    assert slurm.judge(swayed, str(site["current"]), None, []).verdict == "match"  # what nobody would get
+    _config(conf, baseline=str(site["baseline"]), policy=[str(policy)], only=ONLY, accept=ACCEPT, kmsg="")
+    with pytest.raises(slurm.RefusedConfig, match=r"policy .*policy.toml is owned by user nobody"):
+        slurm.load_config(str(conf))
+    # 2. a root-owned policy in nobody's folder: nobody renames it away and puts theirs in its place
+    (site["nobodys"] / "root.toml").write_text('rule = []\n')
+    _config(conf, baseline=str(site["baseline"]), policy=[str(site["nobodys"] / "root.toml")], kmsg="")
+    with pytest.raises(slurm.RefusedConfig, match="a link or in a folder another user could change"):
+        slurm.load_config(str(conf))
+    # 3. the fleet baseline, root's, in a folder anyone may write (no sticky bit), or named there but missing
+    for folder in ("open", "sticky"):
+        shutil.copy(site["baseline"], site[folder] / "fleet.toml")
+        _config(conf, baseline=str(site[folder] / "fleet.toml"), kmsg="")
+        with pytest.raises(slurm.RefusedConfig, match="baseline .* in a folder another user could change"):
+            slurm.load_config(str(conf))
+        _config(conf, baseline=str(site[folder] / "missing.toml"), kmsg="")
+        with pytest.raises(slurm.RefusedConfig, match="is missing, and its folder .* can be written by other users"):
+            slurm.load_config(str(conf))
+    # 4. a link nobody placed in the site's root-only folder would be root's to place; nobody's link elsewhere is not
+    _as_nobody(f"import os; os.symlink({str(site['baseline'])!r}, {str(site['nobodys'] / 'link.toml')!r})")
+    _config(conf, baseline=str(site["nobodys"] / "link.toml"), kmsg="")
+    with pytest.raises(slurm.RefusedConfig, match="baseline"):
+        slurm.load_config(str(conf))
+    # 5. a kernel log (a captured one under root) nobody could write would let nobody drain the node
+    tree = site["nobodys"] / "tree"
+    _as_nobody(f"import os; os.makedirs({str(tree / 'dev')!r}); open({str(tree / 'dev' / 'kmsg')!r}, 'w')")
+    _config(conf, root=str(tree), kmsg="/dev/kmsg")
+    with pytest.raises(slurm.RefusedConfig, match="root .*tree is owned by user nobody"):
+        slurm.load_config(str(conf))
+    # the same files where only root can change them are read
+    _config(conf, baseline=str(site["baseline"]), policy=[str(site["site"] / "fleet.toml")], kmsg="")
+    assert slurm.load_config(str(conf)).baseline == str(site["baseline"])
+
+
+def test_a_refused_configuration_refuses_the_job_where_its_task_prolog_looks(site: dict[str, Path],
+                                                                             monkeypatch) -> None:
+    """The prolog answers a configuration it refuses with a stamp (verdict ``error``) in the configured stamp folder,
+    so the task prolog refuses the job, and the node stays in service."""
+    conf = site["site"] / "c.toml"
+    policy = site["nobodys"] / "policy.toml"
+    _as_nobody(f"open({str(policy)!r}, 'w').write({IGNORE_ALL!r})")
+    stamps = site["site"] / "stamps"
+    _config(conf, baseline=str(site["baseline"]), policy=[str(policy)], stamp_dir=str(stamps), kmsg="",
+            scontrol="/nonexistent/scontrol")
+    monkeypatch.setenv("SLURM_JOB_ID", "13")
+    assert slurm.main(["prolog", "--config", str(conf)]) == 0
+    stamp = json.loads((stamps / "13.json").read_text())
+    assert stamp["verdict"] == "error" and "policy.toml is owned by user nobody" in stamp["reasons"][0], stamp
+    out = stdio.StringIO()
+    cfg = slurm.Config(stamp_dir=str(stamps))
+    assert slurm.task_prolog(cfg, {"SLURM_JOB_ID": "13"}, out) == 1
+
+
+def test_a_stamp_folder_another_user_could_swap_is_refused(site: dict[str, Path]) -> None:
+    """The task prolog believes ``STAMP_DIR/<job>.json``: a stamp folder whose parent nobody may write could be
+    renamed away and replaced by nobody's folder with a stamp saying ``match``."""
+    for folder in ("nobodys", "open"):
+        stamps = site[folder] / "stamps"
+        with pytest.raises(OSError, match="in a folder another user could change"):
+            slurm.stamp_dir(slurm.Config(stamp_dir=str(stamps)))
+        # what nobody could then do, for real: move root's folder away and put theirs with a forged stamp there
+        _as_nobody(f"import os, json; os.rename({str(stamps)!r}, {str(stamps) + '.old'!r}); os.mkdir({str(stamps)!r}); "
+                   f"open({str(stamps / '14.json')!r}, 'w').write(json.dumps({{'verdict': 'match'}}))")
+        out = stdio.StringIO()
+        assert slurm.task_prolog(slurm.Config(stamp_dir=str(stamps)), {"SLURM_JOB_ID": "14"}, out) == 0
+        assert "HOSTSTATE_VERDICT=match" in out.getvalue()
+    sticky = site["sticky"] / "stamps"  # a sticky parent: nobody can neither rename nor remove root's folder
+    assert slurm.stamp_dir(slurm.Config(stamp_dir=str(sticky))) == str(sticky)
 
 
 # -- as another user: what a job's user can name --------------------------------------------------------------------

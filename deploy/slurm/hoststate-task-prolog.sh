@@ -1,8 +1,10 @@
 #!/bin/sh
 # slurm.conf TaskProlog (the job's user, before each task): hoststate/slurm.py, docs/fleets-engines.md "Slurm".
-# Runs hoststate-slurm from the virtualenv hoststate was installed into (README: pip install .): /opt/hoststate,
-# or the one a line HOSTSTATE_VENV=DIR in hoststate-slurm.env beside this script names (and HOSTSTATE_SLURM_CONFIG=
-# FILE another configuration). Shell built-ins only: slurmd gives scripts no PATH to rely on.
+# Runs hoststate.slurm with the Python of the virtualenv hoststate was installed into (README: pip install .):
+# /opt/hoststate, or the one a line HOSTSTATE_VENV=DIR in hoststate-slurm.env beside this script names (and
+# HOSTSTATE_SLURM_CONFIG=FILE another configuration). Shell built-ins only: slurmd gives scripts no PATH to rely on.
+# Python runs isolated (-I): no PYTHON* variable (the task prolog gets the job's environment: a PYTHONPATH or
+# PYTHONHOME of the job's) and no working-directory module reaches it.
 venv=/opt/hoststate
 config=/etc/hoststate/slurm.toml
 if [ -r "${0%/*}/hoststate-slurm.env" ]; then
@@ -13,4 +15,4 @@ if [ -r "${0%/*}/hoststate-slurm.env" ]; then
         esac
     done < "${0%/*}/hoststate-slurm.env"
 fi
-exec "$venv/bin/hoststate-slurm" task-prolog --config "$config"
+exec "$venv/bin/python" -I -m hoststate.slurm task-prolog --config "$config"

@@ -281,8 +281,9 @@ def _open_in_own_folder(result: str, flags: int) -> int:
     """``result`` opened (``flags``) inside its folder, once that folder is checked to be one no other user can
     write (hoststate.filetrust): in a folder another user can write they could move the stamped file onto another
     cell's name, remove a cell the sweep judged invalid, or swap the file before it is stamped. A sticky folder
-    (``/tmp``) is one: others may add names there, never replace ours."""
-    from hoststate.filetrust import untrusted
+    (``/tmp``) is one: others may add names there, never replace ours. So must be every folder above it
+    (filetrust.swappable), or the whole folder could be swapped for another of ours."""
+    from hoststate.filetrust import swappable, untrusted
 
     folder = os.path.dirname(result) or "."
     try:
@@ -290,7 +291,9 @@ def _open_in_own_folder(result: str, flags: int) -> int:
     except OSError as err:
         raise InputError(f"{result}: cannot open its folder: {err.strerror}") from err
     try:
-        why = untrusted(os.fstat(dfd), (os.geteuid(), 0))
+        # the folder, and every folder above it: one another user may write lets them swap this folder for
+        # another of ours (an older experiment's), whose file of the same name would get this run's stamp
+        why = untrusted(os.fstat(dfd), (os.geteuid(), 0)) or swappable(folder, (os.geteuid(), 0))
         if why:
             raise InputError(f"{result}: its folder {why}; not stamped")
         return os.open(os.path.basename(result), flags, dir_fd=dfd)
