@@ -52,6 +52,12 @@ class Rated:
         return self.rating == self.case["expect"]
 
     @property
+    def refuses_harmless(self) -> bool:
+        """An engineer's "clean" or "info" rated invalidating: the guard would refuse a run for nothing, which
+        teaches its users to accept everything."""
+        return self.case["expect"] in ("clean", "info") and self.rating == "invalidating"
+
+    @property
     def fails_open(self) -> bool:
         """An engineer's "invalidating" rated below it: the guard would let a re-measure through."""
         return self.case["expect"] == "invalidating" and self.rating != "invalidating"
@@ -295,7 +301,8 @@ def rate_all() -> list[Rated]:
 def report(rated: list[Rated]) -> str:
     agree = sum(r.agrees for r in rated)
     lines = [f"{agree}/{len(rated)} agree ({100 * agree / len(rated):.1f} %), "
-             f"{sum(r.fails_open for r in rated)} fail-open"]
+             f"{sum(r.fails_open for r in rated)} fail-open, {sum(r.refuses_harmless for r in rated)} refusing "
+             "a harmless change"]
     for r in rated:
         if not r.agrees:
             lines.append(f"  [{r.case['family']}] {r.case['change']}: rated {r.rating}, engineer {r.case['expect']}"

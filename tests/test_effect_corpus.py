@@ -1,6 +1,7 @@
 """The default policy against a corpus of single-change snapshot pairs (tests/data/effect_corpus.toml), each with
 the verdict a benchmark engineer gives it, written before the rating: the verdicts must agree at least 97 % of the
-time and never fail open (an engineer's "invalidating" rated below it). The pairs are taken with hoststate's own
+time, never fail open (an engineer's "invalidating" rated below it) and never refuse what the engineer calls
+harmless ("clean" or "info" rated invalidating). The pairs are taken with hoststate's own
 collectors from real fixture trees, NVML replays of the real H200 recordings and real processes
 (tests/effect_corpus.py). Run ``python -m tests.effect_corpus`` for the full report."""
 
@@ -36,6 +37,7 @@ def test_the_verdicts_agree_and_never_fail_open(rated):
     print(summary)
     agree = sum(r.agrees for r in rated) / len(rated)
     assert not [r for r in rated if r.fails_open], summary
+    assert not [r for r in rated if r.refuses_harmless], summary
     assert agree >= 0.97, summary
 
 

@@ -303,3 +303,41 @@ def test_the_host_job_counts_a_cgroup_quota_below_the_cpus_it_may_run_on(tmp_pat
 
     monkeypatch.setattr(cgroups_module, "cpu_quota", broken)
     assert ahead._cpus(limited) == len(os.sched_getaffinity(0))  # the command still starts: the affinity decides
+
+
+def _conf(files: dict[str, str], env: dict[str, str]) -> dict[str, Any]:
+    """nccl_conf() on config files given as text, in place of the server's view (a missing one is ENOENT)."""
+    def read_text(path: str) -> tuple[str | None, str | None]:
+        return (files[path], None) if path in files else (None, f"{path}: ENOENT")
+
+    return placement.nccl_conf(read_text, env, "/home/u", {}, "proc/1")
+
+
+@pytest.mark.parametrize(("lines", "env", "acts"), [
+    ("NCCL_DEBUG=INFO\n", {}, False),  # set-up logging only: the default subsystems
+    ("NCCL_DEBUG=WARN\n", {}, False),
+    ("NCCL_DEBUG=INFO\nNCCL_DEBUG_SUBSYS=COLL\n", {}, True),  # a line per collective
+    ("NCCL_DEBUG=INFO\n", {"NCCL_DEBUG_SUBSYS": "COLL"}, True),  # the subsystem from the server's environment
+    ("NCCL_DEBUG=TRACE\n", {}, True),
+])
+def test_an_nccl_config_files_settings_are_read_as_nccl_reads_them(lines: str, env: dict[str, str],
+                                                                     acts: bool) -> None:
+    """A file's NCCL_DEBUG is judged as the server's own variable is (env_reads), in the whole environment NCCL
+    builds from the variables and the files (nccl src/misc/param.cc): logging at set-up only is the server without
+    the line (info), logging per call a setting (rated by variables.toml) -- before, both were warnings."""
+    user = _conf({"/home/u/.nccl.conf": lines}, env)["user"]["settings"]
+    assert ("NCCL_DEBUG" in user) is acts, user
+    assert ("NCCL_DEBUG" in user.get("same_as_unset", {})) is not acts, user
+    base = {"vllm": {"nccl_conf": {"user": {"file": "/home/u/.nccl.conf", "settings": {}}}}}
+    cur = {"vllm": {"nccl_conf": {"user": {"file": "/home/u/.nccl.conf", "settings": user}}}}
+    worst = {f.severity for f in compare(base, cur, default_policy()).findings}
+    assert worst == ({"warning"} if acts else {"info"}), worst
+
+
+def test_a_spelling_nccl_reads_alike_in_a_config_file_is_one_setting() -> None:
+    """``NCCL_ALGO=ring`` and ``Ring`` in a config file: NCCL compares algorithm names case-insensitively."""
+    a = _conf({"/etc/nccl.conf": "NCCL_ALGO=ring\n"}, {})
+    b = _conf({"/etc/nccl.conf": "NCCL_ALGO=Ring\n"}, {})
+    assert a["system"]["settings"]["NCCL_ALGO"] == b["system"]["settings"]["NCCL_ALGO"] == "Ring"
+    result = compare({"vllm": {"nccl_conf": a}}, {"vllm": {"nccl_conf": b}}, default_policy())
+    assert result.verdict == "clean" and {f.severity for f in result.findings} == {"info"}, result.findings

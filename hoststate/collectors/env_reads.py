@@ -218,9 +218,13 @@ READERS: dict[str, Reader] = {
 }
 
 
-def settle(env: dict[str, str]) -> dict[str, Any]:
+def settle(env: dict[str, str], context: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``env`` (allow-listed and redacted) with each variable of READERS as its reader spells it, or moved apart
-    where it runs as without it: the values as given are kept under ``spelled`` and ``same_as_unset``, with why."""
+    where it runs as without it: the values as given are kept under ``spelled`` and ``same_as_unset``, with why.
+
+    ``context``: the whole environment the reader sees, where ``env`` is only part of it (an NCCL config file's
+    settings, which NCCL sets beside the process's own variables); ``env`` itself by default."""
+    context = env if context is None else context
     out: dict[str, Any] = dict(env)
     apart: dict[str, dict[str, dict[str, str]]] = {SPELLED: {}, SAME_AS_UNSET: {}}
     for name, reader in READERS.items():
@@ -229,7 +233,7 @@ def settle(env: dict[str, str]) -> dict[str, Any]:
             continue
         read = reader.read(given)
         spelled = f"{given!r} is {read!r}: {reader.how}" if read != given else ""
-        if unset := reader.runs_as_unset(read, env):
+        if unset := reader.runs_as_unset(read, context):
             why = f"{spelled}. " if spelled else ""
             apart[SAME_AS_UNSET][name] = {"value": given, "because": Own(f"{why}It runs as without {name}: {unset}")}
             del out[name]

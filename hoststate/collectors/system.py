@@ -372,8 +372,8 @@ def _cpu(r: Reader, cpus: list[int]) -> dict[str, Any]:
 def _vulnerabilities(r: Reader) -> dict[str, str]:
     """The mitigation in force for each CPU vulnerability the kernel knows (``Not affected``, ``Vulnerable``,
     ``Mitigation: ...``): what ``mitigations=`` and the per-vulnerability boot parameters resolve to on this CPU
-    and microcode, so those parameters are rated by it (a parameter spelled at its default, or for a flaw this
-    CPU does not have, changes nothing here)."""
+    and microcode. The boot parameters are recorded and rated on their own (``kernel.params``): a snapshot pair that
+    differs only in the boot line, with this table read the same, still shows the parameter."""
     names = r.listdir(f"{CPU}/vulnerabilities", record=False)
     if names is None:
         missing(r, f"{CPU}/vulnerabilities")  # absent: nothing to say; unreadable: recorded

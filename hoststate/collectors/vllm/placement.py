@@ -337,7 +337,24 @@ def nccl_conf(read_text: Callable[[str], tuple[str | None, str | None]], env: Ma
             out[key] = {"file": path, "exists": False}
         else:
             unreadable[f"{where} nccl {key}"] = reason
-    return out
+    return settle_conf(out, env)
+
+
+def settle_conf(files: dict[str, Any], env: Mapping[str, str] | None) -> dict[str, Any]:
+    """Each file's settings as NCCL reads them, as the server's own variables are (env_reads.settle): NCCL sets a
+    file's ``KEY=VALUE`` as a variable where none is set yet, the environment first, then the user file, then
+    /etc/nccl.conf (nccl src/misc/param.cc, setEnvFile: setenv without overwrite), so a value is judged in that
+    whole environment (``NCCL_DEBUG=INFO`` in a file logs per call only beside a COLL subsystem from anywhere)."""
+    from hoststate.collectors.env_reads import settle
+
+    seen: dict[str, str] = {}
+    for key in ("system", "user"):  # the later update wins: the user file over /etc/nccl.conf, env over both
+        seen.update(files.get(key, {}).get("settings", {}))
+    seen.update(env or {})
+    for entry in files.values():
+        if "settings" in entry:
+            entry["settings"] = settle(entry["settings"], seen)
+    return files
 
 
 def home_of(passwd: str | None, uid: int) -> str | None:
