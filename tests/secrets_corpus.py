@@ -165,7 +165,7 @@ def _shapes() -> tuple[Shape, ...]:
         # JSON and Python-literal option values, nested at any depth, and dotted options.
         Shape("hf_token nested in --speculative-config JSON", "spectokCORPUS70x",
               argv=("--speculative-config", '{"method": "eagle", "model": "m/eagle", "num_speculative_tokens": 3, '
-                    '"draft": {"hf_token": "spectokCORPUS70x"}}')),
+                    '"draft_model_config": {"hf_token": "spectokCORPUS70x"}}')),
         Shape("secret_key in a Python-literal --hf-overrides", "skCORPUS71x",
               argv=("--hf-overrides", "{'architectures': ['LlamaForCausalLM'], 'secret_key': 'skCORPUS71x'}")),
         Shape("access_key and passphrase deep in --kv-transfer-config", "akCORPUS72x",

@@ -282,7 +282,9 @@ def test_the_sources_were_really_read(outputs):
     # nested JSON options: the secret keys are redacted, their neighbours are not
     args = pid["args"]
     spec = args["speculative_config"]
-    assert spec["method"] == "eagle" and spec["draft"]["hf_token"] == REDACTED
+    assert spec["method"] == "eagle" and spec["draft_model_config"]["hf_token"] == REDACTED
+    spec_json = json.loads(pid["argv"][pid["argv"].index("--speculative-config") + 1])
+    assert spec_json["draft_model_config"] == {"hf_token": REDACTED}  # as given, in argv, redacted too
     # the dotted --kv-transfer-config comes last and replaces the JSON one, as in vLLM; the JSON one is in argv
     assert args["kv_transfer_config"]["kv_connector_extra_config"]["password"] == REDACTED
     kv_json = json.loads(pid["argv"][pid["argv"].index("--kv-transfer-config") + 1])
