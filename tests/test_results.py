@@ -86,7 +86,8 @@ def test_markdown_names_the_groups_and_the_shift(sweep: pathlib.Path) -> None:
     proc = hs("results", str(sweep), "--format", "markdown", "--metric", "output_throughput", cwd=sweep.parent)
     assert proc.returncode == 1
     assert proc.stdout.startswith("### hoststate results: :x: refused: results from hosts that do not match\n")
-    assert "output\\_throughput 1005 -> 1355 (+34.8 %)" in proc.stdout
+    # read within SERVE--default (1001, 1005 -> 1355); the SERVE--O1 cell ran other server arguments
+    assert "output\\_throughput 1003 -> 1355 (+35.1 %)" in proc.stdout
     assert "cannot be separated by this sweep" in proc.stdout
 
 
@@ -427,3 +428,74 @@ def test_a_misspelt_metric_is_bad_input(sweep: pathlib.Path) -> None:
     proc = hs("results", str(sweep), "--metric", "output_thruput", cwd=sweep.parent)
     assert proc.returncode == 2
     assert "--metric output_thruput: no verified cell has a number under that key" in proc.stderr
+
+
+# -- what moved: a sweep's own parameters and its warmup are never a host change's effect -------------------------
+
+
+def _vllm_cell(root: pathlib.Path, rel: str, changes: tuple[str, ...], tput: float, *, rate: float = 1.0,
+               prompts: int = 100, run_number: int | None = None) -> None:
+    """A cell as vLLM's bench serve writes it (its settings keys: vllm/benchmarks/serve.py ``result_json``), with
+    the ``run_number`` that vllm bench sweep serve's ``_update_run_data`` adds."""
+    values: dict = {"model_id": "meta-llama/Llama-3.1-8B-Instruct", "num_prompts": prompts, "request_rate": rate,
+                    "burstiness": 1.0, "max_concurrency": None, "output_throughput": tput}
+    if run_number is not None:
+        values["run_number"] = run_number
+    write_cell(root, rel, host(*changes), values)
+
+
+def test_a_sweep_parameter_is_never_read_as_a_host_changes_effect(tmp_path: pathlib.Path) -> None:
+    """vllm bench sweep serve ran request rate 1 on the baseline host, then rate 8 after DSA was enabled: the
+    throughput moved with the rate, and no cell measured DSA at the same rate, so no effect is claimed."""
+    exp = tmp_path / "sweep" / "20261203_120000"
+    for i, tput in enumerate((100.0, 101.0, 102.0)):
+        _vllm_cell(exp, f"BENCH--request_rate=1/run={i}.json", (), tput, rate=1.0, run_number=i)
+    for i, tput in enumerate((800.0, 805.0, 810.0)):
+        _vllm_cell(exp, f"BENCH--request_rate=8/run={i}.json", ("dsa",), tput, rate=8.0, run_number=i)
+    report = check_results([str(tmp_path / "sweep")], metrics=["output_throughput"])
+    validate(report.to_dict())
+    exp_ = report.explanation
+    [unit] = exp_["units"]
+    assert [e["metrics"]["output_throughput"]["shift_pct"] for e in unit["effects"]] == [None]
+    assert [e["metrics"]["output_throughput"]["moved"] for e in unit["effects"]] == [None]
+    dsa_group = next(g for g in exp_["groups"] if not g["reference"])
+    assert dsa_group["metrics"]["output_throughput"]["shift_pct"] is None
+    text = render_text(report, str(tmp_path / "sweep"))
+    assert "+697" not in text and "no cell of the same benchmark settings ran on both host states" in text
+
+
+def test_a_host_change_is_measured_setting_by_setting(tmp_path: pathlib.Path) -> None:
+    """Both request rates ran before and after DSA was enabled, but more of the rate-8 cells after: DSA moved
+    neither rate, which a median over both rates (+78 %) would hide."""
+    for name, changes, cells in (("before", (), [(1.0, 100.0), (1.0, 101.0), (8.0, 800.0), (8.0, 805.0)]),
+                                 ("after", ("dsa",), [(1.0, 101.0), (8.0, 801.0), (8.0, 803.0), (8.0, 806.0)])):
+        for i, (rate, tput) in enumerate(cells):
+            _vllm_cell(tmp_path, f"sweep/{name}/r{rate:g}-{i}.json", changes, tput, rate=rate)
+    report = check_results([str(tmp_path / "sweep")], metrics=["output_throughput"])
+    validate(report.to_dict())
+    [unit] = report.explanation["units"]
+    [effect] = unit["effects"]
+    shift = effect["metrics"]["output_throughput"]
+    assert abs(shift["shift_pct"]) < 1 and shift["moved"] is False
+    text = render_text(report, str(tmp_path / "sweep"))
+    assert "+78" not in text and "2 benchmark settings" in text
+
+
+def test_a_sweeps_warmup_is_not_a_measurement(tmp_path: pathlib.Path) -> None:
+    """vLLM 0.33's sweep writes its warmup (``--warmup-num-prompts``) as ``warmup.json`` with run_number -1 and
+    leaves it out of summary.json and summary.csv: its numbers must not widen a group's spread, which here would
+    hide the +30 % the graph mode moved."""
+    for name, changes, warm, runs in (("before", (), 200.0, (1000.0, 1010.0, 990.0)),
+                                      ("after", ("vllm",), 210.0, (1300.0, 1310.0, 1290.0))):
+        comb = f"sweep/{name}/SERVE--max_num_seqs=64"
+        _vllm_cell(tmp_path, f"{comb}/warmup.json", changes, warm, prompts=10, run_number=-1)
+        for i, tput in enumerate(runs):
+            _vllm_cell(tmp_path, f"{comb}/run={i}.json", changes, tput, run_number=i)
+    report = check_results([str(tmp_path / "sweep")], metrics=["output_throughput"])
+    validate(report.to_dict())
+    groups = report.explanation["groups"]
+    assert [g["metrics"]["output_throughput"]["n"] for g in groups] == [3, 3]
+    assert [g["metrics"]["output_throughput"]["min"] for g in groups] == [990.0, 1290.0]
+    [unit] = report.explanation["units"]
+    assert [e["metrics"]["output_throughput"]["moved"] for e in unit["effects"]] == [True]
+    assert len(report.groups[0].cells) == 4  # still a cell of the host state: checked, only not measured
