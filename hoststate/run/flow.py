@@ -118,6 +118,20 @@ def drift(before: Mapping[str, Any], after: Mapping[str, Any], policy: Policy) -
                                                                   and f.old == f.new)]
 
 
+def described_server(current: Mapping[str, Any]) -> int | None:
+    """The pid of the one vLLM server the snapshot before the run described and whose arguments guard compared
+    (found by --vllm-url, or the one server running), when it runs as the invoking user: the server the benchmark
+    loads. It and its children (the V1 EngineCore and workers hold the GPU contexts) are the run's own, as
+    ``--vllm-pid``'s are; a server started by ``vllm bench sweep serve`` is the guard's sibling, never its child.
+    None for another user's look-alike (``run_by_invoker = false``), several servers none named (one of them may
+    be a leftover sharing the GPU: ``--vllm-pid`` names the benchmark's) or none running."""
+    vllm = current.get("vllm")
+    pid = vllm.get("pid") if isinstance(vllm, Mapping) else None
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or vllm.get("run_by_invoker") is False:
+        return None
+    return pid
+
+
 def _save(path: str, snapshot: Mapping[str, Any], *, force: bool, protect: Sequence[str]) -> None:
     from hoststate.output import write_output
     from hoststate.snapshot import to_toml
@@ -224,10 +238,11 @@ def watch_command(guard_result: GuardResult, command: Sequence[str], opts: SnapO
     described = guard_result.current.get("vllm", {}).get("pid") if isinstance(guard_result.current.get("vllm"),
                                                                                 Mapping) else None
     metrics_from = server if server is not None else described if isinstance(described, int) else None
+    loaded = described_server(guard_result.current)  # the server the benchmark loads: its GPU contexts are own
+    roots = [me] + ([int(server)] if server else []) + ([loaded] if loaded is not None else [])
     sampler = Sampler(source, interval=watch.interval, checkpoint=watch.checkpoint, root=opts.root,
                       cgroup_pid=server, vllm_url=opts.vllm_url, gpu_status=status, record=bool(watch.trace),
-                      own_pids=lambda: descendants([me] + ([int(server)] if server else [])),
-                      server_pid=metrics_from)
+                      own_pids=lambda: descendants(roots), server_pid=metrics_from)
     sidecar = sidecar_path(watch.attach) if watch.attach else None
     full_env = {**command_env(guard_result, base=env), **metadata_env(guard_result, sidecar)}
     full_env.pop("HOSTSTATE_CURRENT", None)  # under --watch the saved snapshot is written after the run
