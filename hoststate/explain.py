@@ -63,14 +63,13 @@ def is_warmup(path: str, result: Mapping[str, Any]) -> bool:
 
 
 def setting_of(path: str, result: Mapping[str, Any]) -> str:
-    """What a cell ran, as a key: its combination folder in a ``vllm bench sweep serve`` experiment (``SERVE-...``,
-    ``BENCH-...``: the serve and bench overrides, ``_get_comb_base_path``) and the result's own settings
-    (:data:`SETTINGS`). Cells of one key differ only by host state and chance."""
-    from hoststate.run.sweep import COMBINATION_PREFIXES
+    """What a cell ran, as a key: the folders a ``vllm bench sweep`` experiment made for it (``SERVE-...``,
+    ``BENCH-...``, ``WL-...``: the serve and bench overrides; an SLA iteration's ``request_rate=N``:
+    hoststate.run.sweep.sweep_levels) and the result's own settings (:data:`SETTINGS`). Cells of one key differ
+    only by host state and chance."""
+    from hoststate.run.sweep import sweep_levels
 
-    folder = os.path.basename(os.path.dirname(path))
-    folder = folder if folder.startswith(COMBINATION_PREFIXES) else ""
-    return json.dumps([folder, [result.get(k) for k in SETTINGS]], sort_keys=True, default=str)
+    return json.dumps([sweep_levels(path), [result.get(k) for k in SETTINGS]], sort_keys=True, default=str)
 
 
 def stats(values: Sequence[float]) -> dict[str, Any]:
