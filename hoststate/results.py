@@ -322,7 +322,7 @@ def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: lis
     cells: list[Cell] = []
     summaries: list[str] = []
     for path in files:
-        if os.path.basename(path) == SWEEP_SUMMARY:
+        if is_sweep_list(path):
             summaries.append(path)
             continue
         if path.endswith(SIDECAR_SUFFIX):
@@ -360,11 +360,36 @@ def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: lis
 
 #: ``vllm bench sweep serve``'s list of a combination's runs, written beside them (``run_comb``).
 SWEEP_SUMMARY = "summary.json"
+#: ``vllm bench sweep serve_sla``'s list of every run its search made, in all its iteration folders below
+#: (0.11.1-0.12.0 serve_sla.py: ``SLA--<sla>.json`` beside the ``request_rate=N`` folders).
+SLA_LIST = re.compile(r"^SLA--.*\.json$")
+
+
+def is_sweep_list(path: str) -> bool:
+    """A file vLLM's sweep writes as a list of its runs: checked against the verified cells, never a cell."""
+    name = os.path.basename(path)
+    return name == SWEEP_SUMMARY or bool(SLA_LIST.match(name))
+
+
+def _whole(cell: Cell) -> bytes:
+    return canonical_json({**cell.result, "hoststate": cell.record})
+
+
+def _sla_mismatch(path: str, data: list[Any], cells: Sequence[Cell]) -> str | None:
+    """Why an ``SLA--*.json`` is not a list of verified cells below its folder (each entry a whole run, record
+    included, as the run's file holds it), or None."""
+    top = os.path.dirname(path) + os.sep
+    below = {_whole(c) for c in cells if c.path.startswith(top)}
+    for i, item in enumerate(data):
+        if not isinstance(item, dict) or canonical_json(item) not in below:
+            return f"lists a run that is no verified cell beside it (its entry {i + 1})"
+    return None
 
 
 def _summary_mismatch(path: str, cells: Sequence[Cell]) -> str | None:
     """Why a sweep's ``summary.json`` is not the list of the verified cells beside it (each entry the whole
-    ``run=N.json`` as vLLM rewrote it, record included), or None when it is: then its numbers are the cells'."""
+    ``run=N.json`` as vLLM rewrote it, record included), or an ``SLA--*.json`` not one of the verified cells
+    below it, or None when it is: then its numbers are the cells'."""
     try:
         data = read_json(path)
     except InputError as err:
@@ -372,6 +397,8 @@ def _summary_mismatch(path: str, cells: Sequence[Cell]) -> str | None:
     here = {os.path.basename(c.path): c for c in cells if os.path.dirname(c.path) == os.path.dirname(path)}
     if not isinstance(data, list) or not data:
         return "not a vllm bench sweep summary (a non-empty list of its runs)"
+    if os.path.basename(path) != SWEEP_SUMMARY:
+        return _sla_mismatch(path, data, cells)
     for item in data:
         number = item.get("run_number") if isinstance(item, dict) else None
         cell = here.get(f"run={number}.json") if isinstance(number, int) else None

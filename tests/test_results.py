@@ -499,3 +499,42 @@ def test_a_sweeps_warmup_is_not_a_measurement(tmp_path: pathlib.Path) -> None:
     [unit] = report.explanation["units"]
     assert [e["metrics"]["output_throughput"]["moved"] for e in unit["effects"]] == [True]
     assert len(report.groups[0].cells) == 4  # still a cell of the host state: checked, only not measured
+
+
+def _sla_sweep(root: pathlib.Path) -> pathlib.Path:
+    """A ``vllm bench sweep serve_sla`` experiment as 0.12.0 writes it (serve_sla.py): each value tried in its
+    folder (``request_rate=N/run=K.json`` and that iteration's summary.json), and the search's runs, every
+    iteration's, listed in ``SLA--<sla>.json`` beside them."""
+    base = root / "20261203_120000" / "SERVE--max_num_seqs=64"
+    runs = []
+    for rate, tputs in ((1, (100.0, 101.0)), (16, (900.0, 905.0))):
+        items = []
+        for k, tput in enumerate(tputs):
+            path = write_cell(base, f"request_rate={rate}/run={k}.json", host(),
+                              {"request_rate": float(rate), "output_throughput": tput, "run_number": k,
+                               "max_num_seqs": 64})
+            items.append(json.loads(path.read_text()))
+        (base / f"request_rate={rate}" / "summary.json").write_text(json.dumps(items, indent=4))
+        runs += items
+    (base / "SLA--p99_ttft_ms<=200.json").write_text(json.dumps(runs, indent=4))
+    return root / "20261203_120000"
+
+
+def test_an_sla_sweeps_own_list_of_its_runs_is_checked_not_refused(tmp_path: pathlib.Path) -> None:
+    """Every run of the SLA search verified: the SLA--*.json list is exactly those runs, a checked summary."""
+    experiment = _sla_sweep(tmp_path)
+    report = check_results([str(experiment)])
+    assert report.reasons == [] and report.refused_cells == []
+    assert [os.path.basename(p) for p in report.summaries] == ["SLA--p99_ttft_ms<=200.json", "summary.json",
+                                                               "summary.json"]
+
+
+def test_an_sla_list_with_a_number_no_cell_holds_is_refused(tmp_path: pathlib.Path) -> None:
+    experiment = _sla_sweep(tmp_path)
+    listed = next(experiment.glob("*/SLA--*.json"))
+    runs = json.loads(listed.read_text())
+    runs[1]["output_throughput"] = 2000.0
+    listed.write_text(json.dumps(runs, indent=4))
+    report = check_results([str(experiment)])
+    assert [(os.path.basename(r["cell"]), r["problem"]) for r in report.refused_cells] == \
+        [("SLA--p99_ttft_ms<=200.json", "lists a run that is no verified cell beside it (its entry 2)")]
