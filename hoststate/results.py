@@ -216,6 +216,9 @@ def read_cell(path: str, trusted: Collection[int] | None = None, *, named: bool 
                 raise Refusal("is not owned by the user who owns its result")
         except Refusal as why:
             raise Refusal(f"its sidecar {os.path.basename(side)} {why}") from None
+    if not isinstance(result.get("hoststate"), dict) and _is_failure(result):
+        raise Refusal(f"a run that failed, not a result: vllm bench sweep recorded {str(result['error_type'])[:60]}: "
+                      f"{str(result['error'])[:120]}; it has no numbers: run it again, or --ignore it")
     if not isinstance(result.get("hoststate"), dict) and os.path.isfile(side):
         try:
             why = _read_object(side).get("attach_error")
@@ -224,6 +227,12 @@ def read_cell(path: str, trusted: Collection[int] | None = None, *, named: bool 
         if isinstance(why, str):
             raise Refusal(f"no hoststate record; its sidecar says: {why[:160]}")
     return verify(path, result, side)
+
+
+def _is_failure(result: Mapping[str, Any]) -> bool:
+    """vLLM 0.33's record of a run or a server that failed under ``--continue-on-error`` (sweep/serve.py
+    ``run_comb``: ``run=N.failure.json``; ``run_combs``: ``SERVE-<name>-failure.json``): an error, no numbers."""
+    return isinstance(result.get("error_type"), str) and "error" in result and "serve_overrides" in result
 
 
 def sidecar_of(result: str) -> str:

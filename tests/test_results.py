@@ -538,3 +538,20 @@ def test_an_sla_list_with_a_number_no_cell_holds_is_refused(tmp_path: pathlib.Pa
     report = check_results([str(experiment)])
     assert [(os.path.basename(r["cell"]), r["problem"]) for r in report.refused_cells] == \
         [("SLA--p99_ttft_ms<=200.json", "lists a run that is no verified cell beside it (its entry 2)")]
+
+
+def test_a_failed_run_is_named_as_one(tmp_path: pathlib.Path) -> None:
+    """vLLM 0.33's sweep with --continue-on-error records a failed run as run=N.failure.json (sweep/serve.py
+    run_comb, these keys): no numbers to compare, and it was run under guard: the refusal says so and how to go
+    on, not that the cell lacks a record."""
+    comb = tmp_path / "sweep" / "SERVE--max_num_seqs=64"
+    write_cell(comb.parent, "SERVE--max_num_seqs=64/run=0.json", host(), {"output_throughput": 1000.0})
+    (comb / "run=1.failure.json").write_text(json.dumps(
+        {"run_number": 1, "error_type": "CalledProcessError",
+         "error": "Command '['hoststate', 'guard']' returned non-zero exit status 3.",
+         "serve_overrides": {"max_num_seqs": 64}, "bench_overrides": {}}, indent=2) + "\n")
+    report = check_results([str(tmp_path / "sweep")])
+    [refusal] = report.refused_cells
+    assert refusal["problem"].startswith("a run that failed, not a result: vllm bench sweep recorded "
+                                         "CalledProcessError: Command '['hoststate', 'guard']' returned non-zero")
+    assert refusal["problem"].endswith("it has no numbers: run it again, or --ignore it")
