@@ -770,3 +770,32 @@ def test_the_described_servers_gpu_work_is_the_runs_own(tmp_path: pathlib.Path, 
                 os.kill(pid, signal.SIGKILL)
     assert run.summary["metrics"]["foreign_processes"] == (0 if whose == "invoker" else 1)
     assert ("foreign_processes" in {r["metric"] for r in run.reasons}) == (whose != "invoker")
+
+
+@pytest.mark.parametrize("status", [0, 1])
+def test_an_earlier_runs_result_the_command_did_not_write_is_never_stamped(tmp_path: pathlib.Path,
+                                                                            host: pathlib.Path, status: int) -> None:
+    """The bench failed before writing (or wrote elsewhere): the file at --attach is an earlier run's, measured
+    on whatever host that was. Stamping it would give those numbers this run's host state and verdict, and
+    hoststate results would take them for this host's. It is left as it was, and so is the earlier run's
+    sidecar; without one, the sidecar written says why."""
+    earlier = '{"completed": 100, "output_throughput": 1234.0}'
+    (tmp_path / "r.json").write_text(earlier)
+    cmd = (sys.executable, "-c", f"import sys; sys.exit({status})")
+    proc = guard_watch(tmp_path, host, "base.toml", "dense-b", "--attach", "r.json", cmd=cmd)
+    assert proc.returncode == status, proc.stderr
+    assert (tmp_path / "r.json").read_text() == earlier
+    assert "the command did not write it" in json.loads((tmp_path / "r.hoststate.json").read_text())["attach_error"]
+    sidecar = (tmp_path / "r.hoststate.json").read_bytes()
+    proc = guard_watch(tmp_path, host, "base.toml", "dense-b", "--attach", "r.json", cmd=cmd)
+    assert (tmp_path / "r.json").read_text() == earlier and (tmp_path / "r.hoststate.json").read_bytes() == sidecar
+    assert "kept r.hoststate.json" in proc.stderr
+
+
+def test_a_result_the_command_rewrote_in_place_is_stamped(tmp_path: pathlib.Path, host: pathlib.Path) -> None:
+    """vllm bench serve opens its --result-filename with "w" (the same inode, new content): this run's numbers."""
+    (tmp_path / "r.json").write_text('{"completed": 1}')
+    code = "import json; json.dump({'completed': 100}, open('r.json', 'w'))"
+    proc = guard_watch(tmp_path, host, "base.toml", "dense-b", "--attach", "r.json", cmd=(sys.executable, "-c", code))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["hoststate"]["format"] == "hoststate-run/1"

@@ -23,6 +23,7 @@ from hoststate.run.record import (
     attach,
     build_record,
     command_env,
+    file_state,
     identity,
     metadata_env,
     sidecar_path,
@@ -246,12 +247,14 @@ def watch_command(guard_result: GuardResult, command: Sequence[str], opts: SnapO
     sidecar = sidecar_path(watch.attach) if watch.attach else None
     full_env = {**command_env(guard_result, base=env), **metadata_env(guard_result, sidecar)}
     full_env.pop("HOSTSTATE_CURRENT", None)  # under --watch the saved snapshot is written after the run
+    before = file_state(watch.attach) if watch.attach else None  # an earlier run's result already there
     sampler.start()
     try:
         returncode = run_command(command, env=full_env)
     finally:
         sampler.stop()
     written = identity(watch.attach) if watch.attach else None  # the file the command left, before anything else
+    untouched = before is not None and file_state(str(watch.attach)) == before
     summary = sampler.summary()
     after = snap_host(opts)
     found = drift(guard_result.current, after, policy or load_policy(()))
@@ -264,7 +267,8 @@ def watch_command(guard_result: GuardResult, command: Sequence[str], opts: SnapO
     record = build_record(guard_result, summary, found, verdict, reasons, returncode, after, command)
     run = WatchedRun(returncode, verdict, reasons, summary, record, found)
     if watch.attach:
-        _attach_both(run, watch.attach, sidecar or "", guard_result.current, protect, expect=written)
+        _attach_both(run, watch.attach, sidecar or "", guard_result.current, protect, expect=written,
+                     untouched=untouched)
     if watch.trace:  # last: a trace that cannot be written costs the trace, not the attached verdict
         from hoststate.output import write_output
         from hoststate.run.record import dump
@@ -293,20 +297,33 @@ def run_watched(guard_result: Any, command: Sequence[str], *, root: str = "/",
 
 
 def _attach_both(run: WatchedRun, result: str, sidecar: str, snapshot: Mapping[str, Any],
-                 protect: Sequence[str], expect: tuple[int, int] | None | bool = False) -> None:
+                 protect: Sequence[str], expect: tuple[int, int] | None | bool = False,
+                 untouched: bool = False) -> None:
     """The result and its sidecar, each stamp bound to what it stamps (``result_sha256``, ``snapshot_sha256``).
     One that cannot be written (a link, a FIFO, not JSON, not the command's own file) costs that file only, never
-    the other, and is said in ``run.written`` (the command has already run: nothing is raised)."""
+    the other, and is said in ``run.written`` (the command has already run: nothing is raised). ``untouched``:
+    the command did not write the result (the file is the one that was there before the run, an earlier run's
+    numbers): never stamped as this run's, and a sidecar already beside it, that earlier run's, is kept."""
     from hoststate.run.record import text_digest
     from hoststate.snapshot import to_toml
 
     text = to_toml(snapshot)
     record = dict(run.record, sidecar=os.path.basename(sidecar), snapshot_sha256=text_digest(text))
-    try:
-        run.written.append(attach(result, record, protect=protect, expect=expect))
-    except HoststateError as err:
-        record["attach_error"] = str(err)
-        run.written.append(f"not attached: {err}")
+    if untouched:
+        why = (f"{result}: the command did not write it (the file that was there before the run, an earlier run's "
+               "numbers): not stamped as this run's")
+        record["attach_error"] = why
+        run.written.append(f"not attached: {why}")
+        run.record = record
+        if os.path.lexists(sidecar):
+            run.written.append(f"kept {sidecar}: the earlier run's")
+            return
+    else:
+        try:
+            run.written.append(attach(result, record, protect=protect, expect=expect))
+        except HoststateError as err:
+            record["attach_error"] = str(err)
+            run.written.append(f"not attached: {err}")
     run.record = record
     try:
         write_sidecar(sidecar, record, text, protect=protect)
