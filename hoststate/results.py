@@ -423,6 +423,10 @@ def _summary_mismatch(path: str, cells: Sequence[Cell]) -> str | None:
 # -- the sweep ---------------------------------------------------------------------------------------------------
 
 
+#: ``Group.compared`` for a group whose snapshot the policy finds no invalidating difference with the reference's.
+NO_DIFFERENCE = "snapshots: no invalidating difference (the digests differ by values within the policy's tolerance)"
+
+
 @dataclass
 class Group:
     """Cells of one host state (host digest before the run, and whether the GPUs were watched)."""
@@ -436,6 +440,12 @@ class Group:
     @property
     def key(self) -> tuple[str, bool]:
         return self.digest, self.watched
+
+    def comparable(self, reference: str) -> bool:
+        """On the reference's host state: its digest, or snapshots the policy finds no invalidating difference
+        between (the digest covers the raw values of invalidating paths; the diff also weighs tolerances,
+        floors and what a value did: a KV cache 0.5 % larger after a restart is no other host)."""
+        return self.digest == reference or self.compared == NO_DIFFERENCE
 
     @property
     def paths(self) -> list[str]:
@@ -472,7 +482,7 @@ class ResultsReport:
     @property
     def mismatched(self) -> list[Group]:
         """Groups off the reference: another host state, or the same one unwatched."""
-        return [g for g in self.groups if g.key != (self.reference.digest, True)]
+        return [g for g in self.groups if not (g.watched and g.comparable(self.reference.digest))]
 
     @property
     def reasons(self) -> list[str]:
@@ -480,7 +490,7 @@ class ResultsReport:
         out = []
         if self.reference.source == "ambiguous":
             out.append(f"cells guarded against {len(self.reference.baselines)} baselines")
-        if any(g.digest != self.reference.digest for g in self.mismatched):
+        if any(not g.comparable(self.reference.digest) for g in self.mismatched):
             out.append("results from hosts that do not match")
         if any(not g.watched for g in self.groups):
             out.append("cells not watched")
@@ -571,7 +581,8 @@ def _compare_groups(groups: Sequence[Group], ref: Reference) -> None:
             continue
         snap = next((c.snapshot for c in g.cells if c.snapshot), None)
         if ref.snapshot is not None and snap is not None:
-            g.findings, g.compared = separating_findings(ref.snapshot, snap), "snapshots"
+            g.findings = separating_findings(ref.snapshot, snap)
+            g.compared = "snapshots" if g.findings else NO_DIFFERENCE
         elif ref.source == "baseline":
             g.findings, g.compared = _accepted(g), "accepted"
         else:

@@ -555,3 +555,32 @@ def test_a_failed_run_is_named_as_one(tmp_path: pathlib.Path) -> None:
     assert refusal["problem"].startswith("a run that failed, not a result: vllm bench sweep recorded "
                                          "CalledProcessError: Command '['hoststate', 'guard']' returned non-zero")
     assert refusal["problem"].endswith("it has no numbers: run it again, or --ignore it")
+
+
+def _kv(tokens: int) -> dict:
+    """The seed's host with the server's profiled KV cache (vllm.observed): it moves by a few blocks between
+    restarts of the same server, which default_policy.toml takes within a 2 % tolerance."""
+    snap = host()
+    snap["vllm"]["observed"] = {"kv_cache_tokens": tokens, "kv_cache_blocks": tokens // 16}
+    from hoststate.digest import digest
+
+    snap["hoststate"]["digest"] = digest(snap)
+    return snap
+
+
+def test_a_difference_within_the_policys_tolerance_is_not_another_host(tmp_path: pathlib.Path) -> None:
+    """The server restarted between the cells and profiled a KV cache 0.5 % larger: the digests differ (they hash
+    the raw value) but the policy finds no invalidating difference, as guard found none: comparable, the group
+    called the same host, and the explanation claims no change. 5 % larger is another host state."""
+    before = _kv(1_000_000)
+    for name, snap in (("before", before), ("after", _kv(1_005_000))):
+        write_cell(tmp_path, f"sweep/{name}/run=0.json", snap, {"output_throughput": 1000.0}, baseline=before)
+    report = check_results([str(tmp_path / "sweep")], metrics=["output_throughput"])
+    assert len(report.groups) == 2 and report.reasons == [] and report.exit_code == 0
+    assert report.explanation["changes"] == [] and report.explanation["units"] == []
+    text = render_text(report, str(tmp_path / "sweep"))
+    assert "B same host" in text and "no invalidating difference" in text and "MISMATCH" not in text
+    write_cell(tmp_path, "sweep/later/run=0.json", _kv(1_050_000), {"output_throughput": 900.0}, baseline=before)
+    report = check_results([str(tmp_path / "sweep")])
+    assert report.reasons == ["results from hosts that do not match"]
+    assert [os.path.basename(os.path.dirname(c.path)) for g in report.mismatched for c in g.cells] == ["later"]
