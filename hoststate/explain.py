@@ -7,12 +7,18 @@ same groups cannot be told apart by this sweep: they form one *unit*, and the te
 them. A unit's effect on a metric is read between two host states that differ by that unit alone (the reference
 and a group with one change, or a group with X and one with X and Y), never guessed from a group that changed
 more. Only changes found between the groups' snapshots are ever named. Pure: no I/O.
+
+A sweep varies the benchmark on purpose (request rate, concurrency, the server's arguments): two host states are
+compared only through cells of the same benchmark settings (:func:`setting_of`), setting by setting, so a host
+change that coincides with a sweep step is never credited with what the step moved. A sweep's warmup
+(:func:`is_warmup`) is checked like any cell but measures nothing.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,6 +46,30 @@ def metric_value(result: Mapping[str, Any], name: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+#: The keys of a ``vllm bench serve`` result that say what was run, not what was measured (vllm/benchmarks/serve.py
+#: ``result_json``, 0.10 to 0.33; ``label`` and ``date`` name the run, not its load).
+SETTINGS = ("endpoint_type", "backend", "model_id", "tokenizer_id", "num_prompts", "request_rate", "burstiness",
+            "max_concurrency", "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps")
+
+
+def is_warmup(path: str, result: Mapping[str, Any]) -> bool:
+    """A ``vllm bench sweep serve --warmup-num-prompts`` warmup: written as ``warmup.json`` with run_number -1
+    (vllm/benchmarks/sweep/serve.py ``run_comb``) and left out of the sweep's summary.json and summary.csv."""
+    number = result.get("run_number")
+    return os.path.basename(path) == "warmup.json" or (
+        isinstance(number, int) and not isinstance(number, bool) and number < 0)
+
+
+def setting_of(path: str, result: Mapping[str, Any]) -> str:
+    """What a cell ran, as a key: the folders a ``vllm bench sweep`` experiment made for it (``SERVE-...``,
+    ``BENCH-...``, ``WL-...``: the serve and bench overrides; an SLA iteration's ``request_rate=N``:
+    hoststate.run.sweep.sweep_levels) and the result's own settings (:data:`SETTINGS`). Cells of one key differ
+    only by host state and chance."""
+    from hoststate.run.sweep import sweep_levels
+
+    return json.dumps([sweep_levels(path), [result.get(k) for k in SETTINGS]], sort_keys=True, default=str)
 
 
 def stats(values: Sequence[float]) -> dict[str, Any]:
@@ -78,6 +108,30 @@ def shift_text(name: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> str
     within = ", within the cells' spread" if moved(old, new) is False else ""
     tail = f" ({pct:+.1f} %{within})" if pct is not None else (f" ({within[2:]})" if within else "")
     return f"{name} {number(old['median'])} -> {number(new['median'])}{tail}"
+
+
+def compare(name: str, old: Mapping[str, Sequence[float]], new: Mapping[str, Sequence[float]]) -> dict[str, Any]:
+    """``name`` from one host state's cells to another's (each: benchmark setting -> values), read only where a
+    setting ran on both. One shared setting: the medians and their shift. Several: each setting's shift, their
+    median, and ``moved`` only when every setting moved the same way (``from``/``to`` are None: a median over
+    settings would weigh whichever ran more cells). None shared: nothing is claimed."""
+    shared = sorted(k for k in old if old[k] and new.get(k))
+    if not shared:
+        return {"from": None, "to": None, "shift_pct": None, "moved": None, "settings": 0,
+                "text": f"{name}: no cell of the same benchmark settings ran on both host states"}
+    if len(shared) == 1:
+        a, b = stats(old[shared[0]]), stats(new[shared[0]])
+        return {"from": a["median"], "to": b["median"], "shift_pct": shift_pct(a["median"], b["median"]),
+                "moved": moved(a, b), "settings": 1, "text": shift_text(name, a, b)}
+    pairs = [(stats(old[k]), stats(new[k])) for k in shared]
+    shifts = [p for p in (shift_pct(a["median"], b["median"]) for a, b in pairs) if p is not None]
+    pct = round(statistics.median(shifts), 1) if shifts else None
+    signs = {b["median"] > a["median"] for a, b in pairs}
+    went = all(moved(a, b) for a, b in pairs) and len(signs) == 1
+    within = "" if went else ", within the cells' spread in some"
+    head = f"{pct:+.1f} %" if pct is not None else "n/a"
+    return {"from": None, "to": None, "shift_pct": pct, "moved": went, "settings": len(shared),
+            "text": f"{name} {head} (median over {len(shared)} benchmark settings{within})"}
 
 
 # -- changes and units --------------------------------------------------------------------------------------------
@@ -151,18 +205,10 @@ def _would(unit: Sequence[str], groups: Sequence[str], have: Mapping[str, set[st
     return f"a cell as in {where} without it (with the {others} change only) would measure it"
 
 
-def _effects(unit: frozenset[str], have: Mapping[str, set[str]], metric_stats: Mapping[str, Mapping[str, Any]],
+def _effects(unit: frozenset[str], have: Mapping[str, set[str]], by_setting: Mapping[str, Mapping[str, Any]],
              metrics: Sequence[str]) -> list[dict[str, Any]]:
-    out = []
-    for a, b in _pairs(unit, have):
-        entry: dict[str, Any] = {"from": a, "to": b, "metrics": {}}
-        for m in metrics:
-            old, new = metric_stats[a][m], metric_stats[b][m]
-            entry["metrics"][m] = {"from": old["median"], "to": new["median"],
-                                   "shift_pct": shift_pct(old["median"], new["median"]), "moved": moved(old, new),
-                                   "text": shift_text(m, old, new)}
-        out.append(entry)
-    return out
+    return [{"from": a, "to": b, "metrics": {m: compare(m, by_setting[a][m], by_setting[b][m]) for m in metrics}}
+            for a, b in _pairs(unit, have)]
 
 
 def explain(report: Any, metrics: Sequence[str]) -> dict[str, Any]:
@@ -174,11 +220,19 @@ def explain(report: Any, metrics: Sequence[str]) -> dict[str, Any]:
     ref_key = (report.reference.digest, True)
     groups: list[dict[str, Any]] = []
     metric_stats: dict[str, dict[str, dict[str, Any]]] = {}
+    by_setting: dict[str, dict[str, dict[str, list[float]]]] = {}  # group -> metric -> setting -> values
     for i, g in enumerate(report.groups):
         label = group_label(i)
-        values = {m: [(c.path, metric_value(c.result, m)) for c in g.cells] for m in metrics}
-        metric_stats[label] = {m: {**stats([v for _, v in vs if v is not None]),
-                                   "missing": [p for p, v in vs if v is None]} for m, vs in values.items()}
+        measured = [c for c in g.cells if not is_warmup(c.path, c.result)]
+        values = {m: [(c.path, setting_of(c.path, c.result), metric_value(c.result, m)) for c in measured]
+                  for m in metrics}
+        metric_stats[label] = {m: {**stats([v for _, _, v in vs if v is not None]),
+                                   "missing": [p for p, _, v in vs if v is None]} for m, vs in values.items()}
+        by_setting[label] = {m: {} for m in metrics}
+        for m, vs in values.items():
+            for _, key, v in vs:
+                if v is not None:
+                    by_setting[label][m].setdefault(key, []).append(v)
         groups.append({"label": label, "reference": g.key == ref_key, "changes": changes_of(g.findings)})
     for m in metrics:
         if not any(s[m]["n"] for s in metric_stats.values()):
@@ -187,18 +241,20 @@ def explain(report: Any, metrics: Sequence[str]) -> dict[str, Any]:
     for g in groups:
         for m in metrics:
             s = metric_stats[g["label"]][m]
-            ref = metric_stats[ref_label][m] if ref_label else None
-            s["shift_pct"] = shift_pct(ref["median"], s["median"]) if ref and not g["reference"] else None
-            s["moved"] = moved(ref, s) if ref and not g["reference"] else None
+            against = compare(m, by_setting[ref_label][m], by_setting[g["label"]][m]) \
+                if ref_label and not g["reference"] else None
+            s["shift_pct"] = against["shift_pct"] if against else None
+            s["moved"] = against["moved"] if against else None
+            s["shift_text"] = against["text"] if against else None
     changes, have = _units(groups)
     return {"metrics": list(metrics), "reference_group": ref_label,
             "groups": [{"label": g["label"], "reference": g["reference"], "metrics": metric_stats[g["label"]],
                         "changes": sorted(have[g["label"]], key=lambda c: int(c[1:]))} for g in groups],
-            "changes": changes, "units": _unit_list(changes, have, metric_stats, metrics)}
+            "changes": changes, "units": _unit_list(changes, have, by_setting, metrics)}
 
 
 def _unit_list(changes: Sequence[Mapping[str, Any]], have: Mapping[str, set[str]],
-               metric_stats: Mapping[str, Mapping[str, Any]], metrics: Sequence[str]) -> list[dict[str, Any]]:
+               by_setting: Mapping[str, Mapping[str, Any]], metrics: Sequence[str]) -> list[dict[str, Any]]:
     """Changes with the same groups as one unit, in the order of their most important change."""
     by_groups: dict[tuple[str, ...], list[str]] = {}
     for c in changes:
@@ -208,7 +264,7 @@ def _unit_list(changes: Sequence[Mapping[str, Any]], have: Mapping[str, set[str]
     for where, ids in by_groups.items():
         unit = frozenset(ids)
         everywhere = len(where) == len(have)
-        effects = [] if everywhere else _effects(unit, have, metric_stats, metrics)
+        effects = [] if everywhere else _effects(unit, have, by_setting, metrics)
         units.append({
             "changes": ids, "groups": list(where), "together": len(ids) > 1, "in_every_group": everywhere,
             "effects": effects,
@@ -232,15 +288,13 @@ def _range(s: Mapping[str, Any]) -> str:
 def _metric_lines(exp: Mapping[str, Any]) -> list[str]:
     from hoststate.render.text import clip, safe
 
-    ref = exp["reference_group"]
-    stats_of = {g["label"]: g["metrics"] for g in exp["groups"]}
     lines = []
     for m in exp["metrics"]:
         lines.append(clip(f"{safe(m)} by host state:", 120))
         for g in exp["groups"]:
             s = g["metrics"][m]
             tag = "reference" if g["reference"] else ""
-            shift = "" if g["reference"] or not ref else "  " + shift_text(safe(m), stats_of[ref][m], s)
+            shift = "  " + safe(s["shift_text"]) if s.get("shift_text") else ""
             missing = f", {len(s['missing'])} without it" if s["missing"] and s["n"] else ""
             lines.append(clip(f"  {g['label']:<3}{tag:<10} {number(s['median']):>10}   {_range(s)}{missing}{shift}",
                               120))
@@ -278,15 +332,13 @@ def explanation_markdown(exp: Mapping[str, Any]) -> list[str]:
     """The same as Markdown: one table a metric, then what moved as bullets."""
     from hoststate.render.text import md_code, md_text
 
-    ref = exp["reference_group"]
-    stats_of = {g["label"]: g["metrics"] for g in exp["groups"]}
     by_id = {c["id"]: c for c in exp["changes"]}
     out: list[str] = []
     for m in exp["metrics"]:
         out += [f"| group | {md_code(m)} median | cells | shift |", "|---|---|---|---|"]
         for g in exp["groups"]:
             s = g["metrics"][m]
-            shift = "reference" if g["reference"] else md_text(shift_text(m, stats_of[ref][m], s)) if ref else ""
+            shift = "reference" if g["reference"] else md_text(s["shift_text"]) if s.get("shift_text") else ""
             out.append(f"| {g['label']} | {number(s['median'])} | {md_text(_range(s))} | {shift} |")
         out.append("")
     for u in exp["units"]:

@@ -216,6 +216,9 @@ def read_cell(path: str, trusted: Collection[int] | None = None, *, named: bool 
                 raise Refusal("is not owned by the user who owns its result")
         except Refusal as why:
             raise Refusal(f"its sidecar {os.path.basename(side)} {why}") from None
+    if not isinstance(result.get("hoststate"), dict) and _is_failure(result):
+        raise Refusal(f"a run that failed, not a result: vllm bench sweep recorded {str(result['error_type'])[:60]}: "
+                      f"{str(result['error'])[:120]}; it has no numbers: run it again, or --ignore it")
     if not isinstance(result.get("hoststate"), dict) and os.path.isfile(side):
         try:
             why = _read_object(side).get("attach_error")
@@ -224,6 +227,12 @@ def read_cell(path: str, trusted: Collection[int] | None = None, *, named: bool 
         if isinstance(why, str):
             raise Refusal(f"no hoststate record; its sidecar says: {why[:160]}")
     return verify(path, result, side)
+
+
+def _is_failure(result: Mapping[str, Any]) -> bool:
+    """vLLM 0.33's record of a run or a server that failed under ``--continue-on-error`` (sweep/serve.py
+    ``run_comb``: ``run=N.failure.json``; ``run_combs``: ``SERVE-<name>-failure.json``): an error, no numbers."""
+    return isinstance(result.get("error_type"), str) and "error" in result and "serve_overrides" in result
 
 
 def sidecar_of(result: str) -> str:
@@ -346,7 +355,7 @@ def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: lis
     cells: list[Cell] = []
     summaries: list[str] = []
     for path in files:
-        if os.path.basename(path) == SWEEP_SUMMARY:
+        if is_sweep_list(path):
             summaries.append(path)
             continue
         if path.endswith(SIDECAR_SUFFIX):
@@ -384,11 +393,36 @@ def read_cells(files: Sequence[str], refused: list[dict[str, str]], ignored: lis
 
 #: ``vllm bench sweep serve``'s list of a combination's runs, written beside them (``run_comb``).
 SWEEP_SUMMARY = "summary.json"
+#: ``vllm bench sweep serve_sla``'s list of every run its search made, in all its iteration folders below
+#: (0.11.1-0.12.0 serve_sla.py: ``SLA--<sla>.json`` beside the ``request_rate=N`` folders).
+SLA_LIST = re.compile(r"^SLA--.*\.json$")
+
+
+def is_sweep_list(path: str) -> bool:
+    """A file vLLM's sweep writes as a list of its runs: checked against the verified cells, never a cell."""
+    name = os.path.basename(path)
+    return name == SWEEP_SUMMARY or bool(SLA_LIST.match(name))
+
+
+def _whole(cell: Cell) -> bytes:
+    return canonical_json({**cell.result, "hoststate": cell.record})
+
+
+def _sla_mismatch(path: str, data: list[Any], cells: Sequence[Cell]) -> str | None:
+    """Why an ``SLA--*.json`` is not a list of verified cells below its folder (each entry a whole run, record
+    included, as the run's file holds it), or None."""
+    top = os.path.dirname(path) + os.sep
+    below = {_whole(c) for c in cells if c.path.startswith(top)}
+    for i, item in enumerate(data):
+        if not isinstance(item, dict) or canonical_json(item) not in below:
+            return f"lists a run that is no verified cell beside it (its entry {i + 1})"
+    return None
 
 
 def _summary_mismatch(path: str, cells: Sequence[Cell]) -> str | None:
     """Why a sweep's ``summary.json`` is not the list of the verified cells beside it (each entry the whole
-    ``run=N.json`` as vLLM rewrote it, record included), or None when it is: then its numbers are the cells'."""
+    ``run=N.json`` as vLLM rewrote it, record included), or an ``SLA--*.json`` not one of the verified cells
+    below it, or None when it is: then its numbers are the cells'."""
     try:
         data = read_json(path)
     except InputError as err:
@@ -396,6 +430,8 @@ def _summary_mismatch(path: str, cells: Sequence[Cell]) -> str | None:
     here = {os.path.basename(c.path): c for c in cells if os.path.dirname(c.path) == os.path.dirname(path)}
     if not isinstance(data, list) or not data:
         return "not a vllm bench sweep summary (a non-empty list of its runs)"
+    if os.path.basename(path) != SWEEP_SUMMARY:
+        return _sla_mismatch(path, data, cells)
     for item in data:
         number = item.get("run_number") if isinstance(item, dict) else None
         cell = here.get(f"run={number}.json") if isinstance(number, int) else None
@@ -411,6 +447,10 @@ def _summary_mismatch(path: str, cells: Sequence[Cell]) -> str | None:
 # -- the sweep ---------------------------------------------------------------------------------------------------
 
 
+#: ``Group.compared`` for a group whose snapshot the policy finds no invalidating difference with the reference's.
+NO_DIFFERENCE = "snapshots: no invalidating difference (the digests differ by values within the policy's tolerance)"
+
+
 @dataclass
 class Group:
     """Cells of one host state (host digest before the run, and whether the GPUs were watched)."""
@@ -424,6 +464,12 @@ class Group:
     @property
     def key(self) -> tuple[str, bool]:
         return self.digest, self.watched
+
+    def comparable(self, reference: str) -> bool:
+        """On the reference's host state: its digest, or snapshots the policy finds no invalidating difference
+        between (the digest covers the raw values of invalidating paths; the diff also weighs tolerances,
+        floors and what a value did: a KV cache 0.5 % larger after a restart is no other host)."""
+        return self.digest == reference or self.compared == NO_DIFFERENCE
 
     @property
     def paths(self) -> list[str]:
@@ -460,7 +506,7 @@ class ResultsReport:
     @property
     def mismatched(self) -> list[Group]:
         """Groups off the reference: another host state, or the same one unwatched."""
-        return [g for g in self.groups if g.key != (self.reference.digest, True)]
+        return [g for g in self.groups if not (g.watched and g.comparable(self.reference.digest))]
 
     @property
     def reasons(self) -> list[str]:
@@ -468,7 +514,7 @@ class ResultsReport:
         out = []
         if self.reference.source == "ambiguous":
             out.append(f"cells guarded against {len(self.reference.baselines)} baselines")
-        if any(g.digest != self.reference.digest for g in self.mismatched):
+        if any(not g.comparable(self.reference.digest) for g in self.mismatched):
             out.append("results from hosts that do not match")
         if any(not g.watched for g in self.groups):
             out.append("cells not watched")
@@ -559,7 +605,8 @@ def _compare_groups(groups: Sequence[Group], ref: Reference) -> None:
             continue
         snap = next((c.snapshot for c in g.cells if c.snapshot), None)
         if ref.snapshot is not None and snap is not None:
-            g.findings, g.compared = separating_findings(ref.snapshot, snap), "snapshots"
+            g.findings = separating_findings(ref.snapshot, snap)
+            g.compared = "snapshots" if g.findings else NO_DIFFERENCE
         elif ref.source == "baseline":
             g.findings, g.compared = _accepted(g), "accepted"
         else:

@@ -86,7 +86,8 @@ def test_markdown_names_the_groups_and_the_shift(sweep: pathlib.Path) -> None:
     proc = hs("results", str(sweep), "--format", "markdown", "--metric", "output_throughput", cwd=sweep.parent)
     assert proc.returncode == 1
     assert proc.stdout.startswith("### hoststate results: :x: refused: results from hosts that do not match\n")
-    assert "output\\_throughput 1005 -> 1355 (+34.8 %)" in proc.stdout
+    # read within SERVE--default (1001, 1005 -> 1355); the SERVE--O1 cell ran other server arguments
+    assert "output\\_throughput 1003 -> 1355 (+35.1 %)" in proc.stdout
     assert "cannot be separated by this sweep" in proc.stdout
 
 
@@ -427,3 +428,159 @@ def test_a_misspelt_metric_is_bad_input(sweep: pathlib.Path) -> None:
     proc = hs("results", str(sweep), "--metric", "output_thruput", cwd=sweep.parent)
     assert proc.returncode == 2
     assert "--metric output_thruput: no verified cell has a number under that key" in proc.stderr
+
+
+# -- what moved: a sweep's own parameters and its warmup are never a host change's effect -------------------------
+
+
+def _vllm_cell(root: pathlib.Path, rel: str, changes: tuple[str, ...], tput: float, *, rate: float = 1.0,
+               prompts: int = 100, run_number: int | None = None) -> None:
+    """A cell as vLLM's bench serve writes it (its settings keys: vllm/benchmarks/serve.py ``result_json``), with
+    the ``run_number`` that vllm bench sweep serve's ``_update_run_data`` adds."""
+    values: dict = {"model_id": "meta-llama/Llama-3.1-8B-Instruct", "num_prompts": prompts, "request_rate": rate,
+                    "burstiness": 1.0, "max_concurrency": None, "output_throughput": tput}
+    if run_number is not None:
+        values["run_number"] = run_number
+    write_cell(root, rel, host(*changes), values)
+
+
+def test_a_sweep_parameter_is_never_read_as_a_host_changes_effect(tmp_path: pathlib.Path) -> None:
+    """vllm bench sweep serve ran request rate 1 on the baseline host, then rate 8 after DSA was enabled: the
+    throughput moved with the rate, and no cell measured DSA at the same rate, so no effect is claimed."""
+    exp = tmp_path / "sweep" / "20261203_120000"
+    for i, tput in enumerate((100.0, 101.0, 102.0)):
+        _vllm_cell(exp, f"BENCH--request_rate=1/run={i}.json", (), tput, rate=1.0, run_number=i)
+    for i, tput in enumerate((800.0, 805.0, 810.0)):
+        _vllm_cell(exp, f"BENCH--request_rate=8/run={i}.json", ("dsa",), tput, rate=8.0, run_number=i)
+    report = check_results([str(tmp_path / "sweep")], metrics=["output_throughput"])
+    validate(report.to_dict())
+    exp_ = report.explanation
+    [unit] = exp_["units"]
+    assert [e["metrics"]["output_throughput"]["shift_pct"] for e in unit["effects"]] == [None]
+    assert [e["metrics"]["output_throughput"]["moved"] for e in unit["effects"]] == [None]
+    dsa_group = next(g for g in exp_["groups"] if not g["reference"])
+    assert dsa_group["metrics"]["output_throughput"]["shift_pct"] is None
+    text = render_text(report, str(tmp_path / "sweep"))
+    assert "+697" not in text and "no cell of the same benchmark settings ran on both host states" in text
+
+
+def test_a_host_change_is_measured_setting_by_setting(tmp_path: pathlib.Path) -> None:
+    """Both request rates ran before and after DSA was enabled, but more of the rate-8 cells after: DSA moved
+    neither rate, which a median over both rates (+78 %) would hide."""
+    for name, changes, cells in (("before", (), [(1.0, 100.0), (1.0, 101.0), (8.0, 800.0), (8.0, 805.0)]),
+                                 ("after", ("dsa",), [(1.0, 101.0), (8.0, 801.0), (8.0, 803.0), (8.0, 806.0)])):
+        for i, (rate, tput) in enumerate(cells):
+            _vllm_cell(tmp_path, f"sweep/{name}/r{rate:g}-{i}.json", changes, tput, rate=rate)
+    report = check_results([str(tmp_path / "sweep")], metrics=["output_throughput"])
+    validate(report.to_dict())
+    [unit] = report.explanation["units"]
+    [effect] = unit["effects"]
+    shift = effect["metrics"]["output_throughput"]
+    assert abs(shift["shift_pct"]) < 1 and shift["moved"] is False
+    text = render_text(report, str(tmp_path / "sweep"))
+    assert "+78" not in text and "2 benchmark settings" in text
+
+
+def test_a_sweeps_warmup_is_not_a_measurement(tmp_path: pathlib.Path) -> None:
+    """vLLM 0.33's sweep writes its warmup (``--warmup-num-prompts``) as ``warmup.json`` with run_number -1 and
+    leaves it out of summary.json and summary.csv: its numbers must not widen a group's spread, which here would
+    hide the +30 % the graph mode moved."""
+    for name, changes, warm, runs in (("before", (), 200.0, (1000.0, 1010.0, 990.0)),
+                                      ("after", ("vllm",), 210.0, (1300.0, 1310.0, 1290.0))):
+        comb = f"sweep/{name}/SERVE--max_num_seqs=64"
+        _vllm_cell(tmp_path, f"{comb}/warmup.json", changes, warm, prompts=10, run_number=-1)
+        for i, tput in enumerate(runs):
+            _vllm_cell(tmp_path, f"{comb}/run={i}.json", changes, tput, run_number=i)
+    report = check_results([str(tmp_path / "sweep")], metrics=["output_throughput"])
+    validate(report.to_dict())
+    groups = report.explanation["groups"]
+    assert [g["metrics"]["output_throughput"]["n"] for g in groups] == [3, 3]
+    assert [g["metrics"]["output_throughput"]["min"] for g in groups] == [990.0, 1290.0]
+    [unit] = report.explanation["units"]
+    assert [e["metrics"]["output_throughput"]["moved"] for e in unit["effects"]] == [True]
+    assert len(report.groups[0].cells) == 4  # still a cell of the host state: checked, only not measured
+
+
+def _sla_sweep(root: pathlib.Path) -> pathlib.Path:
+    """A ``vllm bench sweep serve_sla`` experiment as 0.12.0 writes it (serve_sla.py): each value tried in its
+    folder (``request_rate=N/run=K.json`` and that iteration's summary.json), and the search's runs, every
+    iteration's, listed in ``SLA--<sla>.json`` beside them."""
+    base = root / "20261203_120000" / "SERVE--max_num_seqs=64"
+    runs = []
+    for rate, tputs in ((1, (100.0, 101.0)), (16, (900.0, 905.0))):
+        items = []
+        for k, tput in enumerate(tputs):
+            path = write_cell(base, f"request_rate={rate}/run={k}.json", host(),
+                              {"request_rate": float(rate), "output_throughput": tput, "run_number": k,
+                               "max_num_seqs": 64})
+            items.append(json.loads(path.read_text()))
+        (base / f"request_rate={rate}" / "summary.json").write_text(json.dumps(items, indent=4))
+        runs += items
+    (base / "SLA--p99_ttft_ms<=200.json").write_text(json.dumps(runs, indent=4))
+    return root / "20261203_120000"
+
+
+def test_an_sla_sweeps_own_list_of_its_runs_is_checked_not_refused(tmp_path: pathlib.Path) -> None:
+    """Every run of the SLA search verified: the SLA--*.json list is exactly those runs, a checked summary."""
+    experiment = _sla_sweep(tmp_path)
+    report = check_results([str(experiment)])
+    assert report.reasons == [] and report.refused_cells == []
+    assert [os.path.basename(p) for p in report.summaries] == ["SLA--p99_ttft_ms<=200.json", "summary.json",
+                                                               "summary.json"]
+
+
+def test_an_sla_list_with_a_number_no_cell_holds_is_refused(tmp_path: pathlib.Path) -> None:
+    experiment = _sla_sweep(tmp_path)
+    listed = next(experiment.glob("*/SLA--*.json"))
+    runs = json.loads(listed.read_text())
+    runs[1]["output_throughput"] = 2000.0
+    listed.write_text(json.dumps(runs, indent=4))
+    report = check_results([str(experiment)])
+    assert [(os.path.basename(r["cell"]), r["problem"]) for r in report.refused_cells] == \
+        [("SLA--p99_ttft_ms<=200.json", "lists a run that is no verified cell beside it (its entry 2)")]
+
+
+def test_a_failed_run_is_named_as_one(tmp_path: pathlib.Path) -> None:
+    """vLLM 0.33's sweep with --continue-on-error records a failed run as run=N.failure.json (sweep/serve.py
+    run_comb, these keys): no numbers to compare, and it was run under guard: the refusal says so and how to go
+    on, not that the cell lacks a record."""
+    comb = tmp_path / "sweep" / "SERVE--max_num_seqs=64"
+    write_cell(comb.parent, "SERVE--max_num_seqs=64/run=0.json", host(), {"output_throughput": 1000.0})
+    (comb / "run=1.failure.json").write_text(json.dumps(
+        {"run_number": 1, "error_type": "CalledProcessError",
+         "error": "Command '['hoststate', 'guard']' returned non-zero exit status 3.",
+         "serve_overrides": {"max_num_seqs": 64}, "bench_overrides": {}}, indent=2) + "\n")
+    report = check_results([str(tmp_path / "sweep")])
+    [refusal] = report.refused_cells
+    assert refusal["problem"].startswith("a run that failed, not a result: vllm bench sweep recorded "
+                                         "CalledProcessError: Command '['hoststate', 'guard']' returned non-zero")
+    assert refusal["problem"].endswith("it has no numbers: run it again, or --ignore it")
+
+
+def _kv(tokens: int) -> dict:
+    """The seed's host with the server's profiled KV cache (vllm.observed): it moves by a few blocks between
+    restarts of the same server, which default_policy.toml takes within a 2 % tolerance."""
+    snap = host()
+    snap["vllm"]["observed"] = {"kv_cache_tokens": tokens, "kv_cache_blocks": tokens // 16}
+    from hoststate.digest import digest
+
+    snap["hoststate"]["digest"] = digest(snap)
+    return snap
+
+
+def test_a_difference_within_the_policys_tolerance_is_not_another_host(tmp_path: pathlib.Path) -> None:
+    """The server restarted between the cells and profiled a KV cache 0.5 % larger: the digests differ (they hash
+    the raw value) but the policy finds no invalidating difference, as guard found none: comparable, the group
+    called the same host, and the explanation claims no change. 5 % larger is another host state."""
+    before = _kv(1_000_000)
+    for name, snap in (("before", before), ("after", _kv(1_005_000))):
+        write_cell(tmp_path, f"sweep/{name}/run=0.json", snap, {"output_throughput": 1000.0}, baseline=before)
+    report = check_results([str(tmp_path / "sweep")], metrics=["output_throughput"])
+    assert len(report.groups) == 2 and report.reasons == [] and report.exit_code == 0
+    assert report.explanation["changes"] == [] and report.explanation["units"] == []
+    text = render_text(report, str(tmp_path / "sweep"))
+    assert "B same host" in text and "no invalidating difference" in text and "MISMATCH" not in text
+    write_cell(tmp_path, "sweep/later/run=0.json", _kv(1_050_000), {"output_throughput": 900.0}, baseline=before)
+    report = check_results([str(tmp_path / "sweep")])
+    assert report.reasons == ["results from hosts that do not match"]
+    assert [os.path.basename(os.path.dirname(c.path)) for g in report.mismatched for c in g.cells] == ["later"]

@@ -176,3 +176,36 @@ def test_attach_from_argv_needs_the_file_the_command_names(tmp_path: pathlib.Pat
     proc = subprocess.run(["hoststate", "guard", "--baseline", "base.toml", "--attach-from-argv", "--", "true"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--attach-from-argv needs --watch" in proc.stderr
+
+
+#: Where vLLM's sweeps put a cell below the experiment folder: serve.py ``_get_comb_base_path`` (every version),
+#: serve_sla.py ``_get_sla_iter_path`` (0.11.1, 0.12.0: an iteration folder below the combination's, or below the
+#: experiment's without overrides), serve_workload.py (0.33.0: ``WL-`` parts, alone without serve/bench overrides).
+LAYOUTS = {
+    "serve": ("SERVE--max_num_seqs=64-BENCH--request_rate=1", "SERVE--max_num_seqs=128-BENCH--request_rate=1"),
+    "serve, no override": ("", ""),
+    "serve_sla": ("SERVE--max_num_seqs=64/request_rate=1", "SERVE--max_num_seqs=64/request_rate=16"),
+    "serve_sla, no override": ("request_rate=1", "max_concurrency=8"),
+    "serve_workload": ("WL--max_concurrency=1", "WL--max_concurrency=16"),
+    "serve_workload with overrides": ("SERVE--max_num_seqs=64-WL--max_concurrency=1",
+                                      "SERVE--max_num_seqs=128-WL--max_concurrency=1"),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_resumed_sweep_finds_every_earlier_cell_in_each_vllm_layout(layout: str, tmp_path: pathlib.Path) -> None:
+    """The earlier cell ran on the baseline host; the next cell of the sweep, in another combination or SLA
+    iteration folder, is about to run after DSA was enabled: the earlier cell is found and named, whatever folders
+    vLLM's sweep put between the two cells and their experiment."""
+    from hoststate.policy import load_policy
+    from hoststate.run.sweep import earlier_conflicts
+    from tests.sweeps import host, write_cell
+
+    first, later = LAYOUTS[layout]
+    experiment = tmp_path / "results" / "20261203_120000"
+    write_cell(experiment, f"{first}/run=0.json".lstrip("/"), host(), {"output_throughput": 1000.0})
+    result = experiment / later / "run=1.json"
+    assert experiment_of(str(result)) == experiment.resolve()
+    lines = earlier_conflicts(str(result), host("dsa"), load_policy(()))
+    assert lines and lines[0].startswith(os.path.join(first, "run=0.hoststate.json").lstrip("/") + ": another host")
+    assert earlier_conflicts(str(result), host(), load_policy(())) == []  # the same host state: no conflict

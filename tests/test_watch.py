@@ -3,11 +3,13 @@ benchmark, the run verdict attached to a real `vllm bench serve --save-result` l
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -724,3 +726,76 @@ def test_metrics_are_read_only_from_the_described_servers_socket() -> None:
         server.shutdown()
     assert other.host["vllm_start"] is None and other.errors[0].startswith("vllm /metrics at start: ")
     assert ours.host["vllm_start"] == {"preemptions": 3.0, "aborted_requests": 0.0} and not ours.errors
+
+
+def _server_with_worker(tmp_path: pathlib.Path) -> tuple[int, int]:
+    """A stand-in vLLM server the guard did not start and that is not its ancestor's child either (``vllm bench
+    sweep serve`` starts the server beside the guarded bench command: started here through a parent that exits),
+    and its worker child, the process that holds the GPU context (vLLM V1's EngineCore): (server, worker) pids."""
+    pids = tmp_path / "pids"
+    worker = "import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])"
+    worker += f"; open({str(pids)!r}, 'w').write(f'{{__import__(\"os\").getpid()}} {{c.pid}}'); time.sleep(60)"
+    launcher = (f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {worker!r}], "
+                "start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)")
+    subprocess.run([sys.executable, "-c", launcher], check=True, timeout=30)
+    deadline = time.monotonic() + 30
+    while not (pids.exists() and len(pids.read_text().split()) == 2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    server, child = (int(p) for p in pids.read_text().split())
+    return server, child
+
+
+@pytest.mark.parametrize("whose", ["invoker", "another user"])
+def test_the_described_servers_gpu_work_is_the_runs_own(tmp_path: pathlib.Path, host: pathlib.Path,
+                                                        monkeypatch, whose: str) -> None:
+    """The server the snapshot described (the one the benchmark loads; its arguments were compared) is not the
+    guard's child in a sweep: its worker on the GPU is the run's own load, never foreign. Another user's look-alike
+    (``run_by_invoker = false``) stays foreign: invalid."""
+    from hoststate.guard import evaluate
+    from hoststate.watch import run_watched
+
+    server, worker = _server_with_worker(tmp_path)
+    try:
+        trace = json.loads((WATCH / "h200-idle.json").read_text())
+        trace["samples"] = [[t, [row[:5] + [[worker]] for row in rows]] for t, rows in trace["samples"]]
+        (tmp_path / "trace.json").write_text(json.dumps(trace))
+        monkeypatch.setenv("HOSTSTATE_WATCH_REPLAY", str(tmp_path / "trace.json"))
+        result = evaluate(tmp_path / "base.toml", root=str(host), allow_unreadable=True, only=["system"])
+        result.current["vllm"] = {"pid": server, "program": "vllm", **(
+            {"run_by_invoker": False} if whose != "invoker" else {})}
+        run = run_watched(result, ["true"], root=str(host), snap_options={"only": ["system"]})
+    finally:
+        for pid in (worker, server):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert run.summary["metrics"]["foreign_processes"] == (0 if whose == "invoker" else 1)
+    assert ("foreign_processes" in {r["metric"] for r in run.reasons}) == (whose != "invoker")
+
+
+@pytest.mark.parametrize("status", [0, 1])
+def test_an_earlier_runs_result_the_command_did_not_write_is_never_stamped(tmp_path: pathlib.Path,
+                                                                            host: pathlib.Path, status: int) -> None:
+    """The bench failed before writing (or wrote elsewhere): the file at --attach is an earlier run's, measured
+    on whatever host that was. Stamping it would give those numbers this run's host state and verdict, and
+    hoststate results would take them for this host's. It is left as it was, and so is the earlier run's
+    sidecar; without one, the sidecar written says why."""
+    earlier = '{"completed": 100, "output_throughput": 1234.0}'
+    (tmp_path / "r.json").write_text(earlier)
+    cmd = (sys.executable, "-c", f"import sys; sys.exit({status})")
+    proc = guard_watch(tmp_path, host, "base.toml", "dense-b", "--attach", "r.json", cmd=cmd)
+    assert proc.returncode == status, proc.stderr
+    assert (tmp_path / "r.json").read_text() == earlier
+    assert "the command did not write it" in json.loads((tmp_path / "r.hoststate.json").read_text())["attach_error"]
+    sidecar = (tmp_path / "r.hoststate.json").read_bytes()
+    proc = guard_watch(tmp_path, host, "base.toml", "dense-b", "--attach", "r.json", cmd=cmd)
+    assert (tmp_path / "r.json").read_text() == earlier and (tmp_path / "r.hoststate.json").read_bytes() == sidecar
+    assert "kept r.hoststate.json" in proc.stderr
+
+
+def test_a_result_the_command_rewrote_in_place_is_stamped(tmp_path: pathlib.Path, host: pathlib.Path) -> None:
+    """vllm bench serve opens its --result-filename with "w" (the same inode, new content): this run's numbers."""
+    (tmp_path / "r.json").write_text('{"completed": 1}')
+    code = "import json; json.dump({'completed': 100}, open('r.json', 'w'))"
+    proc = guard_watch(tmp_path, host, "base.toml", "dense-b", "--attach", "r.json", cmd=(sys.executable, "-c", code))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["hoststate"]["format"] == "hoststate-run/1"

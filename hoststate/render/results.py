@@ -34,7 +34,7 @@ def _head(report: ResultsReport, base: str) -> list[str]:
         lines.append(clip(safe(f"  {_reference_line(report)}: {ref.digest[:19]}, no cell ran on it"), 120))
     for i, g in enumerate(report.groups):
         is_ref = g.key == (ref.digest, True)
-        tag = _reference_line(report) if is_ref else "other host" if g.digest != ref.digest else "same host"
+        tag = _reference_line(report) if is_ref else "same host" if g.comparable(ref.digest) else "other host"
         unwatched = "" if g.watched else ", unwatched"
         lines += fit([safe(f"  {group_label(i)} {tag}: {g.digest[:19]}{unwatched}, {len(g.cells)} cell(s), first "),
                       Name(safe(_rel(g.paths[0], base)))], 120, 6)
@@ -48,8 +48,9 @@ def _why(group: Group, ref: Reference) -> list[str]:
 
     if group.key == (ref.digest, True):
         return []
-    if group.digest == ref.digest:
-        return ["not watched: the GPU sampler did not run"]
+    if group.comparable(ref.digest):
+        return (["not watched: the GPU sampler did not run"] if not group.watched else []) + \
+            ([group.compared] if group.digest != ref.digest else [])
     if group.findings:
         return [s.text for s in summarize(group.findings)]
     return [f"host digest differs ({group.compared})"]
@@ -99,7 +100,8 @@ def render_markdown(report: ResultsReport, base: str = "") -> str:
     out = [f"### hoststate results: {icon} {md_text(verdict)}", "",
            "| group | host state | cells | first cell |", "|---|---|---|---|"]
     for i, g in enumerate(report.groups):
-        tag = md_text(_reference_line(report)) if g.key == (report.reference.digest, True) else "other host"
+        tag = md_text(_reference_line(report)) if g.key == (report.reference.digest, True) else \
+            "same host" if g.comparable(report.reference.digest) else "other host"
         out.append(f"| {group_label(i)}: {tag} | {md_code(g.digest[:19])}{'' if g.watched else ' unwatched'} "
                    f"| {len(g.cells)} | {md_code(_rel(g.paths[0], base))} |")
     out.append("")

@@ -23,6 +23,7 @@ from hoststate.run.record import (
     attach,
     build_record,
     command_env,
+    file_state,
     identity,
     metadata_env,
     sidecar_path,
@@ -116,6 +117,20 @@ def drift(before: Mapping[str, Any], after: Mapping[str, Any], policy: Policy) -
     return [f.to_dict() for f in result.findings
             if f.severity in ("invalidating", "warning") and not (f.change in ("unreadable", "coverage")
                                                                   and f.old == f.new)]
+
+
+def described_server(current: Mapping[str, Any]) -> int | None:
+    """The pid of the one vLLM server the snapshot before the run described and whose arguments guard compared
+    (found by --vllm-url, or the one server running), when it runs as the invoking user: the server the benchmark
+    loads. It and its children (the V1 EngineCore and workers hold the GPU contexts) are the run's own, as
+    ``--vllm-pid``'s are; a server started by ``vllm bench sweep serve`` is the guard's sibling, never its child.
+    None for another user's look-alike (``run_by_invoker = false``), several servers none named (one of them may
+    be a leftover sharing the GPU: ``--vllm-pid`` names the benchmark's) or none running."""
+    vllm = current.get("vllm")
+    pid = vllm.get("pid") if isinstance(vllm, Mapping) else None
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or vllm.get("run_by_invoker") is False:
+        return None
+    return pid
 
 
 def _save(path: str, snapshot: Mapping[str, Any], *, force: bool, protect: Sequence[str]) -> None:
@@ -224,19 +239,22 @@ def watch_command(guard_result: GuardResult, command: Sequence[str], opts: SnapO
     described = guard_result.current.get("vllm", {}).get("pid") if isinstance(guard_result.current.get("vllm"),
                                                                                 Mapping) else None
     metrics_from = server if server is not None else described if isinstance(described, int) else None
+    loaded = described_server(guard_result.current)  # the server the benchmark loads: its GPU contexts are own
+    roots = [me] + ([int(server)] if server else []) + ([loaded] if loaded is not None else [])
     sampler = Sampler(source, interval=watch.interval, checkpoint=watch.checkpoint, root=opts.root,
                       cgroup_pid=server, vllm_url=opts.vllm_url, gpu_status=status, record=bool(watch.trace),
-                      own_pids=lambda: descendants([me] + ([int(server)] if server else [])),
-                      server_pid=metrics_from)
+                      own_pids=lambda: descendants(roots), server_pid=metrics_from)
     sidecar = sidecar_path(watch.attach) if watch.attach else None
     full_env = {**command_env(guard_result, base=env), **metadata_env(guard_result, sidecar)}
     full_env.pop("HOSTSTATE_CURRENT", None)  # under --watch the saved snapshot is written after the run
+    before = file_state(watch.attach) if watch.attach else None  # an earlier run's result already there
     sampler.start()
     try:
         returncode = run_command(command, env=full_env)
     finally:
         sampler.stop()
     written = identity(watch.attach) if watch.attach else None  # the file the command left, before anything else
+    untouched = before is not None and file_state(str(watch.attach)) == before
     summary = sampler.summary()
     after = snap_host(opts)
     found = drift(guard_result.current, after, policy or load_policy(()))
@@ -249,7 +267,8 @@ def watch_command(guard_result: GuardResult, command: Sequence[str], opts: SnapO
     record = build_record(guard_result, summary, found, verdict, reasons, returncode, after, command)
     run = WatchedRun(returncode, verdict, reasons, summary, record, found)
     if watch.attach:
-        _attach_both(run, watch.attach, sidecar or "", guard_result.current, protect, expect=written)
+        _attach_both(run, watch.attach, sidecar or "", guard_result.current, protect, expect=written,
+                     untouched=untouched)
     if watch.trace:  # last: a trace that cannot be written costs the trace, not the attached verdict
         from hoststate.output import write_output
         from hoststate.run.record import dump
@@ -278,20 +297,33 @@ def run_watched(guard_result: Any, command: Sequence[str], *, root: str = "/",
 
 
 def _attach_both(run: WatchedRun, result: str, sidecar: str, snapshot: Mapping[str, Any],
-                 protect: Sequence[str], expect: tuple[int, int] | None | bool = False) -> None:
+                 protect: Sequence[str], expect: tuple[int, int] | None | bool = False,
+                 untouched: bool = False) -> None:
     """The result and its sidecar, each stamp bound to what it stamps (``result_sha256``, ``snapshot_sha256``).
     One that cannot be written (a link, a FIFO, not JSON, not the command's own file) costs that file only, never
-    the other, and is said in ``run.written`` (the command has already run: nothing is raised)."""
+    the other, and is said in ``run.written`` (the command has already run: nothing is raised). ``untouched``:
+    the command did not write the result (the file is the one that was there before the run, an earlier run's
+    numbers): never stamped as this run's, and a sidecar already beside it, that earlier run's, is kept."""
     from hoststate.run.record import text_digest
     from hoststate.snapshot import to_toml
 
     text = to_toml(snapshot)
     record = dict(run.record, sidecar=os.path.basename(sidecar), snapshot_sha256=text_digest(text))
-    try:
-        run.written.append(attach(result, record, protect=protect, expect=expect))
-    except HoststateError as err:
-        record["attach_error"] = str(err)
-        run.written.append(f"not attached: {err}")
+    if untouched:
+        why = (f"{result}: the command did not write it (the file that was there before the run, an earlier run's "
+               "numbers): not stamped as this run's")
+        record["attach_error"] = why
+        run.written.append(f"not attached: {why}")
+        run.record = record
+        if os.path.lexists(sidecar):
+            run.written.append(f"kept {sidecar}: the earlier run's")
+            return
+    else:
+        try:
+            run.written.append(attach(result, record, protect=protect, expect=expect))
+        except HoststateError as err:
+            record["attach_error"] = str(err)
+            run.written.append(f"not attached: {err}")
     run.record = record
     try:
         write_sidecar(sidecar, record, text, protect=protect)

@@ -267,6 +267,19 @@ def load_objects(text: str, source: str, *, max_depth: int = MAX_DEPTH) -> list[
     return objects
 
 
+def file_state(path: str) -> tuple[int, ...] | None:
+    """(device, inode, size, mtime, ctime) of the regular file ``path`` (a link is not followed), or None: taken
+    before the command and after it, equal only when the command did not write the file (any write moves mtime
+    and ctime). Anything but a regular file is None: the attach refuses it for what it is."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 def identity(path: str) -> tuple[int, int] | None:
     """(device, inode) of ``path`` itself (not followed), or None: taken when the command exits, so the attach
     can tell the file the command wrote from one put in its place afterwards."""

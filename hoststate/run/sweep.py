@@ -11,6 +11,7 @@ result path from the command as ``vllm bench serve`` does and refuses such a cel
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,15 +47,53 @@ def result_from_argv(argv: Sequence[str]) -> str | None:
     return os.path.join(folder, name) if folder else name
 
 
-#: How vllm bench sweep serve names a combination's folder inside its experiment (``_get_comb_base_path``): without
-#: any override the runs lie in the experiment folder itself.
-COMBINATION_PREFIXES = ("SERVE-", "BENCH-")
+#: How vllm bench sweep names a combination's folder inside its experiment: ``SERVE-``/``BENCH-`` for its serve and
+#: bench overrides (serve.py ``_get_comb_base_path``), ``WL-`` for a workload value alone (0.33's serve_workload.py,
+#: ``extra_parts``); without any override the runs lie in the experiment folder itself.
+COMBINATION_PREFIXES = ("SERVE-", "BENCH-", "WL-")
+#: ``vllm bench sweep serve_sla`` (0.11.1-0.12.0, serve_sla.py ``_get_sla_iter_path``) puts each value it tries in
+#: a folder ``request_rate=N`` or ``max_concurrency=N`` below the combination's (or the experiment's).
+SLA_ITERATION = re.compile(r"^(request_rate|max_concurrency)=[^/]+$")
+
+
+def _sweep_level(name: str) -> bool:
+    """A folder vLLM's sweep makes below its experiment folder (a combination's, an SLA iteration's)."""
+    return name.startswith(COMBINATION_PREFIXES) or bool(SLA_ITERATION.match(name))
+
+
+def sweep_levels(result: str) -> list[str]:
+    """The names of the folders vLLM's sweep made for a result below its experiment folder, outermost first (at
+    most two: ``SERVE--a-BENCH--b/request_rate=8/run=0.json`` gives both; a result in the experiment folder none).
+    What the cell ran, as far as its path says."""
+    names: list[str] = []
+    folder = os.path.dirname(result)
+    for _ in range(2):
+        name = os.path.basename(folder)
+        if not _sweep_level(name):
+            break
+        names.insert(0, name)
+        folder = os.path.dirname(folder)
+    return names
 
 
 def experiment_of(result: str) -> Path:
-    """The sweep's experiment folder: the result's folder's parent when that folder is a combination's."""
-    cell = Path(result).resolve().parent
-    return cell.parent if cell.name.startswith(COMBINATION_PREFIXES) else cell
+    """The sweep's experiment folder: above the result's folder and the combination and SLA iteration folders
+    vLLM made for it (:func:`sweep_levels`)."""
+    folder = Path(result).resolve().parent
+    for _ in sweep_levels(str(Path(result).resolve())):
+        folder = folder.parent
+    return folder
+
+
+def _sweep_folders(experiment: Path) -> list[Path]:
+    """The experiment folder and the folders vLLM's sweep makes below it, two levels at most (links never
+    followed: a link there is another folder than the sweep's)."""
+    found, level = [experiment], [experiment]
+    for _ in range(2):
+        level = [d for parent in level for d in parent.iterdir()
+                 if _sweep_level(d.name) and not d.is_symlink() and d.is_dir()]
+        found += level
+    return found
 
 
 def _sidecars(result: str, problems: list[str]) -> list[Path]:
@@ -78,8 +117,7 @@ def _sidecars(result: str, problems: list[str]) -> list[Path]:
     own = Path(sidecar_path(str(Path(result).resolve())))
     found: set[Path] = set()
     try:
-        folders = [experiment, *(d for d in experiment.iterdir() if d.name.startswith(COMBINATION_PREFIXES)
-                                 and not d.is_symlink() and d.is_dir())]
+        folders = _sweep_folders(experiment)
     except OSError as err:
         problems.append(f"{experiment}: cannot be listed ({err.strerror})")
         return []
