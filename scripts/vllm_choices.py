@@ -33,6 +33,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = REPO / "fixtures" / "vllm" / "oracle" / "options"
+sys.path.insert(0, str(REPO / "scripts"))  # the shared datafile module beside this script
+from datafile import source_dir, write_or_check  # noqa: E402
+
 OUT = REPO / "hoststate" / "data" / "vllm_choices.json"
 
 
@@ -352,12 +355,7 @@ def render(table: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    src = Path(argv[argv.index("--src") + 1]) if "--src" in argv else Path("/tmp/rtb")
-    text = render(derive(src))
-    if "--check" in argv:
-        return 0 if OUT.exists() and OUT.read_text() == text else 1
-    OUT.write_text(text)
-    return 0
+    return write_or_check(OUT, render(derive(source_dir(argv))), argv)
 
 
 if __name__ == "__main__":

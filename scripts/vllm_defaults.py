@@ -19,6 +19,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = REPO / "fixtures" / "vllm" / "oracle" / "options"
+sys.path.insert(0, str(REPO / "scripts"))  # the shared datafile module beside this script
+from datafile import write_or_check  # noqa: E402
+
 OUT = REPO / "hoststate" / "data" / "vllm_defaults.json"
 
 
@@ -87,11 +90,7 @@ def render(table: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = render(derive())
-    if "--check" in argv:
-        return 0 if OUT.exists() and OUT.read_text() == text else 1
-    OUT.write_text(text)
-    return 0
+    return write_or_check(OUT, render(derive()), argv)
 
 
 if __name__ == "__main__":

@@ -187,16 +187,23 @@ def test_a_sweep_in_a_folder_others_can_write_is_refused(shared: pathlib.Path) -
                         "remove its cells"}
 
 
-def test_a_sweep_another_user_could_swap_for_another_is_refused(shared: pathlib.Path) -> None:
-    """Two sweeps of ours, each in a folder of ours alone, in a team folder anyone may write (no sticky bit): nobody
-    swapped their names, and results reported the older sweep's cells (another day's numbers, genuinely stamped) as
-    the named one's. A sweep folder whose parent another user may write is refused."""
+def _swapped_by_nobody(shared: pathlib.Path) -> pathlib.Path:
+    """Two sweeps of ours, exp (1000 tok/s) and the older exp-old (1400), each in a folder of ours alone, in a team
+    folder anyone may write (no sticky bit), whose names nobody then swapped: the team folder."""
     team = shared / "team"
     write_cell(shared, "team/exp/run=0.json", host(), {"output_throughput": 1000.0})
     write_cell(shared, "team/exp-old/run=0.json", host(), {"output_throughput": 1400.0})
     team.chmod(0o777)
     swap = [(team / "exp", team / "t"), (team / "exp-old", team / "exp"), (team / "t", team / "exp-old")]
     as_nobody(lambda: [os.rename(a, b) for a, b in swap])
+    return team
+
+
+def test_a_sweep_another_user_could_swap_for_another_is_refused(shared: pathlib.Path) -> None:
+    """Two sweeps of ours, each in a folder of ours alone, in a team folder anyone may write (no sticky bit): nobody
+    swapped their names, and results reported the older sweep's cells (another day's numbers, genuinely stamped) as
+    the named one's. A sweep folder whose parent another user may write is refused."""
+    team = _swapped_by_nobody(shared)
     assert json.loads((team / "exp" / "run=0.json").read_text())["output_throughput"] == 1400.0  # swapped
     proc = results(str(team / "exp"), "--format", "json")
     assert proc.returncode == 1, proc.stdout
@@ -214,12 +221,7 @@ def test_a_result_named_in_a_folder_another_user_could_swap_is_refused(shared: p
     swapped that folder with an older experiment of ours, and results reported the older cell of the same name (its
     record names its sidecar by name only) as the named one. Refused, as a named sweep folder is there; in its own
     folder anyone may write it is refused too."""
-    team = shared / "team"
-    write_cell(shared, "team/exp/run=0.json", host(), {"output_throughput": 1000.0})
-    write_cell(shared, "team/exp-old/run=0.json", host(), {"output_throughput": 1400.0})
-    team.chmod(0o777)
-    swap = [(team / "exp", team / "t"), (team / "exp-old", team / "exp"), (team / "t", team / "exp-old")]
-    as_nobody(lambda: [os.rename(a, b) for a, b in swap])
+    team = _swapped_by_nobody(shared)
     named = team / "exp" / "run=0.json"
     assert json.loads(named.read_text())["output_throughput"] == 1400.0  # swapped
     proc = results(str(named), "--format", "json")
