@@ -107,6 +107,22 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 PYTHONPATH = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
 
+def data_script(name: str):
+    """scripts/<name>.py as a module, every table it reads or writes in hoststate/data (its ``OUT``, its
+    ``CHOICES``) pointed at the package under test's copy: the checkout's, or the installed one's, where CI runs
+    the suite without the checkout's hoststate/."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for attr in ("OUT", "CHOICES"):
+        if isinstance(getattr(module, attr, None), pathlib.Path):
+            setattr(module, attr, PACKAGE / "data" / getattr(module, attr).name)
+    return module
+
+
 def require(condition: bool, why: str) -> None:
     """Skip when a real component is missing on a developer's machine; fail in CI, where .ci/run
     installs it and a skip would hide a missing install step."""

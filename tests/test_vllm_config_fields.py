@@ -14,17 +14,15 @@ scripts/vllm_config_fields.py; the expectations below were checked against that 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from hoststate.collectors.vllm.fields import config_fields_for
 from hoststate.collectors.vllm.versions import rules_for
+from tests.conftest import data_script
 from tests.vllm_lines import BASE, VERSIONS, model_root, parsed, verdict
 
-REPO = Path(__file__).resolve().parent.parent
 IGNORING = ("0.10.2", "0.11.0", "0.11.1", "0.12.0")
 
 
@@ -81,9 +79,8 @@ def test_a_field_of_one_version_is_kept_where_it_is_a_field():
 
 @pytest.mark.skipif(not os.path.isdir("/tmp/rtb/vllm-0.33.0"), reason="vLLM sources not unpacked at /tmp/rtb")
 def test_the_field_table_is_what_the_sources_say():
-    rc = subprocess.run([sys.executable, "scripts/vllm_config_fields.py", "--src", "/tmp/rtb", "--check"],
-                        cwd=REPO).returncode
-    assert rc == 0
+    module = data_script("vllm_config_fields")  # the package under test's table (installed or checkout)
+    assert module.main(["--src", "/tmp/rtb", "--check"]) == 0, "run: python scripts/vllm_config_fields.py"
 
 
 # --speculative-config: a plain dict (json.loads) that EngineArgs.create_speculative_config builds into

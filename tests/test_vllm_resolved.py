@@ -22,7 +22,7 @@ from hoststate.collectors import vllm as vllm_collector
 from hoststate.collectors.vllm.argv import locate, normalise
 from hoststate.collectors.vllm.defaults import defaults_for
 from hoststate.diff import compare
-from tests.conftest import PACKAGE
+from tests.conftest import data_script
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_attention_heads": 32,
@@ -152,13 +152,7 @@ def test_a_seed_change_is_a_warning_not_a_refusal(root):
 
 def test_the_defaults_table_is_derived_from_the_recorded_parsers():
     """hoststate/data/vllm_defaults.json is exactly what scripts/vllm_defaults.py derives from the recordings."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("vllm_defaults", REPO / "scripts" / "vllm_defaults.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.OUT = PACKAGE / "data" / "vllm_defaults.json"  # the package under test's copy (installed or checkout)
+    module = data_script("vllm_defaults")  # the package under test's tables (installed or checkout)
     assert module.main(["--check"]) == 0, "run: python scripts/vllm_defaults.py"
     recorded = json.loads((REPO / "fixtures/vllm/oracle/options/0.12.0.json").read_text())
     assert defaults_for("0.12.0").defaults["seed"] == recorded["dests"]["seed"]["actions"][0]["default"] == 0
