@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def source_dir(argv: list[str], default: str = "/tmp/rtb") -> Path:
-    """The folder holding the unpacked vLLM sources (``--src DIR``; vllm-<version>/ each)."""
+def source_dir(argv: list[str], default: str = "/tmp/vllm-src") -> Path:
+    """The folder holding the unpacked vLLM sources (``--src DIR``): vllm-<version>/ each, as
+    scripts/vllm_sources.py unpacks them."""
     return Path(argv[argv.index("--src") + 1]) if "--src" in argv else Path(default)
 
 

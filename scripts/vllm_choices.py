@@ -16,10 +16,10 @@ string "None" for the appended string; a dest whose choices cannot be worked out
 resolve to a Literal, an edited list it cannot evaluate, an enum member that is not a constant) is left out, so
 hoststate keeps it as before. Only dests of the recorded parser (fixtures/vllm/oracle/options/<version>.json) with a
 single value-taking action are kept, and the recorded action's type must agree (``_optional_type`` exactly where
-None was appended).
+None was appended). The sources: ``python scripts/vllm_sources.py /tmp/vllm-src``.
 
-    python scripts/vllm_choices.py --src /tmp/rtb            # rewrite the file from /tmp/rtb/vllm-<version>/
-    python scripts/vllm_choices.py --src /tmp/rtb --check    # exit 1 when the file is stale
+    python scripts/vllm_choices.py --src /tmp/vllm-src            # rewrite the file from /tmp/vllm-src/vllm-<version>/
+    python scripts/vllm_choices.py --src /tmp/vllm-src --check    # exit 1 when the file is stale
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ class-level annotated names of ``vllm/config/compilation.py``'s CompilationConfi
 fields are typed as, less ``ClassVar``/``InitVar`` and ``field(init=False)``; and the extra policy from
 ``vllm/config/utils.py``'s ``config`` decorator.
 
-    python scripts/vllm_config_fields.py --src /tmp/rtb            # rewrite from /tmp/rtb/vllm-<version>/
-    python scripts/vllm_config_fields.py --src /tmp/rtb --check    # exit 1 when the file is stale
+    python scripts/vllm_config_fields.py --src /tmp/vllm-src            # rewrite from /tmp/vllm-src/vllm-<version>/
+    python scripts/vllm_config_fields.py --src /tmp/vllm-src --check    # exit 1 when the file is stale
 """
 
 from __future__ import annotations

@@ -107,6 +107,10 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 PYTHONPATH = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
 
+#: The vLLM versions' unpacked sources (scripts/vllm_sources.py DIR; .ci/run fetches them) the data tables come from.
+VLLM_SRC = pathlib.Path(os.environ.get("HOSTSTATE_VLLM_SRC", "/tmp/vllm-src"))
+
+
 def data_script(name: str):
     """scripts/<name>.py as a module, every table it reads or writes in hoststate/data (its ``OUT``, its
     ``CHOICES``) pointed at the package under test's copy: the checkout's, or the installed one's, where CI runs

@@ -13,14 +13,13 @@ scripts/vllm_config_fields.py; the expectations below were checked against that 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from hoststate.collectors.vllm.fields import config_fields_for
 from hoststate.collectors.vllm.versions import rules_for
-from tests.conftest import data_script
+from tests.conftest import VLLM_SRC, data_script, require
 from tests.vllm_lines import BASE, VERSIONS, model_root, parsed, verdict
 
 IGNORING = ("0.10.2", "0.11.0", "0.11.1", "0.12.0")
@@ -77,10 +76,12 @@ def test_a_field_of_one_version_is_kept_where_it_is_a_field():
     assert not parsed(f"{BASE} --compilation-config.pass_config.enable_sp true", "0.12.0").refusals
 
 
-@pytest.mark.skipif(not os.path.isdir("/tmp/rtb/vllm-0.33.0"), reason="vLLM sources not unpacked at /tmp/rtb")
-def test_the_field_table_is_what_the_sources_say():
-    module = data_script("vllm_config_fields")  # the package under test's table (installed or checkout)
-    assert module.main(["--src", "/tmp/rtb", "--check"]) == 0, "run: python scripts/vllm_config_fields.py"
+@pytest.mark.parametrize("script", ["vllm_config_fields", "vllm_choices"])
+def test_the_tables_derived_from_vllms_sources_are_what_the_sources_say(script: str):
+    require((VLLM_SRC / "vllm-0.33.0" / "vllm").is_dir(),
+            f"vLLM's sources unpacked at {VLLM_SRC} (python scripts/vllm_sources.py {VLLM_SRC})")
+    module = data_script(script)  # the package under test's tables (installed or checkout)
+    assert module.main(["--src", str(VLLM_SRC), "--check"]) == 0, f"run: python scripts/{script}.py --src {VLLM_SRC}"
 
 
 # --speculative-config: a plain dict (json.loads) that EngineArgs.create_speculative_config builds into
