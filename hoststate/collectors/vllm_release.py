@@ -30,6 +30,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
+from typing import Any
 
 DATA = "vllm_env_names.json"
 
@@ -51,6 +52,24 @@ def version_key(text: str) -> tuple[int, int, int] | None:
     if not m:
         return None
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+@functools.cache
+def load_data(name: str) -> Any:
+    """The shipped table ``name`` of hoststate/data, parsed once per process."""
+    with open(data_path(name), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def recorded_for(tables: Mapping[str, Any], version: str | None) -> tuple[str, Any] | None:
+    """(recorded version, its entry) of ``tables`` (by version string) for exactly ``version``'s major.minor.patch,
+    or None: another version's entry is never borrowed."""
+    key = version_key(version or "")
+    if key is not None:
+        for recorded, entry in tables.items():
+            if version_key(recorded) == key:
+                return recorded, entry
+    return None
 
 
 Row = tuple[tuple[int, int, int], str, Mapping[str, str | None]]
@@ -107,10 +126,8 @@ FORMS = "vllm_env_forms.json"
 _SWITCH = re.compile(r"v(\.strip\(\))?(\.lower\(\))? (?:in \(((?:'[a-z0-9]*'(?:, )?)+)\)|([=!])= '([a-z0-9]*)')")
 
 
-@functools.lru_cache(maxsize=1)
 def _forms() -> dict[str, dict[str, str]]:
-    with open(data_path(FORMS), encoding="utf-8") as f:
-        return dict(json.load(f))
+    return load_data(FORMS)
 
 
 def _switch(form: str, value: str) -> bool:

@@ -18,8 +18,6 @@ compare equal, and a rewrite that lands on the parser default leaves the argumen
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,37 +26,22 @@ from hoststate.collectors.vllm.model import ModelFacts, derived_max_len, generat
 from hoststate.collectors.vllm.sizes import batch, capture_sizes
 from hoststate.collectors.vllm.speculative import SPEC_FLAGS, as_built, fold_flags
 from hoststate.collectors.vllm.versions import Rules, version_key
-from hoststate.collectors.vllm_release import data_path
+from hoststate.collectors.vllm_release import load_data, recorded_for
 
 DATA = "vllm_defaults.json"
 CHOICES_DATA = "vllm_choices.json"
 
 
-@functools.lru_cache(maxsize=1)
-def _data() -> dict[str, Any]:
-    with open(data_path(DATA), encoding="utf-8") as f:
-        return json.load(f)
-
-
 def _table() -> dict[str, dict[str, Any]]:
-    return _data()["versions"]
+    return load_data(DATA)["versions"]
 
 
 def none_is_unset(version: str | None) -> frozenset[str]:
     """The dests of exactly ``version`` whose value ``None`` or ``""`` vLLM's optional_type parses as None, their
     parser default (vllm/engine/arg_utils.py; scripts/vllm_defaults.py ``none_is_unset``); empty for a version
     not recorded."""
-    key = version_key(version or "")
-    for recorded, dests in _data().get("none_is_unset", {}).items():
-        if key is not None and version_key(recorded) == key:
-            return frozenset(dests)
-    return frozenset()
-
-
-@functools.lru_cache(maxsize=1)
-def _choices_data() -> dict[str, Any]:
-    with open(data_path(CHOICES_DATA), encoding="utf-8") as f:
-        return json.load(f)
+    found = recorded_for(load_data(DATA).get("none_is_unset", {}), version)
+    return frozenset(found[1]) if found else frozenset()
 
 
 def choices_for(version: str | None) -> dict[str, list[Any]]:
@@ -66,11 +49,8 @@ def choices_for(version: str | None) -> dict[str, list[Any]]:
     by scripts/vllm_choices.py from vLLM's source): None in a list is the None object 0.33 appends for an optional
     Literal (so "None" and "" are accepted there), "None" the string earlier versions append (which the None that
     optional_type returns never equals). Empty for a version not recorded."""
-    key = version_key(version or "")
-    for recorded, table in _choices_data()["versions"].items():
-        if key is not None and version_key(recorded) == key:
-            return table
-    return {}
+    found = recorded_for(load_data(CHOICES_DATA)["versions"], version)
+    return found[1] if found else {}
 
 
 @dataclass(frozen=True)
@@ -83,11 +63,10 @@ class DefaultsFor:
 
 def defaults_for(version: str | None) -> DefaultsFor:
     """The parser defaults of exactly ``version`` (major.minor.patch); another version's are never borrowed."""
-    key = version_key(version or "")
-    for recorded, table in _table().items():
-        if key is not None and version_key(recorded) == key:
-            return DefaultsFor(table, f"vLLM {recorded}'s parser defaults (hoststate/data/{DATA}, recorded from "
-                                      "vLLM's own parser)")
+    found = recorded_for(_table(), version)
+    if found is not None:
+        return DefaultsFor(found[1], f"vLLM {found[0]}'s parser defaults (hoststate/data/{DATA}, recorded from "
+                                     "vLLM's own parser)")
     what = f"vLLM {version}" if version else "an unknown vLLM version"
     recorded_list = ", ".join(sorted(_table(), key=lambda v: version_key(v) or (0, 0, 0)))
     return DefaultsFor(None, f"the parser defaults of {what} are not recorded (recorded: {recorded_list}): "

@@ -11,32 +11,20 @@ source by scripts/vllm_config_fields.py into hoststate/data/vllm_config_fields.j
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from hoststate.collectors.vllm.versions import version_key
-from hoststate.collectors.vllm_release import data_path
+from hoststate.collectors.vllm_release import load_data, recorded_for
 
 DATA = "vllm_config_fields.json"
-
-
-@functools.lru_cache(maxsize=1)
-def _data() -> dict[str, Any]:
-    with open(data_path(DATA), encoding="utf-8") as f:
-        return json.load(f)
 
 
 def config_fields_for(version: str | None, dest: str) -> dict[str, Any] | None:
     """Exactly ``version``'s table for the option ``dest``: ``fields`` (the class's input fields), ``nested`` (the
     fields of the config classes it nests, by field name) and ``extra`` ("ignore" or "forbid"); None for a version
     or an option not recorded."""
-    key = version_key(version or "")
-    for recorded, tables in _data()["versions"].items():
-        if key is not None and version_key(recorded) == key:
-            return tables.get(dest)
-    return None
+    found = recorded_for(load_data(DATA)["versions"], version)
+    return None if found is None else found[1].get(dest)
 
 
 def unknown_keys(value: Mapping[str, Any], version: str | None, dest: str) -> tuple[str, ...]:
