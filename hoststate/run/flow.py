@@ -119,18 +119,19 @@ def drift(before: Mapping[str, Any], after: Mapping[str, Any], policy: Policy) -
                                                                   and f.old == f.new)]
 
 
-def described_server(current: Mapping[str, Any]) -> int | None:
+def described_server(current: Mapping[str, Any], *, any_user: bool = False) -> int | None:
     """The pid of the one vLLM server the snapshot before the run described and whose arguments guard compared
     (found by --vllm-url, or the one server running), when it runs as the invoking user: the server the benchmark
     loads. It and its children (the V1 EngineCore and workers hold the GPU contexts) are the run's own, as
     ``--vllm-pid``'s are; a server started by ``vllm bench sweep serve`` is the guard's sibling, never its child.
-    None for another user's look-alike (``run_by_invoker = false``), several servers none named (one of them may
-    be a leftover sharing the GPU: ``--vllm-pid`` names the benchmark's) or none running."""
+    None for another user's look-alike (``run_by_invoker = false``; ``any_user``: its pid all the same, the server
+    whose metrics are read), several servers none named (one of them may be a leftover sharing the GPU:
+    ``--vllm-pid`` names the benchmark's) or none running."""
     vllm = current.get("vllm")
     pid = vllm.get("pid") if isinstance(vllm, Mapping) else None
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or vllm.get("run_by_invoker") is False:
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
         return None
-    return pid
+    return pid if any_user or vllm.get("run_by_invoker") is not False else None
 
 
 def _save(path: str, snapshot: Mapping[str, Any], *, force: bool, protect: Sequence[str]) -> None:
@@ -236,9 +237,7 @@ def watch_command(guard_result: GuardResult, command: Sequence[str], opts: SnapO
     else:
         source, status = open_source(live=os.path.abspath(opts.root) == "/")
     me, server = os.getpid(), opts.vllm_pid
-    described = guard_result.current.get("vllm", {}).get("pid") if isinstance(guard_result.current.get("vllm"),
-                                                                                Mapping) else None
-    metrics_from = server if server is not None else described if isinstance(described, int) else None
+    metrics_from = server if server is not None else described_server(guard_result.current, any_user=True)
     loaded = described_server(guard_result.current)  # the server the benchmark loads: its GPU contexts are own
     roots = [me] + ([int(server)] if server else []) + ([loaded] if loaded is not None else [])
     sampler = Sampler(source, interval=watch.interval, checkpoint=watch.checkpoint, root=opts.root,
