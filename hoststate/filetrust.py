@@ -102,6 +102,13 @@ def swappable(path: str, trusted: Collection[int]) -> str | None:
         here = parent
 
 
+def folder_problem(folder: str, trusted: Collection[int], st: os.stat_result | None = None) -> str | None:
+    """Why a user outside ``trusted`` could change what ``folder`` holds (:func:`untrusted` of ``st``, its stat
+    followed, fstat'ed by a caller that opened it) or put another folder in its place (:func:`swappable`), or
+    None: a folder whose files may be believed (a result to stamp, a sweep's cells)."""
+    return untrusted(os.stat(folder) if st is None else st, trusted) or swappable(folder, trusted)
+
+
 def _links_placed(path: str, allowed: Collection[int]) -> bool:
     """Whether every symbolic link the kernel follows to reach ``path`` is owned by ``allowed`` and sits in a folder
     no other user may write, sticky or not: anyone may add a link to ``/tmp`` that points into a folder of their

@@ -330,13 +330,13 @@ def _named_file_problem(path: str, trusted: Collection[int] | None) -> str | Non
     """Why a result named on its own cannot be believed where it lies: its folder (where the name leads), or a
     folder above, is one another user may write, so they could have moved another of our cells (another
     combination's, its sidecar with it) onto its name, as in a sweep's folder (:func:`_folder_problem`)."""
-    from hoststate.filetrust import swappable, untrusted
+    from hoststate.filetrust import folder_problem
 
     if trusted is None:
         return None
     folder = os.path.dirname(os.path.realpath(path))
     try:
-        bad = untrusted(os.stat(folder), trusted) or swappable(folder, trusted)
+        bad = folder_problem(folder, trusted)
     except OSError as err:
         bad = f"cannot be checked ({err.strerror or err})"
     return f"its folder {bad}: another user could have put another cell in its place" if bad else None

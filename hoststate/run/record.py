@@ -296,7 +296,7 @@ def _open_in_own_folder(result: str, flags: int) -> int:
     cell's name, remove a cell the sweep judged invalid, or swap the file before it is stamped. A sticky folder
     (``/tmp``) is one: others may add names there, never replace ours. So must be every folder above it
     (filetrust.swappable), or the whole folder could be swapped for another of ours."""
-    from hoststate.filetrust import swappable, untrusted
+    from hoststate.filetrust import folder_problem
 
     folder = os.path.dirname(result) or "."
     try:
@@ -306,7 +306,7 @@ def _open_in_own_folder(result: str, flags: int) -> int:
     try:
         # the folder, and every folder above it: one another user may write lets them swap this folder for
         # another of ours (an older experiment's), whose file of the same name would get this run's stamp
-        why = untrusted(os.fstat(dfd), (os.geteuid(), 0)) or swappable(folder, (os.geteuid(), 0))
+        why = folder_problem(folder, (os.geteuid(), 0), os.fstat(dfd))
         if why:
             raise InputError(f"{result}: its folder {why}; not stamped")
         return os.open(os.path.basename(result), flags, dir_fd=dfd)

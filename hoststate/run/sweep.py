@@ -101,7 +101,7 @@ def _sidecars(result: str, problems: list[str]) -> list[Path]:
     this user's (or root's) regular files in folders no other user can write count (hoststate.filetrust): another
     user's sidecar dropped into a shared experiment folder is no earlier cell (``hoststate results`` names it),
     and a folder another user can write, where they could have removed a cell, goes into ``problems``."""
-    from hoststate.filetrust import swappable, untrusted
+    from hoststate.filetrust import folder_problem, untrusted
     from hoststate.output import check_parent
     from hoststate.run.record import sidecar_path
 
@@ -123,8 +123,7 @@ def _sidecars(result: str, problems: list[str]) -> list[Path]:
         return []
     for folder in folders:
         try:
-            why = untrusted(folder.stat(), trusted) or swappable(str(folder), trusted) if folder == experiment \
-                else untrusted(folder.lstat(), trusted)
+            why = folder_problem(str(folder), trusted) if folder == experiment else untrusted(folder.lstat(), trusted)
         except OSError as err:
             why = f"cannot be read ({err.strerror})"
         if why:
