@@ -250,12 +250,20 @@ def parse_kmsg(data: bytes) -> list[KmsgRecord]:
     The kernel escapes a newline inside a message as ``\\x0a``, so every record is one line."""
     out = []
     for line in data.split(b"\n"):
-        head, sep, message = line.partition(b";")
-        fields = head.split(b",")
-        if not sep or len(fields) < 4 or not fields[0].isdigit() or not fields[1].isdigit():
-            continue
-        out.append(KmsgRecord(int(fields[0]) >> 3, int(fields[1]), message.decode("utf-8", "replace")))
+        record = _record(line)
+        if record is not None:
+            (pri, seq), message = record
+            out.append(KmsgRecord(pri >> 3, seq, message.decode("utf-8", "replace")))
     return out
+
+
+def _record(line: bytes) -> tuple[tuple[int, int], bytes] | None:
+    """((priority, sequence number), message) of one /dev/kmsg line, or None: a continuation line or not a record."""
+    head, sep, message = line.partition(b";")
+    fields = head.split(b",")
+    if not sep or len(fields) < 4 or not fields[0].isdigit() or not fields[1].isdigit():
+        return None
+    return (int(fields[0]), int(fields[1])), message
 
 
 def _bdf(text: str) -> tuple[int, int, int] | None:
@@ -318,8 +326,8 @@ def read_kmsg(config: Config, max_bytes: int = 4 << 20, after: int = -1) -> byte
 
     def keep(line: bytes) -> None:
         nonlocal size
-        head = line.split(b";", 1)[0].split(b",")
-        if len(head) < 2 or not head[1].isdigit() or int(head[1]) <= after:
+        record = _record(line)
+        if record is None or record[0][1] <= after:
             return  # a continuation line, or a record already judged
         kept.append(line)
         size += len(line) + 1
